@@ -1,0 +1,48 @@
+"""One exception root for the whole project, with narrow subclasses.
+
+Candidate failures (a kernel that does not compile, crashes, hangs or computes wrong values) are *not*
+exceptions: they are :class:`tuner.results.MeasureResult` values with a status. The classes here are for
+errors of the caller or of the infrastructure, each translated once at its layer's boundary.
+"""
+
+from __future__ import annotations
+
+
+class TunerError(Exception):
+    """Root of every error tuner raises on purpose."""
+
+
+class UserInputError(TunerError):
+    """Something the user gave is wrong; the message names it. The CLI exits with code 2."""
+
+
+class UnknownTemplateError(UserInputError):
+    """No template of that name in the registry."""
+
+
+class UnknownWorkloadError(UserInputError):
+    """The template declares no workload of that name."""
+
+
+class ShapeError(UserInputError):
+    """A shape is malformed (unknown dim, wrong type) or inconsistent with the template (e.g. S % Q != 0)."""
+
+
+class ConfigError(UserInputError):
+    """A config names unknown parameters, or values outside the search space."""
+
+
+class SearchSpaceError(UserInputError):
+    """A search-space file is invalid; the message names the file and the offending key."""
+
+
+class StoreError(TunerError):
+    """The database could not be reached or refused an operation (raised by ``db`` only)."""
+
+
+class NotFoundError(TunerError):
+    """A looked-up record (job, best config, study) does not exist."""
+
+
+class DeviceError(TunerError):
+    """A device backend is unavailable or failed outside any candidate (driver, profiler, allocation)."""

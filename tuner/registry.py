@@ -1,0 +1,57 @@
+"""The explicit registry of kernel templates: name → ``module:Class`` import path.
+
+Templates are imported lazily, because importing a kernel module imports its backend (Triton, TileLang),
+and the CPU backend must set ``TRITON_INTERPRET=1`` before Triton is first imported. Measurement
+subprocesses receive the import path, so templates registered at run time (tests, plugins) work there too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from functools import lru_cache
+
+from tuner.errors import UnknownTemplateError
+from tuner.template import KernelTemplate
+
+BUILTIN_TEMPLATES: dict[str, str] = {
+    "mamba2_chunk_cumsum": "kernels.mamba2_chunk_cumsum:Mamba2ChunkCumsum",
+}
+
+_lock = threading.Lock()
+_registry: dict[str, str] = dict(BUILTIN_TEMPLATES)
+
+
+def register(name: str, ref: str) -> None:
+    """Add (or replace) a template under ``name``; ``ref`` is ``package.module:ClassName``."""
+    with _lock:
+        _registry[name] = ref
+
+
+def names() -> list[str]:
+    with _lock:
+        return sorted(_registry)
+
+
+def ref_of(name: str) -> str:
+    """The import path of a registered template; UnknownTemplateError if none."""
+    with _lock:
+        ref = _registry.get(name)
+    if ref is None:
+        raise UnknownTemplateError(f"unknown template {name!r}; known: {', '.join(names()) or 'none'}")
+    return ref
+
+
+def get(name: str) -> KernelTemplate:
+    """The template registered under ``name`` (one shared instance per import path)."""
+    return load(ref_of(name))
+
+
+@lru_cache(maxsize=None)
+def load(ref: str) -> KernelTemplate:
+    """Import ``module:Class`` and instantiate it; raises ImportError/AttributeError/TypeError as Python does."""
+    module_name, _, class_name = ref.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(cls, type) and issubclass(cls, KernelTemplate)):
+        raise TypeError(f"{ref} is not a KernelTemplate subclass")
+    return cls()

@@ -1,0 +1,116 @@
+"""What a measurement produces: a status, a samples summary, per-output errors, phase timings.
+
+Failures of a candidate are values of :class:`MeasureResult`, never exceptions, so that a sweep goes on
+and every failure is stored with its reason.
+"""
+
+from __future__ import annotations
+
+import enum
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tuner.frozen import Config
+
+
+class Status(str, enum.Enum):
+    """Outcome of one candidate. Only ``OK`` results carry timings that may be published."""
+
+    OK = "OK"
+    INVALID = "INVALID"  # rejected by a constraint before any compile
+    COMPILE_ERROR = "COMPILE_ERROR"
+    RUNTIME_ERROR = "RUNTIME_ERROR"  # exception, crash, abort, illegal address
+    WRONG_RESULT = "WRONG_RESULT"  # ran, but an output is off the reference by more than its bound
+    TIMEOUT = "TIMEOUT"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Timer(str, enum.Enum):
+    """How the samples were taken; reports print it beside every figure."""
+
+    CUPTI = "cupti"  # device time of the candidate's kernels from the CUDA profiler
+    CUDA_EVENTS = "cuda-events"  # declared fallback: includes launch gaps
+    NPU_PROFILER = "npu-profiler"
+    CPU_WALL = "cpu-wall"  # CPU backend (Triton interpreter, TileLang C target): not device time
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class SampleSummary:
+    """Summary of N timing samples, in microseconds."""
+
+    median_us: float
+    p20_us: float
+    p80_us: float
+    mean_us: float
+    min_us: float
+    max_us: float
+    n: int
+
+    @classmethod
+    def of(cls, samples_us: Sequence[float]) -> SampleSummary:
+        """Summarise samples; raises ValueError on an empty sequence."""
+        if not samples_us:
+            raise ValueError("no samples")
+        ordered = sorted(samples_us)
+        return cls(
+            median_us=statistics.median(ordered),
+            p20_us=_quantile(ordered, 0.2),
+            p80_us=_quantile(ordered, 0.8),
+            mean_us=statistics.fmean(ordered),
+            min_us=ordered[0],
+            max_us=ordered[-1],
+            n=len(ordered),
+        )
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of sorted data (numpy's default method)."""
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Wall seconds spent per phase of one measurement (for overhead accounting)."""
+
+    build_s: float = 0.0  # build + compile (first launch included where the backend compiles lazily)
+    verify_s: float = 0.0  # inputs, reference, poisoned run, comparison
+    measure_s: float = 0.0  # warm-up and timed samples
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """The outcome of measuring one candidate (a template config, or a comparator) on one shape.
+
+    Immutable. ``summary`` is set only when ``status`` is OK; ``errors`` holds the relative L2 error of
+    every output that was compared (also for WRONG_RESULT, so the figure is kept); ``reason`` is a short
+    human-readable cause for every status but OK.
+    """
+
+    status: Status
+    config: Config
+    summary: SampleSummary | None = None
+    errors: Mapping[str, float] = field(default_factory=dict)
+    reason: str | None = None
+    timer: Timer | None = None
+    phases: PhaseTimes = field(default_factory=PhaseTimes)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def median_us(self) -> float | None:
+        return self.summary.median_us if self.summary else None
+
+    def failed(self, status: Status, reason: str) -> MeasureResult:
+        """A copy turned into a failure, keeping errors and phase timings."""
+        return MeasureResult(status, self.config, None, self.errors, reason, self.timer, self.phases)

@@ -1,0 +1,274 @@
+"""Search spaces: typed parameters, constraints over parameters and shape, and a default config.
+
+A space is loaded from ``search_spaces/<template>.yaml``::
+
+    template: mamba2_chunk_cumsum
+    parameters:
+      BLOCK_H:   {type: pow2, low: 1, high: 64}
+      num_warps: {type: pow2, low: 1, high: 16}
+      layout:    {type: categorical, choices: [heads, rows]}
+      ROWS:      {type: int, low: 1, high: 8}
+      persistent: {type: bool}
+    constraints:
+      - expr: BLOCK_H <= H
+        reason: a program may not cover more heads than there are
+      - S % (ROWS * Q) == 0          # a bare string is a constraint without a reason
+    default: {BLOCK_H: 4, num_warps: 4, layout: heads, ROWS: 1, persistent: false}
+
+Constraint expressions see every parameter and every shape dim (:mod:`tuner.expr` lists what they may use).
+Loading validates the whole file and names the offending key on error (:class:`SearchSpaceError`).
+A :class:`SearchSpace` is immutable and thread-safe.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tuner.errors import ConfigError, SearchSpaceError
+from tuner.expr import Expression, ExpressionError
+from tuner.frozen import Config, Scalar, Shape
+
+if TYPE_CHECKING:
+    import optuna
+
+ParamValue = int | str | bool | float
+
+
+# -- file schema (pydantic: precise, located error messages) -------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Categorical(_Strict):
+    type: Literal["categorical"]
+    choices: list[int | float | str | bool] = Field(min_length=1)
+    doc: str = ""
+
+
+class _Int(_Strict):
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = Field(default=1, ge=1)
+    doc: str = ""
+
+    @model_validator(mode="after")
+    def _range(self) -> _Int:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) < low ({self.low})")
+        return self
+
+
+class _Pow2(_Strict):
+    type: Literal["pow2"]
+    low: int = Field(ge=1)
+    high: int = Field(ge=1)
+    doc: str = ""
+
+    @model_validator(mode="after")
+    def _range(self) -> _Pow2:
+        for name, v in (("low", self.low), ("high", self.high)):
+            if v & (v - 1):
+                raise ValueError(f"{name} ({v}) is not a power of two")
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) < low ({self.low})")
+        return self
+
+
+class _Bool(_Strict):
+    type: Literal["bool"]
+    doc: str = ""
+
+
+_ParamModel = Annotated[_Categorical | _Int | _Pow2 | _Bool, Field(discriminator="type")]
+
+
+class _Constraint(_Strict):
+    expr: str
+    reason: str = ""
+
+
+class _SpaceFile(_Strict):
+    template: str
+    doc: str = ""
+    parameters: dict[str, _ParamModel] = Field(min_length=1)
+    constraints: list[_Constraint | str] = Field(default_factory=list)
+    default: dict[str, int | float | str | bool]
+
+
+# -- runtime objects ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Param:
+    """One tunable parameter with its finite (or stepped integer) domain."""
+
+    name: str
+    kind: Literal["categorical", "int", "pow2", "bool"]
+    choices: tuple[ParamValue, ...]  # every allowed value, in order (ints expanded from low..high/step)
+    doc: str = ""
+
+    def contains(self, value: object) -> bool:
+        if self.kind in ("int", "pow2") and isinstance(value, bool):
+            return False
+        return any(value == c and type(value) is type(c) for c in self.choices) or (
+            self.kind in ("int", "pow2") and isinstance(value, int) and value in self.choices
+        )
+
+    def suggest(self, trial: optuna.Trial) -> ParamValue:
+        if self.kind == "int":
+            lo, hi = int(self.choices[0]), int(self.choices[-1])
+            step = int(self.choices[1]) - lo if len(self.choices) > 1 else 1
+            return trial.suggest_int(self.name, lo, hi, step=step)
+        return trial.suggest_categorical(self.name, list(self.choices))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    expression: Expression
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.expression.source} ({self.reason})" if self.reason else self.expression.source
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A validated search space. ``check`` needs the shape, since constraints may read its dims."""
+
+    template: str
+    params: tuple[Param, ...]
+    constraints: tuple[Constraint, ...]
+    default: Config
+    doc: str = ""
+    source: str = ""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def size(self) -> int:
+        """Number of points, before constraints."""
+        n = 1
+        for p in self.params:
+            n *= len(p.choices)
+        return n
+
+    def suggest(self, trial: optuna.Trial) -> Config:
+        """Ask the trial for a value of every parameter (define-by-run, all parameters always present)."""
+        return Config({p.name: p.suggest(trial) for p in self.params})
+
+    def grid(self) -> dict[str, list[Any]]:
+        """Every value of every parameter, as Optuna's GridSampler wants them."""
+        return {p.name: list(p.choices) for p in self.params}
+
+    def validate_config(self, raw: Mapping[str, object]) -> Config:
+        """A Config from user input: every parameter present, no unknown ones, each value in its domain."""
+        unknown = sorted(set(raw) - set(self.names))
+        if unknown:
+            raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(self.names)}")
+        missing = [n for n in self.names if n not in raw]
+        if missing:
+            raise ConfigError(f"missing parameter(s) {', '.join(missing)}")
+        for p in self.params:
+            if not p.contains(raw[p.name]):
+                shown = ", ".join(map(str, p.choices[:12])) + (" …" if len(p.choices) > 12 else "")
+                raise ConfigError(f"parameter {p.name}: {raw[p.name]!r} is not one of {shown}")
+        return Config({n: raw[n] for n in self.names})  # type: ignore[misc]
+
+    def check(self, config: Config, shape: Shape) -> str | None:
+        """None when ``config`` satisfies every constraint for ``shape``, else the first violation."""
+        env: dict[str, Scalar] = {**shape.to_dict(), **config.to_dict()}
+        for c in self.constraints:
+            try:
+                ok = c.expression.evaluate(env)
+            except ExpressionError as exc:
+                return f"constraint error: {exc}"
+            if not ok:
+                return f"violates {c.describe()}"
+        return None
+
+    def is_valid(self, config: Config, shape: Shape) -> bool:
+        return self.check(config, shape) is None
+
+    def iter_configs(self) -> Iterator[Config]:
+        """Every point of the space in a fixed order (constraints not applied)."""
+        for values in itertools.product(*(p.choices for p in self.params)):
+            yield Config(dict(zip(self.names, values, strict=True)))
+
+    def sample(self, rng: random.Random, shape: Shape, attempts: int = 10_000) -> Config:
+        """A uniformly drawn valid config for ``shape``; ConfigError if none found in ``attempts`` draws."""
+        for _ in range(attempts):
+            config = Config({p.name: rng.choice(p.choices) for p in self.params})
+            if self.is_valid(config, shape):
+                return config
+        raise ConfigError(f"no valid config for {shape.key()} in {attempts} random draws")
+
+
+def _param(name: str, model: _Categorical | _Int | _Pow2 | _Bool) -> Param:
+    if isinstance(model, _Categorical):
+        return Param(name, "categorical", tuple(model.choices), model.doc)
+    if isinstance(model, _Int):
+        return Param(name, "int", tuple(range(model.low, model.high + 1, model.step)), model.doc)
+    if isinstance(model, _Pow2):
+        values = []
+        v = model.low
+        while v <= model.high:
+            values.append(v)
+            v *= 2
+        return Param(name, "pow2", tuple(values), model.doc)
+    return Param(name, "bool", (False, True), model.doc)
+
+
+def parse_space(data: object, *, source: str, shape_dims: tuple[str, ...] = ()) -> SearchSpace:
+    """Build a SearchSpace from parsed YAML/JSON data; SearchSpaceError names ``source`` and the key."""
+    try:
+        model = _SpaceFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise SearchSpaceError(f"{source}: {loc}: {err['msg']}") from None
+    params = tuple(_param(n, m) for n, m in model.parameters.items())
+    clash = sorted(set(model.parameters) & set(shape_dims))
+    if clash:
+        raise SearchSpaceError(f"{source}: parameters: {', '.join(clash)} is also a shape dim")
+    known = frozenset(model.parameters) | frozenset(shape_dims)
+    constraints = []
+    for i, item in enumerate(model.constraints):
+        expr, reason = (item, "") if isinstance(item, str) else (item.expr, item.reason)
+        try:
+            parsed = Expression.parse(expr, known if shape_dims else None)
+        except ExpressionError as exc:
+            raise SearchSpaceError(f"{source}: constraints.{i}: {exc}") from None
+        constraints.append(Constraint(parsed, reason))
+    space = SearchSpace(model.template, params, tuple(constraints), Config({}), model.doc, source)
+    try:
+        default = space.validate_config(model.default)
+    except ConfigError as exc:
+        raise SearchSpaceError(f"{source}: default: {exc}") from None
+    return SearchSpace(model.template, params, tuple(constraints), default, model.doc, source)
+
+
+def load_space(path: Path, *, shape_dims: tuple[str, ...] = ()) -> SearchSpace:
+    """Load and validate a YAML search-space file."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SearchSpaceError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SearchSpaceError(f"{path}: invalid YAML: {exc}") from None
+    return parse_space(data, source=str(path), shape_dims=shape_dims)
