@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from functools import lru_cache
+from functools import cache
 
 from tuner.errors import UnknownTemplateError
 from tuner.template import KernelTemplate
@@ -47,7 +47,7 @@ def get(name: str) -> KernelTemplate:
     return load(ref_of(name))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(ref: str) -> KernelTemplate:
     """Import ``module:Class`` and instantiate it; raises ImportError/AttributeError/TypeError as Python does."""
     module_name, _, class_name = ref.partition(":")

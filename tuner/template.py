@@ -147,6 +147,7 @@ class KernelTemplate(abc.ABC):
 
     def check_shape(self, shape: Shape) -> None:
         """Raise ShapeError when dims are individually valid but inconsistent. Default: accept."""
+        return None
 
     def workload(self, name: str) -> Shape:
         for w in self.workloads:

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import pytest
+
+from tuner import registry
+from tuner.errors import ShapeError, UnknownTemplateError, UnknownWorkloadError
+from tuner.frozen import Shape
+from tuner.template import Dim, KernelTemplate, OutputSpec, Workload
+
+
+class _Toy(KernelTemplate):
+    name = "toy"
+    version = "1"
+    backend = "triton"
+    dims = (
+        Dim("S"),
+        Dim("Q", default=256),
+        Dim("has_bias", kind="bool", default=False),
+        Dim("dtype", kind="str", default="float16", choices=("float16", "bfloat16")),
+    )
+    outputs = (OutputSpec("y"),)
+    workloads = (Workload("small", {"S": 512}), Workload("biased", {"S": 1024, "has_bias": True}))
+
+    def check_shape(self, shape: Shape) -> None:
+        if int(shape["S"]) % int(shape["Q"]):
+            raise ShapeError(f"S={shape['S']} is not a multiple of the chunk Q={shape['Q']}")
+
+    def make_inputs(self, shape, device, seed):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def reference(self, shape, inputs):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def allocate_outputs(self, shape, inputs):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def build(self, config, shape):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def bytes_moved(self, shape: Shape) -> int:
+        return 0
+
+
+def test_make_shape_coerces_fills_defaults_and_checks() -> None:
+    t = _Toy()
+    shape = t.make_shape({"S": "0x200", "has_bias": "yes"})
+    assert shape == Shape(S=512, Q=256, has_bias=True, dtype="float16")
+    assert t.workload("small") == Shape(S=512, Q=256, has_bias=False, dtype="float16")
+    assert t.workload_name(t.make_shape({"S": 1024, "has_bias": 1})) == "biased"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"S": 500}, "S=500 is not a multiple of the chunk Q=256"),
+        ({"S": "four"}, "shape dim S: expected an integer"),
+        ({"S": 512.5}, "shape dim S: expected an integer"),
+        ({"S": 0}, "shape dim S: must be >= 1"),
+        ({"S": True}, "shape dim S: expected an integer"),
+        ({}, "shape dim S is required"),
+        ({"S": 512, "X": 1}, "unknown shape dim(s) X"),
+        ({"S": 512, "dtype": "int8"}, "expected one of float16, bfloat16"),
+        ({"S": 512, "has_bias": "maybe"}, "expected true/false"),
+    ],
+)
+def test_bad_shapes_name_the_problem(raw: dict[str, object], message: str) -> None:
+    with pytest.raises(ShapeError) as info:
+        _Toy().make_shape(raw)
+    assert message in str(info.value)
+
+
+def test_unknown_workload_lists_known_ones() -> None:
+    with pytest.raises(UnknownWorkloadError, match="known: small, biased"):
+        _Toy().workload("huge")
+
+
+def test_registry_is_explicit_and_lazy() -> None:
+    registry.register("toy-test", f"{__name__}:_Toy")
+    assert registry.get("toy-test").name == "toy"
+    assert "toy-test" in registry.names()
+    with pytest.raises(UnknownTemplateError, match="unknown template 'nope'"):
+        registry.get("nope")
+    with pytest.raises(TypeError, match="not a KernelTemplate"):
+        registry.load(f"{__name__}:test_registry_is_explicit_and_lazy")

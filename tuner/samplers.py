@@ -1,0 +1,48 @@
+"""Optuna samplers by name, adapted to the ask-and-tell loop tuner runs.
+
+``tpe`` (default; multivariate, with constant liar so that several workers sharing a study do not all
+sample the same point), ``random``, ``grid`` (every point of the space once; the driver stops when it is
+exhausted) and ``cmaes`` (numeric parameters by CMA-ES, categorical ones by the independent sampler).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+import optuna
+from optuna.samplers import GridSampler
+
+from tuner.errors import UserInputError
+from tuner.space import SearchSpace
+
+SamplerName = Literal["tpe", "random", "grid", "cmaes"]
+SAMPLERS: tuple[str, ...] = get_args(SamplerName)
+
+
+class AskTellGridSampler(GridSampler):
+    """GridSampler whose exhaustion is checked by the caller before each ``ask``.
+
+    Optuna's GridSampler calls ``study.stop()`` after the last grid point, which is only legal inside
+    ``study.optimize``; tuner drives studies with ask-and-tell, so it asks ``is_exhausted`` instead.
+    """
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        return None
+
+
+def make_sampler(name: str, space: SearchSpace, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The sampler called ``name``; UserInputError for an unknown name."""
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=10)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "grid":
+        return AskTellGridSampler(space.grid(), seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    raise UserInputError(f"unknown sampler {name!r}; known: {', '.join(SAMPLERS)}")
+
+
+def exhausted(sampler: optuna.samplers.BaseSampler, study: optuna.Study) -> bool:
+    """Whether a grid sampler has handed out every point (never true for the other samplers)."""
+    return isinstance(sampler, GridSampler) and sampler.is_exhausted(study)
