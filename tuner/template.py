@@ -101,12 +101,19 @@ class Comparator:
 
     ``build(shape)`` returns a kernel with the template's calling convention; ``unavailable()`` returns
     a reason string when it cannot run here (library not importable, shape unsupported), else None.
+    Comparators of one ``group`` are alternatives of one line in reports (e.g. a library's fixed configs:
+    the report shows the best of the group); a comparator without a group is a line of its own.
     """
 
     name: str
     doc: str
     build: Callable[[Shape], Kernel]
     unavailable: Callable[[Shape], str | None] = field(default=lambda shape: None)
+    group: str | None = None
+
+    @property
+    def line(self) -> str:
+        return self.group or self.name
 
 
 class KernelTemplate(abc.ABC):

@@ -1,0 +1,227 @@
+"""The ``tuner`` command line (Typer). One error boundary: user and infrastructure errors become a one-line
+message on stderr and exit code 2; nothing is written to the store before the input has been validated."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tuner.errors import DeviceError, StoreError, TunerError, UserInputError
+
+app = typer.Typer(
+    name="tuner",
+    help="Kernel autotuning: sweep a kernel template per shape, verify, time on the device, store, serve.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+TemplateArg = Annotated[str, typer.Argument(help="Template name (see `tuner templates`).")]
+WorkloadOpt = Annotated[list[str], typer.Option("--workload", "-w", help="Named workload (repeatable).")]
+ShapeOpt = Annotated[list[str], typer.Option("--shape", "-s", help="Explicit shape, e.g. B=1,S=4096,H=48.")]
+DbOpt = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL (default: $TUNER_DB_URL or the SQLite file).")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto | cuda | npu | cpu")]
+
+
+def boundary(fn: F) -> F:
+    """Translate TunerError into a one-line message and an exit code (2: bad input or unreachable store)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (UserInputError, StoreError, DeviceError) as exc:
+            err_console.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False)
+            raise typer.Exit(2) from None
+        except TunerError as exc:
+            err_console.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0] if "\n" in text else text
+
+
+def _store(url: str | None):  # type: ignore[no-untyped-def]
+    import db
+    from tuner.settings import engine_settings
+
+    return db.Store.open(url or engine_settings().db_url)
+
+
+@app.command()
+@boundary
+def templates() -> None:
+    """List the registered templates with their workloads and parameters."""
+    from tuner import registry
+
+    table = Table("template", "version", "backend", "parameters", "workloads")
+    for name in registry.names():
+        t = registry.get(name)
+        space = t.space()
+        table.add_row(name, t.version, t.backend, ", ".join(space.names), "\n".join(w.name for w in t.workloads))
+    console.print(table)
+
+
+@app.command()
+@boundary
+def tune(
+    template: TemplateArg,
+    workload: WorkloadOpt = [],  # noqa: B006 - Typer reads list defaults, never mutates them
+    shape: ShapeOpt = [],  # noqa: B006
+    all_workloads: Annotated[bool, typer.Option("--all-workloads", help="Every workload of the template.")] = False,
+    trials: Annotated[int, typer.Option("--trials", "-n", min=1, max=100_000, help="Measured trials per shape.")] = 40,
+    device: DeviceOpt = "auto",
+    sampler: Annotated[str, typer.Option(help="tpe | random | grid | cmaes")] = "tpe",
+    db_url: DbOpt = None,
+    samples: Annotated[int, typer.Option(min=1, max=100_000, help="Timed samples per candidate.")] = 100,
+    timeout: Annotated[float, typer.Option(min=1.0, help="Seconds per candidate before TIMEOUT.")] = 120.0,
+    finalists: Annotated[int, typer.Option(min=1, max=50, help="Configs re-measured in the final round.")] = 3,
+    comparators: Annotated[bool, typer.Option(help="Measure the template's comparators in the final round.")] = True,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+) -> None:
+    """Sweep TEMPLATE for each shape, publish the best verified config, and print the report."""
+    from tuner import registry
+    from tuner.devices.base import DeviceSpec, resolve
+    from tuner.measure import Measurer, MeasureOptions
+    from tuner.report import collect, render_markdown
+    from tuner.samplers import SAMPLERS
+    from tuner.shapes import select_shapes
+    from tuner.tuning import tune_shapes
+
+    t = registry.get(template)
+    t.space()  # validate the search-space file before anything is written
+    selected = select_shapes(t, workloads=workload, shapes=shape, all_workloads=all_workloads)
+    if sampler not in SAMPLERS:
+        raise UserInputError(f"unknown sampler {sampler!r}; known: {', '.join(SAMPLERS)}")
+    if device not in ("auto", "cuda", "npu", "cpu"):
+        raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
+    spec = resolve(DeviceSpec(device))  # type: ignore[arg-type]
+    store = _store(db_url)
+    options = MeasureOptions(n_samples=samples, timeout_s=timeout)
+    with Measurer(spec, options) as measurer:
+        tune_shapes(
+            t.name, selected, store=store, measurer=measurer, trials=trials, sampler=sampler, seed=seed,
+            finalists=finalists, comparators=comparators, console=console,
+        )
+    console.print()
+    console.print(render_markdown(collect(store, t.name, device_kind=spec.kind)), markup=False, highlight=False)
+
+
+def _one_shape(template: str, workload: list[str], shape: list[str]):  # type: ignore[no-untyped-def]
+    from tuner import registry
+    from tuner.shapes import select_shapes
+
+    t = registry.get(template)
+    selected = select_shapes(t, workloads=workload, shapes=shape)
+    if len(selected) != 1:
+        raise UserInputError("give exactly one --workload or --shape")
+    return t, selected[0][1]
+
+
+@app.command()
+@boundary
+def best(
+    template: TemplateArg,
+    workload: WorkloadOpt = [],  # noqa: B006
+    shape: ShapeOpt = [],  # noqa: B006
+    device: Annotated[str | None, typer.Option(help="Device kind to look up (default: any).")] = None,
+    db_url: DbOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print the best verified config stored for one shape."""
+    import db
+
+    t, the_shape = _one_shape(template, workload, shape)
+    store = _store(db_url)
+    with store.session() as session:
+        record = db.get_best(session, template=t.name, shape_key=the_shape.key(), device_kind=device)
+    if record is None:
+        raise UserInputError(f"no best config stored for {t.name} at {the_shape.key()}; run `tuner tune` first")
+    data = {
+        "template": record.template, "version": record.template_version, "shape": record.shape_key,
+        "device": f"{record.device_kind}:{record.device_name}", "config": json.loads(record.config_json),
+        "median_us": record.median_us, "p20_us": record.p20_us, "p80_us": record.p80_us, "timer": record.timer,
+        "fingerprint": record.fingerprint_hash, "published_at": record.published_at.isoformat(),
+    }
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    table = Table(show_header=False)
+    for k, v in data.items():
+        table.add_row(k, json.dumps(v) if isinstance(v, dict) else str(v))
+    console.print(table)
+
+
+@app.command()
+@boundary
+def history(
+    template: TemplateArg,
+    workload: WorkloadOpt = [],  # noqa: B006
+    shape: ShapeOpt = [],  # noqa: B006
+    device: Annotated[str | None, typer.Option(help="Device kind (default: any).")] = None,
+    db_url: DbOpt = None,
+    role: Annotated[str | None, typer.Option(help="trial | final (default: both).")] = None,
+) -> None:
+    """Show every trial of the shape's studies, failures with their reasons."""
+    import db
+
+    t, the_shape = _one_shape(template, workload, shape)
+    store = _store(db_url)
+    with store.session() as session:
+        studies = [
+            s for s in db.list_studies(session, template=t.name, device_kind=device) if s.shape_key == the_shape.key()
+        ]
+        if not studies:
+            raise UserInputError(f"no study stored for {t.name} at {the_shape.key()}")
+        for st in studies:
+            rows = db.list_measurements(session, study_id=st.id, role=role)
+            table = Table("id", "role", "trial", "candidate", "config", "status", "median µs", "p20–p80", "reason",
+                          title=f"{st.name} — {len(rows)} measurements", title_justify="left")
+            for m in rows:
+                spread = f"{m.p20_us:.2f}–{m.p80_us:.2f}" if m.p20_us is not None and m.p80_us is not None else ""
+                table.add_row(
+                    str(m.id), m.role, "" if m.trial_number is None else str(m.trial_number), m.candidate,
+                    m.config_json, m.status, "" if m.median_us is None else f"{m.median_us:.2f}", spread,
+                    (m.reason or "").splitlines()[0][:100] if m.reason else "",
+                )
+            console.print(table)
+
+
+@app.command()
+@boundary
+def report(
+    template: TemplateArg,
+    device: Annotated[str | None, typer.Option(help="Device kind (default: all).")] = None,
+    db_url: DbOpt = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the markdown to this file.")] = None,
+) -> None:
+    """Markdown report: per workload, best vs default vs comparators, geometric means, roofline."""
+    from tuner import registry
+    from tuner.report import collect, render_markdown
+
+    registry.get(template)
+    text = render_markdown(collect(_store(db_url), template, device_kind=device))
+    if output:
+        output.write_text(text)
+        err_console.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,213 @@
+"""Markdown reports from the store: per workload, the best config against the incumbent and comparators.
+
+Every figure in a row comes from one final round (measured interleaved in the same process run), so the
+ratios are same-run ratios. Ratios are ``other / best``: above 1 means the tuned config is faster (🟢).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import db
+from tuner import registry
+from tuner.frozen import Config, Shape
+from tuner.results import Status
+from tuner.study import COMPARATOR_PREFIX, DEFAULT_LABEL
+
+GREEN, RED = "🟢", "🔴"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One comparator line of a row: its best member's time, or why it has none."""
+
+    name: str
+    median_us: float | None
+    member: str | None = None  # which comparator of the group gave the time
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    workload: str
+    shape: Shape
+    device: str
+    timer: str | None
+    best_config: Config | None
+    best_us: float | None
+    best_spread: tuple[float, float] | None
+    default_us: float | None
+    lines: tuple[Line, ...]
+    roofline_pct: float | None
+    trials: int
+    failed: int
+    search_s: float | None
+
+
+@dataclass(frozen=True)
+class Report:
+    template: str
+    version: str
+    rows: tuple[ReportRow, ...]
+    fingerprints: tuple[dict[str, object], ...] = field(default_factory=tuple)
+
+
+def collect(store: db.Store, template_name: str, *, device_kind: str | None = None) -> Report:
+    """Read the latest study per (shape, device) of a template and its latest final round."""
+    template = registry.get(template_name)
+    with store.session() as session:
+        studies = db.list_studies(session, template=template_name, device_kind=device_kind)
+        latest: dict[tuple[str, str, str], db.StudyRecord] = {}
+        for st in studies:
+            k = (st.shape_key, st.device_kind, st.device_name)
+            if k not in latest or st.id > latest[k].id:
+                latest[k] = st
+        rows = []
+        fingerprints: dict[str, dict[str, object]] = {}
+        for st in sorted(latest.values(), key=lambda s: (s.device_name, s.shape_key)):
+            fingerprint = json.loads(st.fingerprint_json)
+            fingerprints[st.fingerprint_hash] = fingerprint
+            rows.append(_row(session, template, st, fingerprint))
+    return Report(template.name, template.version, tuple(rows), tuple(fingerprints.values()))
+
+
+def _row(session: db.Session, template: object, st: db.StudyRecord, fingerprint: dict[str, object]) -> ReportRow:
+    from tuner.template import KernelTemplate
+
+    assert isinstance(template, KernelTemplate)
+    shape = Shape.from_json(st.shape_json)
+    final = db.latest_round(session, study_id=st.id)
+    trials = db.list_measurements(session, study_id=st.id, role="trial")
+    measured = [t for t in trials if t.status != Status.INVALID.value]
+    failed = sum(1 for t in measured if t.status != Status.OK.value)
+    search_s = (measured[-1].created_at - measured[0].created_at).total_seconds() if len(measured) > 1 else None
+    best = _best_entry(final)
+    default = next((m for m in final if m.candidate == DEFAULT_LABEL and m.status == Status.OK.value), None)
+    if best is not None and best.candidate == DEFAULT_LABEL:
+        default = best
+    comps = {c.name: c for c in template.comparators()}
+    lines: dict[str, list[db.MeasurementRecord]] = {}
+    for m in final:
+        if m.candidate.startswith(COMPARATOR_PREFIX):
+            name = m.candidate[len(COMPARATOR_PREFIX):]
+            line = comps[name].line if name in comps else name
+            lines.setdefault(line, []).append(m)
+    bw = (fingerprint.get("info") or {}).get("copy_bw_bytes_per_s")  # type: ignore[union-attr]
+    roofline = None
+    if best is not None and best.median_us and bw:
+        roofline = 100.0 * template.bytes_moved(shape) / (best.median_us * 1e-6) / float(bw)  # type: ignore[arg-type]
+    return ReportRow(
+        workload=template.workload_name(shape) or shape.key(),
+        shape=shape,
+        device=f"{st.device_kind}:{st.device_name}",
+        timer=best.timer if best else None,
+        best_config=Config.from_json(best.config_json) if best else None,
+        best_us=best.median_us if best else None,
+        best_spread=(best.p20_us, best.p80_us) if best and best.p20_us is not None else None,  # type: ignore[assignment]
+        default_us=default.median_us if default else None,
+        lines=tuple(_line(name, members) for name, members in sorted(lines.items())),
+        roofline_pct=roofline,
+        trials=len(measured),
+        failed=failed,
+        search_s=search_s,
+    )
+
+
+def _best_entry(final: Sequence[db.MeasurementRecord]) -> db.MeasurementRecord | None:
+    ok = [m for m in final if not m.candidate.startswith(COMPARATOR_PREFIX) and m.status == Status.OK.value]
+    return min(ok, key=lambda m: m.median_us or math.inf, default=None)
+
+
+def _line(name: str, members: Sequence[db.MeasurementRecord]) -> Line:
+    ok = [m for m in members if m.status == Status.OK.value and m.median_us is not None]
+    if not ok:
+        reasons = "; ".join(sorted({f"{m.status}: {(m.reason or '').splitlines()[0][:80]}" for m in members}))
+        return Line(name, None, note=reasons)
+    best = min(ok, key=lambda m: m.median_us or math.inf)
+    return Line(name, best.median_us, best.candidate[len(COMPARATOR_PREFIX):])
+
+
+def _ratio(other: float | None, best: float | None) -> str:
+    if not other or not best:
+        return "–"
+    r = other / best
+    return f"{r:.2f}x {GREEN if r > 1 else RED}"
+
+
+def _us(value: float | None) -> str:
+    return "–" if value is None else (f"{value:.2f}" if value < 100 else f"{value:.1f}")
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def render_markdown(report: Report) -> str:
+    """The report as markdown: one table per device, a geometric-mean row, the environment."""
+    out = [f"# {report.template} (template version {report.version})", ""]
+    if not report.rows:
+        out.append("No studies in the store for this template yet.")
+        return "\n".join(out) + "\n"
+    for device in sorted({r.device for r in report.rows}):
+        rows = [r for r in report.rows if r.device == device]
+        line_names = sorted({ln.name for r in rows for ln in r.lines})
+        timer = next((r.timer for r in rows if r.timer), "?")
+        out += [f"## {device} (timer: {timer}; times in µs, median of the final interleaved round)", ""]
+        header = ["workload", "best config", "best µs (p20–p80)", "default µs", "default / best"]
+        for n in line_names:
+            header += [f"{n} µs", f"{n} / best"]
+        header += ["% roofline", "trials (failed)", "search s"]
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "---|" * len(header))
+        for r in rows:
+            spread = f" ({_us(r.best_spread[0])}–{_us(r.best_spread[1])})" if r.best_spread else ""
+            cells = [
+                r.workload,
+                "`" + json.dumps(r.best_config.to_dict(), separators=(",", ":")) + "`" if r.best_config else "none",
+                _us(r.best_us) + spread,
+                _us(r.default_us),
+                _ratio(r.default_us, r.best_us),
+            ]
+            by_name = {ln.name: ln for ln in r.lines}
+            for n in line_names:
+                ln = by_name.get(n)
+                if ln is None or ln.median_us is None:
+                    cells += [f"– ({ln.note})" if ln and ln.note else "–", "–"]
+                else:
+                    member = f" ({ln.member})" if ln.member and ln.member != n else ""
+                    cells += [_us(ln.median_us) + member, _ratio(ln.median_us, r.best_us)]
+            cells += [
+                f"{r.roofline_pct:.0f}%" if r.roofline_pct is not None else "–",
+                f"{r.trials} ({r.failed})",
+                f"{r.search_s:.0f}" if r.search_s is not None else "–",
+            ]
+            out.append("| " + " | ".join(cells) + " |")
+        gm = ["**geometric mean**", "", "", "", _gm_ratio([(r.default_us, r.best_us) for r in rows])]
+        for n in line_names:
+            pairs = [(next((ln.median_us for ln in r.lines if ln.name == n), None), r.best_us) for r in rows]
+            gm += ["", _gm_ratio(pairs)]
+        gm += ["", "", ""]
+        out.append("| " + " | ".join(gm) + " |")
+        out.append("")
+    out += ["## Environment", ""]
+    for fp in report.fingerprints:
+        out.append("| field | value |")
+        out.append("|---|---|")
+        for k in ("kind", "device_name", "driver", "runtime"):
+            out.append(f"| {k} | {fp.get(k, '')} |")
+        for k, v in sorted((fp.get("libraries") or {}).items()):  # type: ignore[union-attr]
+            out.append(f"| {k} | {v} |")
+        for k, v in sorted((fp.get("info") or {}).items()):  # type: ignore[union-attr]
+            out.append(f"| {k} | {v} |")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _gm_ratio(pairs: Sequence[tuple[float | None, float | None]]) -> str:
+    ratios = [o / b for o, b in pairs if o and b]
+    g = geomean(ratios)
+    return "–" if g is None else f"**{g:.2f}x** {GREEN if g > 1 else RED}"

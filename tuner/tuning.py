@@ -1,0 +1,103 @@
+"""Tuning shapes one after another in this process (the CLI's ``tuner tune``), with a rich progress bar."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+import db
+from tuner.frozen import Shape
+from tuner.measure import Measurer
+from tuner.study import CountBudget, FinalRound, TrialRecord, finalize, open_study, run_trials
+
+
+@dataclass(frozen=True)
+class ShapeSummary:
+    label: str
+    shape: Shape
+    study_name: str
+    trials: tuple[TrialRecord, ...]
+    final: FinalRound
+
+
+def tune_shapes(
+    template: str,
+    shapes: Sequence[tuple[str, Shape]],
+    *,
+    store: db.Store,
+    measurer: Measurer,
+    trials: int,
+    sampler: str = "tpe",
+    seed: int | None = None,
+    finalists: int = 3,
+    comparators: bool = True,
+    console: Console | None = None,
+) -> list[ShapeSummary]:
+    """Tune each shape: ``trials`` measured trials, then the final round; returns one summary per shape."""
+    console = console or Console(quiet=True)
+    summaries = []
+    for label, shape in shapes:
+        ctx = open_study(template, shape, store=store, measurer=measurer, sampler=sampler, seed=seed)
+        with _progress(console) as progress:
+            task = progress.add_task(label, total=trials, best="–")
+            best = [float("inf")]
+
+            def on_trial(record: TrialRecord, task: int = task, best: list[float] = best) -> None:
+                if record.median_us is not None and record.median_us < best[0]:
+                    best[0] = record.median_us
+                    progress.update(task, best=f"{best[0]:.2f} µs")
+                if record.measured:
+                    progress.advance(task)
+
+            records = run_trials(ctx, CountBudget(trials), on_trial=on_trial)
+            progress.update(task, description=f"{label}: final round")
+            final = finalize(ctx, finalists=finalists, comparators=comparators)
+        summary = ShapeSummary(label, shape, ctx.key.study_name(), tuple(records), final)
+        _print_summary(console, summary)
+        summaries.append(summary)
+    return summaries
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("best {task.fields[best]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _print_summary(console: Console, s: ShapeSummary) -> None:
+    failed = sum(1 for r in s.trials if r.measured and r.status.value != "OK")
+    invalid = sum(1 for r in s.trials if r.status.value == "INVALID")
+    dups = sum(1 for r in s.trials if r.duplicate_of is not None)
+    measured = [r for r in s.trials if r.measured]
+    overhead = sorted(r.overhead_s for r in measured)
+    med_overhead = overhead[len(overhead) // 2] * 1e3 if overhead else 0.0
+    console.print(
+        f"[bold]{s.label}[/bold]: {len(measured)} measured trials ({failed} failed), {invalid} invalid pruned, "
+        f"{dups} duplicates; median per-trial overhead {med_overhead:.1f} ms"
+    )
+    table = Table("candidate", "config", "status", "median µs", "p20–p80 µs", "reason", title="final round")
+    for e in s.final.entries:
+        r = e.result
+        spread = f"{r.summary.p20_us:.2f}–{r.summary.p80_us:.2f}" if r.summary else ""
+        config = json.dumps(r.config.to_dict(), separators=(",", ":")) if r.config else ""
+        reason = (r.reason or "").splitlines()[0][:80] if r.reason else ""
+        median = f"{r.median_us:.2f}" if r.median_us is not None else ""
+        table.add_row(e.label, config, r.status.value, median, spread, reason)
+    console.print(table)
+    if s.final.winner is not None:
+        w = s.final.winner.result
+        console.print(f"best config for {s.label}: {json.dumps(w.config.to_dict())} at {w.median_us:.2f} µs "
+                      f"({w.timer}) — published")
+    else:
+        console.print(f"[yellow]no config passed the gate for {s.label}; nothing published[/yellow]")
