@@ -97,7 +97,7 @@ def tune(
     """Sweep TEMPLATE for each shape, publish the best verified config, and print the report."""
     from tuner import registry
     from tuner.devices.base import DeviceSpec, resolve
-    from tuner.measure import Measurer, MeasureOptions
+    from tuner.measure import MeasureOptions, Measurer
     from tuner.report import collect, render_markdown
     from tuner.samplers import SAMPLERS
     from tuner.shapes import select_shapes
