@@ -29,7 +29,9 @@ def test_time_interleaves_and_measures_wall_time() -> None:
     assert SampleSummary.of(samples[0]).median_us < SampleSummary.of(samples[1]).median_us
 
 
-@pytest.mark.parametrize(("fns", "n_samples", "warmup"), [([], 1, 0), ([lambda: None], 0, 0), ([lambda: None], 1, -1)])
+@pytest.mark.parametrize(
+    ("fns", "n_samples", "warmup"), [([], 1, 0), ([lambda: None], 0, 0), ([lambda: None], 1, -1)]
+)
 def test_time_rejects_bad_counts(fns, n_samples: int, warmup: int) -> None:
     with pytest.raises(ValueError):
         CpuBackend().time(fns, n_samples=n_samples, warmup=warmup)

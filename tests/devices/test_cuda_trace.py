@@ -24,7 +24,9 @@ from tuner.errors import DeviceError
 class TraceBuilder:
     """A trace like kineto's: per sample, a flush launched outside the range, then the sample's launches."""
 
-    def __init__(self, launch_cat: str = "cuda_driver", launches: bool = True, gpu_spans: bool = False) -> None:
+    def __init__(
+        self, launch_cat: str = "cuda_driver", launches: bool = True, gpu_spans: bool = False
+    ) -> None:
         self.events: list[dict[str, Any]] = []
         self.cpu, self.gpu, self.corr = 100.0, 5000.0, 1
         self.launch_cat, self.launches, self.gpu_spans = launch_cat, launches, gpu_spans

@@ -88,5 +88,5 @@ def test_fingerprint(stand_in) -> None:
 def test_missing_profiler_output_is_a_device_error(stand_in, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = NpuBackend(0, tensor_device="cpu")
     monkeypatch.setattr(stand_in.profiler, "tensorboard_trace_handler", lambda d: None)
-    with pytest.raises(DeviceError, match="kernel_details.csv"):
+    with pytest.raises(DeviceError, match=r"kernel_details\.csv"):
         backend.time([lambda: None], n_samples=2, warmup=0)
