@@ -36,6 +36,7 @@ from tuner.measure_protocol import (
     Failed,
     FingerprintReply,
     FingerprintRequest,
+    Loaded,
     MeasureOptions,
     MeasureRequest,
     Prepared,
@@ -208,6 +209,7 @@ class Measurer:
 
     def _follow(self, worker: WorkerProcess, candidates: Sequence[Candidate], group: list[int]) -> _Round:
         """Read the worker's replies to one request until it is done, dies or runs out of time."""
+        self._await_template(worker)
         timeout_s = self.options.timeout_s
         start = stage_start = time.monotonic()
         budget_end = start + timeout_s * len(group)
@@ -235,6 +237,7 @@ class Measurer:
             elif isinstance(reply, Done):
                 outcome.results.update((group[p], r) for p, r in reply.results)
                 outcome.retry = [group[p] for p in reply.retry]
+                outcome.split = reply.split
                 if reply.restart:
                     self._discard_worker()
                 return outcome
@@ -243,6 +246,19 @@ class Measurer:
             else:
                 self._discard_worker()
                 raise MeasureSetupError(f"unexpected reply from the measurement worker: {reply!r}")
+
+    def _await_template(self, worker: WorkerProcess) -> None:
+        """Wait until the worker has imported the template: import time is not charged to candidates."""
+        try:
+            reply = worker.receive(STARTUP_TIMEOUT_S)
+        except (WorkerDied, WorkerTimedOut) as exc:
+            self._discard_worker()
+            raise MeasureSetupError(f"the measurement worker could not load the template: {exc}") from None
+        if isinstance(reply, Failed):
+            raise _error_of(reply)
+        if not isinstance(reply, Loaded):
+            self._discard_worker()
+            raise MeasureSetupError(f"unexpected reply from the measurement worker: {reply!r}")
 
     def _after_loss(
         self,

@@ -113,6 +113,11 @@ class Ready:
 
 
 @dataclass(frozen=True)
+class Loaded:
+    """The request's template is imported; its candidates follow (their timeouts start now)."""
+
+
+@dataclass(frozen=True)
 class Prepared:
     """Candidate ``position`` was built and verified: ``failure`` is its result if it failed, else None."""
 
@@ -129,12 +134,13 @@ class TimingStarted:
 
 @dataclass(frozen=True)
 class Done:
-    """End of a measure request: results by position; ``retry`` positions were not measured because another
-    candidate raised while timing; ``restart`` asks the parent for a fresh worker (the device context may be
-    corrupt)."""
+    """End of a measure request: results by position; ``retry`` positions were not measured because a
+    candidate failed while they were timed together (one by one if ``split``: the culprit is unknown);
+    ``restart`` asks the parent for a fresh worker (the device context may be corrupt)."""
 
     results: tuple[tuple[int, MeasureResult], ...]
     retry: tuple[int, ...] = ()
+    split: bool = False
     restart: bool = False
 
 

@@ -34,6 +34,7 @@ from tuner.measure_protocol import (
     Failed,
     FingerprintReply,
     FingerprintRequest,
+    Loaded,
     MeasureOptions,
     MeasureRequest,
     Prepared,
@@ -48,7 +49,7 @@ from tuner.verify import Verdict, check_outputs, poison_
 if TYPE_CHECKING:
     import torch
 
-Reply = Ready | Prepared | TimingStarted | Done | FingerprintReply | Failed
+Reply = Ready | Loaded | Prepared | TimingStarted | Done | FingerprintReply | Failed
 
 
 @dataclass
@@ -73,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         write_frame(reply_fd, failed(exc, DeviceError))
         return 1
+    import torch  # noqa: F401  (every template needs it: import it before the first request, not during)
+
     write_frame(reply_fd, Ready(os.getpid()))
     while (request := read_frame(sys.stdin.buffer)) is not None:
         for reply in handle(backend, request):
@@ -115,6 +118,7 @@ def measure(backend: DeviceBackend, request: MeasureRequest) -> Iterator[Reply]:
     except Exception as exc:
         raise MeasureSetupError(f"cannot load template {request.template_ref}: {describe(exc)}") from exc
     shape = Shape.from_json(request.shape_json)
+    yield Loaded()
     ready: list[tuple[int, Runnable]] = []
     failures: list[MeasureResult] = []
     for position, wire in enumerate(request.candidates):
@@ -125,14 +129,16 @@ def measure(backend: DeviceBackend, request: MeasureRequest) -> Iterator[Reply]:
         else:
             ready.append((position, outcome))
             yield Prepared(position, None)
-    results: list[tuple[int, MeasureResult]] = []
-    retry: list[int] = []
+    timed = Timed([], [], False)
     if ready:
         yield TimingStarted(tuple(position for position, _ in ready))
-        results, retry = time_together(backend, ready, request.options)
-    crashed = any(r.status is Status.RUNTIME_ERROR for r in [*failures, *(r for _, r in results)])
+        timed = time_together(backend, ready, request.options)
+    crashed = bool(timed.retry) or any(
+        r.status is Status.RUNTIME_ERROR for r in [*failures, *(r for _, r in timed.results)]
+    )
     # A runtime error on a device may leave its context corrupt (sticky CUDA errors): start afresh.
-    yield Done(tuple(results), tuple(retry), restart=crashed and backend.kind != "cpu")
+    restart = crashed and backend.kind != "cpu"
+    yield Done(tuple(timed.results), tuple(timed.retry), split=timed.split, restart=restart)
 
 
 def prepare(
@@ -256,11 +262,21 @@ def compare(
         raise MeasureSetupError(f"{template.name}: {exc}") from exc
 
 
+@dataclass
+class Timed:
+    """Results of a timing phase by position, and the positions to measure again (one by one if ``split``)."""
+
+    results: list[tuple[int, MeasureResult]]
+    retry: list[int]
+    split: bool
+
+
 def time_together(
     backend: DeviceBackend, ready: Sequence[tuple[int, Runnable]], options: MeasureOptions
-) -> tuple[list[tuple[int, MeasureResult]], list[int]]:
-    """Time the verified candidates interleaved; results by position, and positions to retry when one of
-    them raised (that one gets RUNTIME_ERROR)."""
+) -> Timed:
+    """Time the verified candidates interleaved. If a candidate raises, it gets RUNTIME_ERROR and the others
+    are to be retried; a device fault raised outside the candidates' calls (an asynchronous CUDA error met
+    by the flush, say) names no culprit: all are retried one by one. Other failures raise DeviceError."""
     raised: list[int] = []
 
     def call(position: int, runnable: Runnable) -> Callable[[], None]:
@@ -280,26 +296,42 @@ def time_together(
     except DeviceError:
         raise
     except Exception as exc:
-        if not raised:
+        if not raised and not _is_device_fault(exc):
             raise DeviceError(f"timing failed outside the candidates: {describe(exc)}") from exc
-        culprit = raised[-1]
+        if not raised and len(ready) > 1:
+            return Timed([], [p for p, _ in ready], split=True)
+        culprit = raised[-1] if raised else ready[0][0]
         runnable = dict(ready)[culprit]
         result = MeasureResult(Status.RUNTIME_ERROR, runnable.config, errors=runnable.errors,
                                reason=f"raised while timing: {describe(exc)}", timer=backend.timer,
                                phases=PhaseTimes(runnable.build_s, runnable.verify_s,
                                                  time.perf_counter() - start))
-        return [(culprit, result)], [p for p, _ in ready if p != culprit]
+        return Timed([(culprit, result)], [p for p, _ in ready if p != culprit], split=False)
     measure_s = (time.perf_counter() - start) / len(ready)
     if len(samples) != len(ready) or any(len(s) != options.n_samples for s in samples):
         raise DeviceError(
             f"{backend.kind} backend returned sample counts {[len(s) for s in samples]} for "
             f"{len(ready)} candidates × {options.n_samples}"
         )
-    return [
-        (position, MeasureResult(Status.OK, r.config, SampleSummary.of(s), r.errors, None, backend.timer,
-                                 PhaseTimes(r.build_s, r.verify_s, measure_s)))
-        for (position, r), s in zip(ready, samples, strict=True)
-    ], []
+    return Timed(
+        [
+            (position, MeasureResult(Status.OK, r.config, SampleSummary.of(s), r.errors, None, backend.timer,
+                                     PhaseTimes(r.build_s, r.verify_s, measure_s)))
+            for (position, r), s in zip(ready, samples, strict=True)
+        ],
+        [],
+        split=False,
+    )
+
+
+# Messages of errors a kernel leaves on the device, raised by whatever call meets them next.
+_DEVICE_FAULT_MARKERS = ("CUDA error", "illegal memory access", "illegal instruction", "misaligned address",
+                         "unspecified launch failure", "device-side assert")
+
+
+def _is_device_fault(exc: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return "AcceleratorError" in names or any(marker in str(exc) for marker in _DEVICE_FAULT_MARKERS)
 
 
 def describe(exc: BaseException, frames: int = 3) -> str:

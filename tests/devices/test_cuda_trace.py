@@ -128,3 +128,20 @@ def test_cuda_backend_without_cuda() -> None:
     assert CudaBackend.available() is False
     with pytest.raises(DeviceError, match="not available"):
         CudaBackend(0)
+
+
+def test_launch_records_and_gpu_annotations_must_agree() -> None:
+    builder = TraceBuilder(gpu_spans=True)
+    events = _two_samples(builder)
+    found = device_time_by_range(events, ["s0", "s1"])  # consistent: both methods agree
+    assert (found["s0"].us, found["s1"].us) == (4.0, 6.75)
+    for ev in events:  # now s1's GPU annotation claims s0's kernels too
+        if ev["cat"] == "gpu_user_annotation" and ev["name"] == "s1":
+            ev["ts"] -= 100.0
+            ev["dur"] += 100.0
+    s0_start = next(ev["ts"] for ev in events if ev["cat"] == "gpu_user_annotation" and ev["name"] == "s0")
+    for ev in events:
+        if ev["cat"] == "gpu_user_annotation" and ev["name"] == "s0":
+            ev["ts"], ev["dur"] = s0_start - 200.0, 1.0
+    with pytest.raises(DeviceError, match="different samples"):
+        device_time_by_range(events, ["s0", "s1"])

@@ -14,6 +14,7 @@ How a sample's device time is taken (``CudaBackend.time``):
    API, ``cuLaunchKernelEx``), and that call's CPU timestamp falls inside exactly one range (or none, for the
    flush). Activities whose launch call is missing from the trace are placed on the GPU timeline inside the
    range's ``gpu_user_annotation`` span instead; if neither exists, DeviceError (never a silent under-count).
+   Where both exist and place an activity in two different ranges, DeviceError too.
 4. A sample's time is the sum of the durations of its activities, in µs. Every range must hold at least one
    activity, else DeviceError.
 
@@ -284,13 +285,16 @@ def device_time_by_range(
         )
     on_cpu, on_gpu = _SpanIndex(cpu_spans), _SpanIndex(gpu_spans)
     found = {label: RangeTime() for label in wanted}
-    unplaced = 0
+    unplaced = contradicted = 0
     for act in activities:
         corr = _correlation(act)
+        on_gpu_label = on_gpu.find(float(act["ts"])) if on_gpu else None
         if corr is not None and corr in launches:
             label = on_cpu.find(launches[corr])
+            # Both methods place it, differently: one of them is wrong, so no figure can be trusted.
+            contradicted += on_gpu_label is not None and on_gpu_label != label
         elif on_gpu:
-            label = on_gpu.find(float(act["ts"]))
+            label = on_gpu_label
         else:
             unplaced += 1
             continue
@@ -301,6 +305,11 @@ def device_time_by_range(
         raise DeviceError(
             f"{unplaced} device activities have neither a launch record nor a GPU annotation in the trace; "
             "their samples cannot be attributed"
+        )
+    if contradicted:
+        raise DeviceError(
+            f"{contradicted} device activities are placed in different samples by their launch record and "
+            "by the GPU annotations (host and device clocks misaligned?)"
         )
     return found
 
@@ -365,14 +374,18 @@ def _nvml_handle(nvml_id: str) -> tuple[Any, Any] | None:
         return pynvml, None
 
 
-def _smi(nvml_id: str, field: str) -> str | None:
-    query = ["nvidia-smi", f"--id={nvml_id}", f"--query-gpu={field}", "--format=csv,noheader,nounits"]
+def _smi(field: str, nvml_id: str | None = None) -> str | None:
+    """One field from nvidia-smi, for the device ``nvml_id`` (the first device when None)."""
+    query = ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"]
+    if nvml_id is not None:
+        query.insert(1, f"--id={nvml_id}")
     out = run_quiet(query)
     return out.splitlines()[0].strip() if out else None
 
 
 def driver_version(nvml_id: str) -> str | None:
-    """The NVIDIA driver version from NVML (pynvml / nvidia-ml-py), else nvidia-smi; None if neither works."""
+    """The NVIDIA driver version (one per host) from NVML (pynvml / nvidia-ml-py), else nvidia-smi; None if
+    neither works."""
     found = _nvml_handle(nvml_id)
     if found is not None:
         pynvml, _ = found
@@ -381,7 +394,7 @@ def driver_version(nvml_id: str) -> str | None:
             return version.decode() if isinstance(version, bytes) else str(version)
         except Exception:
             pass
-    return _smi(nvml_id, "driver_version")
+    return _smi("driver_version")
 
 
 def sm_clock_mhz(nvml_id: str) -> int | None:
@@ -393,7 +406,7 @@ def sm_clock_mhz(nvml_id: str) -> int | None:
             return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
         except Exception:
             pass
-    text = _smi(nvml_id, "clocks.sm")
+    text = _smi("clocks.sm", nvml_id)
     try:
         return int(float(text)) if text else None
     except ValueError:
