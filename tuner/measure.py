@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from tuner import errors, registry
 from tuner.devices.base import DeviceSpec, Fingerprint, backend_class, resolve
@@ -52,6 +53,8 @@ __all__ = ["Candidate", "MeasureOptions", "Measurer"]
 WORKER_MODULE = "tuner.measure_worker"
 STARTUP_TIMEOUT_S = 300.0  # importing torch and opening a device on a loaded host can take a while
 FINGERPRINT_TIMEOUT_S = 300.0
+
+_R = TypeVar("_R")
 
 
 @dataclass
@@ -94,9 +97,7 @@ class Measurer:
                 worker = self._ready_worker()
                 worker.send(FingerprintRequest())
                 timeout_s = max(FINGERPRINT_TIMEOUT_S, self.options.timeout_s)
-                reply = self._receive(worker, timeout_s, "fingerprint")
-                if not isinstance(reply, FingerprintReply):
-                    raise MeasureSetupError(f"unexpected reply to a fingerprint request: {reply!r}")
+                reply = self._expect(worker, FingerprintReply, timeout_s, "taking the fingerprint")
                 self._fingerprint = Fingerprint.from_json(reply.fingerprint_json)
             return self._fingerprint
 
@@ -145,12 +146,12 @@ class Measurer:
         self._worker = WorkerProcess(WORKER_MODULE, [kind, str(index)], env)
         self._ready = False
 
-    def _discard_worker(self) -> None:
-        """Kill the worker and start a fresh one right away, so that the next call finds it warm."""
+    def _discard_worker(self, restart: bool = True) -> None:
+        """Kill the worker; if ``restart``, start a fresh one now, so that the next call finds it warm."""
         if self._worker is not None:
             self._worker.kill()
             self._worker = None
-        if not self._closed:
+        if restart and not self._closed:
             self._start_worker()
 
     def _ready_worker(self) -> WorkerProcess:
@@ -162,32 +163,26 @@ class Measurer:
         assert worker is not None
         if not self._ready:
             try:
-                reply = worker.receive(STARTUP_TIMEOUT_S)
-            except (WorkerDied, WorkerTimedOut) as exc:
-                self._worker = None
-                worker.kill()
-                raise MeasureSetupError(f"the measurement worker did not start: {exc}") from None
-            if isinstance(reply, Failed):
-                self._worker = None
-                worker.kill()
-                raise _error_of(reply)
-            if not isinstance(reply, Ready):
-                raise MeasureSetupError(f"unexpected first reply from the measurement worker: {reply!r}")
+                self._expect(worker, Ready, STARTUP_TIMEOUT_S, "starting")
+            except errors.TunerError:
+                self._discard_worker(restart=False)  # the next call tries a fresh one
+                raise
             self._ready = True
         return worker
 
-    def _receive(self, worker: WorkerProcess, timeout_s: float, what: str) -> object:
-        """A reply that is not an error; worker failures outside candidates raise."""
+    def _expect(self, worker: WorkerProcess, kind: type[_R], timeout_s: float, what: str) -> _R:
+        """The worker's next reply, which must be a ``kind``. A Failed reply raises its error (the worker is
+        fine); a dead, silent or confused worker is replaced and MeasureSetupError raised."""
         try:
             reply = worker.receive(timeout_s)
-        except WorkerTimedOut:
+        except (WorkerDied, WorkerTimedOut) as exc:
             self._discard_worker()
-            raise MeasureSetupError(f"the measurement worker did not answer a {what} request") from None
-        except WorkerDied as exc:
-            self._discard_worker()
-            raise MeasureSetupError(f"the measurement worker died during the {what} request: {exc}") from None
+            raise MeasureSetupError(f"the measurement worker failed while {what}: {exc}") from None
         if isinstance(reply, Failed):
             raise _error_of(reply)
+        if not isinstance(reply, kind):
+            self._discard_worker()
+            raise MeasureSetupError(f"unexpected reply from the measurement worker while {what}: {reply!r}")
         return reply
 
     # -- one request --------------------------------------------------------------------------------
@@ -209,7 +204,8 @@ class Measurer:
 
     def _follow(self, worker: WorkerProcess, candidates: Sequence[Candidate], group: list[int]) -> _Round:
         """Read the worker's replies to one request until it is done, dies or runs out of time."""
-        self._await_template(worker)
+        # Importing the template is not charged to the candidates' timeouts.
+        self._expect(worker, Loaded, STARTUP_TIMEOUT_S, "loading the template")
         timeout_s = self.options.timeout_s
         start = stage_start = time.monotonic()
         budget_end = start + timeout_s * len(group)
@@ -246,19 +242,6 @@ class Measurer:
             else:
                 self._discard_worker()
                 raise MeasureSetupError(f"unexpected reply from the measurement worker: {reply!r}")
-
-    def _await_template(self, worker: WorkerProcess) -> None:
-        """Wait until the worker has imported the template: import time is not charged to candidates."""
-        try:
-            reply = worker.receive(STARTUP_TIMEOUT_S)
-        except (WorkerDied, WorkerTimedOut) as exc:
-            self._discard_worker()
-            raise MeasureSetupError(f"the measurement worker could not load the template: {exc}") from None
-        if isinstance(reply, Failed):
-            raise _error_of(reply)
-        if not isinstance(reply, Loaded):
-            self._discard_worker()
-            raise MeasureSetupError(f"unexpected reply from the measurement worker: {reply!r}")
 
     def _after_loss(
         self,

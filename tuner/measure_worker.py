@@ -105,11 +105,12 @@ def handle(backend: DeviceBackend, request: object) -> Iterator[Reply]:
 
 
 def failed(exc: BaseException, default: type[errors.TunerError]) -> Failed:
-    """A Failed reply naming the exception's class if it is one of tuner.errors, else ``default``."""
+    """A Failed reply naming the exception's class if it is one of tuner.errors (with its message), else
+    ``default`` (with a description of the unexpected exception)."""
     name = type(exc).__name__
-    if not (isinstance(exc, errors.TunerError) and getattr(errors, name, None) is type(exc)):
-        name = default.__name__
-    return Failed(name, describe(exc))
+    if isinstance(exc, errors.TunerError) and getattr(errors, name, None) is type(exc):
+        return Failed(name, str(exc))
+    return Failed(default.__name__, describe(exc))
 
 
 def measure(backend: DeviceBackend, request: MeasureRequest) -> Iterator[Reply]:

@@ -113,7 +113,8 @@ class WorkerProcess:
         return data
 
     def clear_log(self) -> None:
-        """Forget what the child printed so far (the next crash report shows only what follows)."""
+        """Forget what the child printed so far (the next crash report shows only what follows). Call it
+        while the child is idle: parent and child share the log's file offset, which this resets."""
         self._log.truncate(0)
         self._log.seek(0)
 
