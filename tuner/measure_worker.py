@@ -14,6 +14,7 @@ inputs or reference raise) are not candidate failures: the request answers :clas
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import os
 import sys
@@ -156,7 +157,7 @@ def prepare(
     kernel = build(template, shape, candidate, config)
     build_s = time.perf_counter() - start
     if isinstance(kernel, MeasureResult):
-        return _with_phases(kernel, PhaseTimes(build_s=build_s))
+        return dataclasses.replace(kernel, phases=PhaseTimes(build_s=build_s))
     verify_s = 0.0
     worst: dict[str, float] = {}
     case: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None
@@ -356,11 +357,6 @@ def _one_line(exc: BaseException) -> str:
     message = text[0] if text else ""
     line = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return line if len(line) <= 300 else line[:297] + "..."
-
-
-def _with_phases(result: MeasureResult, phases: PhaseTimes) -> MeasureResult:
-    return MeasureResult(result.status, result.config, result.summary, result.errors, result.reason,
-                         result.timer, phases)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import platform
 import subprocess
 from collections.abc import Sequence
 
+FLUSH_MIN_BYTES = 64 << 20  # smallest L2 flush buffer of the device backends
+
 # Distribution names tried for each library (the first one installed wins): Triton also ships as
 # ``pytorch-triton`` in PyTorch nightly wheels.
 _DISTRIBUTIONS: dict[str, tuple[str, ...]] = {

@@ -39,11 +39,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tuner.devices.base import DeviceBackend, DeviceKind, Fingerprint
-from tuner.devices.common import check_counts, library_versions, run_quiet
+from tuner.devices.common import FLUSH_MIN_BYTES, check_counts, library_versions, run_quiet
 from tuner.errors import DeviceError
 from tuner.results import Timer
 
-FLUSH_MIN_BYTES = 64 << 20
 COPY_BYTES = 1 << 30  # buffer copied to measure the device-to-device bandwidth
 COPY_REPEATS = 5
 TIMER_ENV = "TUNER_CUDA_TIMER"

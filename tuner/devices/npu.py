@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tuner.devices.base import DeviceBackend, DeviceKind, Fingerprint
-from tuner.devices.common import check_counts, library_versions
+from tuner.devices.common import FLUSH_MIN_BYTES, check_counts, library_versions
 from tuner.errors import DeviceError
 from tuner.results import Timer
 
 ASSUMED_L2_BYTES = 192 << 20
-FLUSH_MIN_BYTES = 64 << 20
 
 
 class NpuBackend(DeviceBackend):
