@@ -46,3 +46,8 @@ class NotFoundError(TunerError):
 
 class DeviceError(TunerError):
     """A device backend is unavailable or failed outside any candidate (driver, profiler, allocation)."""
+
+
+class MeasureSetupError(TunerError):
+    """A measurement could not be set up for reasons outside the candidate: the template does not import,
+    its inputs or reference raise, a measurement worker cannot start, or a comparator is unknown."""

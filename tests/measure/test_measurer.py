@@ -1,0 +1,188 @@
+"""The Measurer end to end on the CPU backend (Triton interpreter), with real injected faults.
+
+Each fault comes from a real kernel or wrapper of ``tests/fixtures/fault_templates.py``: a frontend compile
+error, an exception at launch, a segfault, an abort, a kernel loop that never ends, wrong values, an output
+left unwritten. After each, the same measurer must go on measuring.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fixtures.fault_templates import REF
+from tuner import registry
+from tuner.devices.base import DeviceSpec
+from tuner.errors import MeasureSetupError, UserInputError
+from tuner.frozen import Config, Shape
+from tuner.measure import Candidate, MeasureOptions, Measurer
+from tuner.results import MeasureResult, Status, Timer
+
+SHAPE = Shape(n=1024)
+OPTIONS = MeasureOptions(n_samples=5, warmup=1, timeout_s=30.0)
+
+
+def cfg(mode: str, block: int = 256) -> Candidate:
+    return Candidate(Config(mode=mode, BLOCK=block))
+
+
+@pytest.fixture(scope="module")
+def measurer() -> Iterator[Measurer]:
+    with Measurer(DeviceSpec("cpu"), OPTIONS) as m:
+        yield m
+
+
+def assert_ok(result: MeasureResult, n_samples: int = OPTIONS.n_samples) -> None:
+    assert result.status is Status.OK, result.reason
+    assert result.summary is not None and result.summary.n == n_samples
+    s = result.summary
+    assert 0 < s.min_us <= s.p20_us <= s.median_us <= s.p80_us <= s.max_us
+    assert result.timer is Timer.CPU_WALL
+    assert result.errors == {"y": 0.0}
+    assert result.reason is None
+    assert result.phases.build_s > 0 and result.phases.verify_s > 0 and result.phases.measure_s > 0
+
+
+def test_ok_config_is_verified_and_timed(measurer: Measurer) -> None:
+    result = measurer.measure(REF, SHAPE, cfg("ok"))
+    assert_ok(result)
+    assert result.config == Config(mode="ok", BLOCK=256)
+
+
+def test_frontend_compile_error(measurer: Measurer) -> None:
+    result = measurer.measure(REF, SHAPE, cfg("compile_error"))
+    assert result.status is Status.COMPILE_ERROR
+    assert "power of 2" in (result.reason or "")
+    assert result.summary is None
+
+
+def test_build_exception_is_a_compile_error(measurer: Measurer) -> None:
+    result = measurer.measure(REF, SHAPE, cfg("build_error"))
+    assert result.status is Status.COMPILE_ERROR
+    assert "injected build failure" in (result.reason or "")
+
+
+def test_exception_at_launch_is_a_runtime_error(measurer: Measurer) -> None:
+    result = measurer.measure(REF, SHAPE, cfg("raise"))
+    assert result.status is Status.RUNTIME_ERROR
+    assert (result.reason or "").startswith("RuntimeError: injected launch failure")
+
+
+def test_wrong_values(measurer: Measurer) -> None:
+    result = measurer.measure(REF, SHAPE, cfg("wrong"))
+    assert result.status is Status.WRONG_RESULT
+    assert 1e-3 < result.errors["y"] < math.inf
+    assert "'y'" in (result.reason or "") and "seed 0" in (result.reason or "")
+
+
+@pytest.mark.parametrize("mode", ["unwritten", "nan"])
+def test_nan_left_in_an_output_is_wrong(measurer: Measurer, mode: str) -> None:
+    result = measurer.measure(REF, SHAPE, cfg(mode))
+    assert result.status is Status.WRONG_RESULT
+    assert result.errors["y"] == math.inf
+
+
+@pytest.mark.parametrize(
+    ("mode", "signal", "frame"), [("segfault", "SIGSEGV", "_segfault"), ("abort", "SIGABRT", "run")]
+)
+def test_a_crash_is_a_runtime_error_and_the_pool_goes_on(
+    measurer: Measurer, mode: str, signal: str, frame: str
+) -> None:
+    result = measurer.measure(REF, SHAPE, cfg(mode))
+    assert result.status is Status.RUNTIME_ERROR
+    reason = result.reason or ""
+    assert f"killed by {signal}" in reason and "building or verifying" in reason
+    assert f"in {frame}" in reason  # faulthandler's stack of the dead worker
+    assert_ok(measurer.measure(REF, SHAPE, cfg("ok")))
+
+
+def test_a_hang_times_out_and_the_pool_goes_on() -> None:
+    with Measurer(DeviceSpec("cpu"), MeasureOptions(n_samples=3, warmup=0, timeout_s=4.0)) as m:
+        m.fingerprint()  # the worker is up: the timeout covers the candidate only
+        start = time.monotonic()
+        result = m.measure(REF, SHAPE, cfg("hang"))
+        assert result.status is Status.TIMEOUT
+        assert time.monotonic() - start < 15
+        assert "within 4 s" in (result.reason or "")
+        assert_ok(m.measure(REF, SHAPE, cfg("ok")), n_samples=3)
+
+
+def test_interleaved_keeps_every_result_around_failures(measurer: Measurer) -> None:
+    candidates = [cfg("ok"), cfg("wrong"), Candidate(comparator="torch"), Candidate(comparator="missing"),
+                  cfg("ok", block=128)]
+    results = measurer.measure_interleaved(REF, SHAPE, candidates, seed=7)
+    expected = [Status.OK, Status.WRONG_RESULT, Status.OK, Status.INVALID, Status.OK]
+    assert [r.status for r in results] == expected
+    assert_ok(results[0])
+    assert_ok(results[2])
+    assert_ok(results[4])
+    assert results[2].config == Config(comparator="torch")
+    assert results[3].reason == "unavailable: library fastscale is not installed"
+    assert "seed 7" in (results[1].reason or "")
+
+
+def test_interleaved_survives_a_crash_in_the_middle(measurer: Measurer) -> None:
+    results = measurer.measure_interleaved(REF, SHAPE, [cfg("ok"), cfg("segfault"), cfg("ok", block=512)])
+    assert [r.status for r in results] == [Status.OK, Status.RUNTIME_ERROR, Status.OK]
+    assert "SIGSEGV" in (results[1].reason or "")
+    assert_ok(results[0])
+    assert_ok(results[2])
+
+
+def test_interleaved_finds_the_candidate_that_crashes_while_timing(measurer: Measurer) -> None:
+    candidates = [cfg("ok"), cfg("segfault_late"), Candidate(comparator="torch")]
+    results = measurer.measure_interleaved(REF, SHAPE, candidates)
+    assert [r.status for r in results] == [Status.OK, Status.RUNTIME_ERROR, Status.OK]
+    assert "while timing it" in (results[1].reason or "")
+
+
+def test_fingerprint_comes_from_the_worker(measurer: Measurer) -> None:
+    fp = measurer.fingerprint()
+    assert fp.kind == "cpu" and fp.runtime == "triton-interpreter"
+    assert {"python", "torch", "triton"} <= set(fp.libraries)
+    assert measurer.fingerprint() is fp
+
+
+def test_registered_name_and_check_seeds() -> None:
+    registry.register("fault_vector_scale", REF)
+    with Measurer(DeviceSpec("cpu"), MeasureOptions(n_samples=2, warmup=0, check_seeds=3)) as m:
+        assert_ok(m.measure("fault_vector_scale", SHAPE, cfg("ok")), n_samples=2)
+        result = m.measure("fault_vector_scale", SHAPE, cfg("wrong"), seed=11)
+        assert result.status is Status.WRONG_RESULT and "seed 11" in (result.reason or "")
+
+
+def test_errors_outside_candidates_raise(measurer: Measurer) -> None:
+    with pytest.raises(MeasureSetupError, match="no comparator 'nope'"):
+        measurer.measure(REF, SHAPE, Candidate(comparator="nope"))
+    with pytest.raises(MeasureSetupError, match="cannot load template"):
+        measurer.measure("tests.fixtures.fault_templates:NoSuchTemplate", SHAPE, cfg("ok"))
+    assert_ok(measurer.measure(REF, SHAPE, cfg("ok")))
+
+
+def test_warm_overhead_outside_phases(measurer: Measurer) -> None:
+    measurer.measure(REF, SHAPE, cfg("ok"))  # the worker is warm and Triton has seen the kernel
+    overheads = []
+    for _ in range(3):
+        start = time.perf_counter()
+        result = measurer.measure(REF, SHAPE, cfg("ok"))
+        wall = time.perf_counter() - start
+        phases = result.phases
+        overheads.append(wall - phases.build_s - phases.verify_s - phases.measure_s)
+    # target 50 ms; the bound leaves room for a loaded 2-core test machine
+    assert min(overheads) < 0.1, overheads
+
+
+def test_candidate_and_options_validation() -> None:
+    with pytest.raises(UserInputError):
+        Candidate()
+    with pytest.raises(UserInputError):
+        Candidate(Config(mode="ok"), "torch")
+    assert Candidate(comparator="torch").label == "comparator:torch"
+    assert cfg("ok").label == "BLOCK=256,mode=ok"
+    with pytest.raises(UserInputError):
+        MeasureOptions(n_samples=0)
+    with pytest.raises(UserInputError):
+        MeasureOptions(timeout_s=0)

@@ -1,0 +1,157 @@
+"""What a measurer and its worker processes exchange: options, candidates, requests and replies.
+
+All classes are frozen dataclasses (immutable, picklable). Configs and shapes travel as canonical JSON, not as
+:class:`~tuner.frozen.FrozenMap` objects: a pickled FrozenMap would carry a hash computed in another process
+(string hashes differ between processes), so each side rebuilds its maps from JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuner.errors import UserInputError
+from tuner.frozen import Config
+from tuner.results import MeasureResult
+
+COMPARATOR_KEY = "comparator"
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How candidates are measured.
+
+    ``n_samples`` timed samples after ``warmup`` untimed runs; ``timeout_s`` bounds the build, verification
+    and timing of one candidate (``n × timeout_s`` for ``n`` candidates measured interleaved); ``seed`` is the
+    default seed of the inputs; ``check_seeds`` is how many fresh input sets (seed, seed+1, …) each candidate
+    is verified on.
+    """
+
+    n_samples: int = 100
+    warmup: int = 10
+    timeout_s: float = 120.0
+    seed: int = 0
+    check_seeds: int = 1
+
+    def __post_init__(self) -> None:
+        if self.n_samples < 1:
+            raise UserInputError(f"n_samples must be >= 1, got {self.n_samples}")
+        if self.warmup < 0:
+            raise UserInputError(f"warmup must be >= 0, got {self.warmup}")
+        if not self.timeout_s > 0:
+            raise UserInputError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.check_seeds < 1:
+            raise UserInputError(f"check_seeds must be >= 1, got {self.check_seeds}")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What to measure: a config of the template, or one of its comparators by name (exactly one).
+
+    A comparator's results carry the config ``{"comparator": <name>}``.
+    """
+
+    config: Config | None = None
+    comparator: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.config is None) == (self.comparator is None):
+            raise UserInputError("a candidate is either a config or a comparator name, exactly one of them")
+
+    @property
+    def label(self) -> str:
+        if self.comparator is not None:
+            return f"{COMPARATOR_KEY}:{self.comparator}"
+        assert self.config is not None
+        return self.config.key()
+
+    def result_config(self) -> Config:
+        """The config recorded in this candidate's MeasureResult."""
+        if self.comparator is not None:
+            return Config({COMPARATOR_KEY: self.comparator})
+        assert self.config is not None
+        return self.config
+
+
+# -- requests (parent → worker) ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class WireCandidate:
+    """A candidate as sent: config JSON or comparator name."""
+
+    config_json: str | None
+    comparator: str | None
+
+    @classmethod
+    def of(cls, candidate: Candidate) -> WireCandidate:
+        config_json = candidate.config.to_json() if candidate.config is not None else None
+        return cls(config_json, candidate.comparator)
+
+    def candidate(self) -> Candidate:
+        config = Config.from_json(self.config_json) if self.config_json is not None else None
+        return Candidate(config, self.comparator)
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    template_ref: str
+    shape_json: str
+    candidates: tuple[WireCandidate, ...]
+    seed: int
+    options: MeasureOptions
+
+
+@dataclass(frozen=True)
+class FingerprintRequest:
+    pass
+
+
+# -- replies (worker → parent) ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Ready:
+    """The worker has started and opened its device backend."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The request's template is imported; its candidates follow (their timeouts start now)."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Candidate ``position`` was built and verified: ``failure`` is its result if it failed, else None."""
+
+    position: int
+    failure: MeasureResult | None
+
+
+@dataclass(frozen=True)
+class TimingStarted:
+    """The verified candidates at these positions are now timed together."""
+
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Done:
+    """End of a measure request: results by position; ``retry`` positions were not measured because a
+    candidate failed while they were timed together (one by one if ``split``: the culprit is unknown);
+    ``restart`` asks the parent for a fresh worker (the device context may be corrupt)."""
+
+    results: tuple[tuple[int, MeasureResult], ...]
+    retry: tuple[int, ...] = ()
+    split: bool = False
+    restart: bool = False
+
+
+@dataclass(frozen=True)
+class FingerprintReply:
+    fingerprint_json: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The request failed outside any candidate; ``error`` is a class name from :mod:`tuner.errors`."""
+
+    error: str
+    message: str
