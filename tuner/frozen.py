@@ -44,6 +44,10 @@ class FrozenMap(Mapping[str, Scalar]):
     def __hash__(self) -> int:
         return self._hash
 
+    def __reduce__(self) -> tuple[type[FrozenMap], tuple[dict[str, Scalar]]]:
+        # Rebuild on unpickling: the cached hash depends on the process's string-hash seed.
+        return (type(self), (dict(self._items),))
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, FrozenMap):
             return self._items == other._items

@@ -29,3 +29,18 @@ def test_immutable() -> None:
     c = Config(x=1)
     with pytest.raises(TypeError):
         c["x"] = 2  # type: ignore[index]
+
+
+def test_pickled_maps_hash_like_fresh_ones_in_another_process() -> None:
+    import pickle
+    import subprocess
+    import sys
+
+    blob = pickle.dumps(Config(layout="rows", BLOCK_H=4))
+    code = (
+        "import pickle, sys; from tuner.frozen import Config; "
+        "c = pickle.loads(sys.stdin.buffer.read()); "
+        "print({Config(layout='rows', BLOCK_H=4): 'hit'}.get(c, 'miss'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, check=True)
+    assert out.stdout.decode().strip() == "hit"
