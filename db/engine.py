@@ -197,4 +197,3 @@ def _create_engine(url: str) -> Engine:
     if engine.dialect.name == "sqlite":
         sqlite.install(engine)
     return engine
-

@@ -166,7 +166,9 @@ def list_measurements(
     elif order == "-id":
         query = query.order_by(MeasurementRow.id.desc())
     elif order == "median_us":
-        query = query.order_by(MeasurementRow.median_us.is_(None), MeasurementRow.median_us, MeasurementRow.id)
+        query = query.order_by(
+            MeasurementRow.median_us.is_(None), MeasurementRow.median_us, MeasurementRow.id
+        )
     else:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}; got {order!r}")
     query = query.offset(offset).limit(limit)

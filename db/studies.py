@@ -70,7 +70,9 @@ def get_or_create_study(
     return to_record(StudyRecord, row)
 
 
-def get_study(session: Session, *, name: str | None = None, study_id: int | None = None) -> StudyRecord | None:
+def get_study(
+    session: Session, *, name: str | None = None, study_id: int | None = None
+) -> StudyRecord | None:
     """The study with this name or id (exactly one of them), or None. ValueError if both/neither given."""
     if (name is None) == (study_id is None):
         raise ValueError("get_study: give exactly one of name= and study_id=")
@@ -97,6 +99,7 @@ def _row_by_name(session: Session, name: str) -> StudyRow | None:
 def _check_same_key(row: StudyRow, key: dict[str, str]) -> None:
     stored = {field: getattr(row, field) for field in KEY_FIELDS}
     if stored != key:
-        diff = ", ".join(f"{f}: stored {stored[f]!r}, given {key[f]!r}" for f in KEY_FIELDS if stored[f] != key[f])
+        diff = ", ".join(
+            f"{f}: stored {stored[f]!r}, given {key[f]!r}" for f in KEY_FIELDS if stored[f] != key[f]
+        )
         raise RecordConflictError(f"study {row.name!r} exists with another key ({diff})")
-

@@ -90,9 +90,7 @@ def _create_measurements() -> None:
         ),
         sa.CheckConstraint("role IN ('trial', 'final')", name=op.f("ck_tuner_measurements_role")),
     )
-    op.create_index(
-        op.f("ix_tuner_measurements_study_role"), "tuner_measurements", ["study_id", "role"]
-    )
+    op.create_index(op.f("ix_tuner_measurements_study_role"), "tuner_measurements", ["study_id", "role"])
     op.create_index(
         op.f("ix_tuner_measurements_study_status_median"),
         "tuner_measurements",
