@@ -18,6 +18,7 @@ then review the generated file (SQLite needs ``batch_alter_table`` for ALTERs; e
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ from db import sqlite
 TABLE_PREFIX = "tuner_"
 VERSION_TABLE = "tuner_alembic_version"
 MIGRATIONS_DIR = Path(__file__).resolve().with_name("migrations")
+# Alembic's ``context`` and ``op`` are module-level proxies: one migration per process at a time.
+_IN_PROCESS = threading.Lock()
 # Key of the PostgreSQL advisory lock that serialises concurrent migrators ("tuner" in ASCII).
 _PG_LOCK_KEY = 0x74756E6572
 
@@ -72,9 +75,10 @@ def current_revision(connection: Connection) -> str | None:
 def upgrade_to_head(engine: Engine) -> None:
     """Bring our tables to head, safely against concurrent callers; a no-op when already there.
 
-    Migrators are serialised (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a transaction-scoped advisory
-    lock) and the whole upgrade runs in one transaction. Raises MigrationError when the database is at
-    a revision this code does not know (a newer tuner migrated it); SQLAlchemy errors propagate.
+    Migrators are serialised (within a process by a lock; across processes by ``BEGIN IMMEDIATE`` on
+    SQLite, a transaction-scoped advisory lock on PostgreSQL) and the upgrade runs in one transaction.
+    Raises MigrationError when the database is at a revision this code does not know (a newer tuner
+    migrated it); SQLAlchemy errors propagate.
     """
     head = head_revision()
     with engine.connect() as conn:
@@ -82,7 +86,7 @@ def upgrade_to_head(engine: Engine) -> None:
     if current == head:
         return
     _check_known(current)
-    with engine.connect() as conn:
+    with _IN_PROCESS, engine.connect() as conn:
         conn = conn.execution_options(**{sqlite.BEGIN_OPTION: "IMMEDIATE"})
         with conn.begin():
             if conn.dialect.name == "postgresql":

@@ -70,27 +70,6 @@ def test_open_twice_keeps_data_and_revision(db_url: str, make_study: Callable[..
     assert rows == [("0001",)]
 
 
-def test_concurrent_opens_of_a_fresh_database_all_succeed(db_url: str) -> None:
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(3)
-
-    def open_store() -> None:
-        barrier.wait()
-        try:
-            Store.open(db_url).close()
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=open_store) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    with Store.open(db_url) as store, store.engine.connect() as conn:
-        assert conn.execute(text(f"SELECT count(*) FROM {VERSION_TABLE}")).scalar() == 1
-
-
 def test_database_migrated_by_a_newer_tuner_is_refused(db_url: str) -> None:
     with Store.open(db_url) as store, store.session() as session:
         session.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'"))
