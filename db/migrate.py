@@ -95,6 +95,24 @@ def upgrade_to_head(engine: Engine) -> None:
             command.upgrade(alembic_config(conn), "head")
 
 
+def schema_drift(connection: Connection) -> list[Any]:
+    """What autogenerate would change to make our tables match db/models.py ([] when they agree).
+
+    Only our tables are compared; Optuna's are ignored by the include filters.
+    """
+    from alembic.autogenerate import compare_metadata
+
+    from db.models import Base  # env.py imports the models too; keep this module free of them
+
+    opts = {
+        "version_table": VERSION_TABLE,
+        "include_name": include_name,
+        "include_object": include_object,
+        "compare_type": True,
+    }
+    return list(compare_metadata(MigrationContext.configure(connection, opts=opts), Base.metadata))
+
+
 def _check_known(revision: str | None) -> None:
     if revision is not None and revision not in known_revisions():
         raise MigrationError(
