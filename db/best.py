@@ -132,9 +132,8 @@ def _check_publishable(measurement: MeasurementRow, study_id: int) -> None:
 def _upsert(session: Session, values: dict[str, Any]) -> None:
     """INSERT … ON CONFLICT (study_id) DO UPDATE on SQLite and PostgreSQL; read-then-write elsewhere."""
     dialect = session.get_bind().dialect.name
-    table = BestConfigRow.__table__
     if dialect in ("sqlite", "postgresql"):
-        insert = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(table).values(**values)
+        insert = (sqlite.insert if dialect == "sqlite" else postgresql.insert)(BestConfigRow).values(**values)
         update = {column: insert.excluded[column] for column in values if column != "study_id"}
         session.execute(insert.on_conflict_do_update(index_elements=["study_id"], set_=update))
         return

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,7 +76,8 @@ class Store:
     """A database holding tuner's tables; share one instance across threads.
 
     Thread-safe: one engine (connection pool) per store, and every :meth:`session` call opens its own
-    session. Not fork-safe: a child process opens its own store. Every SQLAlchemy error that crosses
+    session. Fork-safe: a forked child starts with an empty pool and never touches the parent's
+    connections (a spawned child opens its own store). Every SQLAlchemy error that crosses
     this class is raised as :class:`tuner.errors.StoreError` with the masked URL and the cause.
     """
 
@@ -87,6 +89,7 @@ class Store:
             bind=engine.execution_options(**{sqlite.BEGIN_OPTION: "IMMEDIATE"}), expire_on_commit=False
         )
         self._read = sessionmaker(bind=engine, expire_on_commit=False)
+        _dispose_in_forked_children(engine)
 
     @classmethod
     def open(cls, url: str | None = None, *, migrate_schema: bool = True) -> Store:
@@ -182,6 +185,20 @@ def optuna_storage_url(store: Store) -> str:
     elif _is_libpq(url) and "connect_timeout" not in url.query:
         url = url.update_query_dict({"connect_timeout": str(PG_CONNECT_TIMEOUT_S)})
     return url.render_as_string(hide_password=False)
+
+
+def _dispose_in_forked_children(engine: Engine) -> None:
+    # SQLAlchemy's recipe: the child drops the inherited pool without closing the parent's connections.
+    # A weak reference, because at-fork hooks cannot be unregistered and must not keep engines alive.
+    ref = weakref.ref(engine)
+
+    def after_in_child() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.dispose(close=False)
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=after_in_child)
 
 
 def _is_libpq(url: URL) -> bool:

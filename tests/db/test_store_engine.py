@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from db import (
     Store,
@@ -28,6 +30,7 @@ from tests.fixtures.databases import PostgresSandbox
 from tests.fixtures.studies import study_fields
 from tuner.errors import StoreError
 
+StudyFactory = Callable[..., StudyRecord]
 OUR_TABLES = {"tuner_studies", "tuner_measurements", "tuner_best_configs", VERSION_TABLE}
 
 
@@ -42,7 +45,7 @@ def test_migrations_match_the_models(store: Store) -> None:
         assert schema_drift(conn) == []
 
 
-def test_open_twice_keeps_data_and_revision(db_url: str, make_study: Callable[..., StudyRecord]) -> None:
+def test_open_twice_keeps_data_and_revision(db_url: str, make_study: StudyFactory) -> None:
     study = make_study()
     with Store.open(db_url) as again:
         with again.session() as session:
@@ -159,7 +162,7 @@ def test_session_translates_database_errors_once(store: Store) -> None:
     assert "\n" not in str(info.value)
 
 
-def test_database_checks_guard_the_role_column(store: Store, make_study: Callable[..., StudyRecord]) -> None:
+def test_database_checks_guard_the_role_column(store: Store, make_study: StudyFactory) -> None:
     study = make_study()
     with pytest.raises(StoreError), store.session() as session:
         session.execute(
@@ -171,7 +174,7 @@ def test_database_checks_guard_the_role_column(store: Store, make_study: Callabl
         )
 
 
-def test_one_store_is_shared_by_writer_threads(store: Store, make_study: Callable[..., StudyRecord]) -> None:
+def test_one_store_is_shared_by_writer_threads(store: Store, make_study: StudyFactory) -> None:
     study = make_study()
     errors: list[BaseException] = []
 
@@ -194,3 +197,33 @@ def test_one_store_is_shared_by_writer_threads(store: Store, make_study: Callabl
     assert errors == []
     with store.session(readonly=True) as session:
         assert count_measurements(session, study_id=study.id) == 32
+
+
+def _backend_pid(session: Session) -> int | None:
+    if session.get_bind().dialect.name != "postgresql":
+        return None
+    return int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_writes_through_its_own_connections(store: Store, make_study: StudyFactory) -> None:
+    study = make_study()
+    with store.session() as session:  # leaves a pooled connection for the child to inherit
+        parent_backend = _backend_pid(session)
+    pid = os.fork()
+    if pid == 0:  # child: must open its own connection (on PostgreSQL: another server backend)
+        code = 1
+        try:
+            with store.session() as session:
+                add_measurement(
+                    session, study_id=study.id, role="trial", candidate="config", config_json={}, status="OK"
+                )
+                own = _backend_pid(session)
+            code = 0 if own is None or own != parent_backend else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with store.session() as session:  # the parent's pooled connection still works
+        assert _backend_pid(session) == parent_backend
+        assert count_measurements(session, study_id=study.id) == 1

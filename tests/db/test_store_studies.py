@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 
 from db import RecordConflictError, Store, StudyRecord, get_or_create_study, get_study, list_studies
 from db.models import StudyRow
-from tests.fixtures.studies import study_fields
+from tests.fixtures.studies import open_and_create_study, study_fields
 from tuner.errors import StoreError
 
 
@@ -128,17 +128,12 @@ def test_racing_threads_end_with_one_study(store: Store) -> None:
     assert count_studies(store) == 1
 
 
-def _open_and_create(url: str) -> int:
-    with Store.open(url) as store, store.session() as session:
-        return get_or_create_study(session, **study_fields()).id
-
-
 @pytest.mark.slow
 def test_processes_migrating_a_fresh_database_and_creating_one_study(db_url: str) -> None:
     # Each process migrates (serialised by the database's lock) then creates the same study.
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=2, mp_context=spawn) as pool:
-        ids = list(pool.map(_open_and_create, [db_url] * 2))
+        ids = list(pool.map(open_and_create_study, [db_url] * 2))
     assert len(set(ids)) == 1
     with Store.open(db_url) as store:
         assert count_studies(store) == 1
