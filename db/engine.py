@@ -1,0 +1,216 @@
+"""The store handle: one SQLAlchemy engine per database, sessions per call, errors translated once.
+
+Where the default database lives: ``Store.open(None)`` uses the SQLite file ``$TUNER_HOME/tuner.db``;
+``TUNER_HOME`` defaults to ``$XDG_DATA_HOME/tuner``, and ``XDG_DATA_HOME`` to ``~/.local/share`` (so
+``~/.local/share/tuner/tuner.db`` on a bare system). The directory is created on open.
+
+Any other SQLAlchemy URL works (PostgreSQL via ``postgresql+psycopg://user:pass@host:5432/db``). On
+open the store checks that the database answers and migrates its own tables (prefix ``tuner_``, version
+table ``tuner_alembic_version``) to the newest revision; Optuna's tables in the same database are left
+alone.
+
+SQLite connections get ``busy_timeout`` (30 s), WAL journal, ``synchronous=NORMAL`` and foreign keys
+on, and write sessions take the write lock up front (``BEGIN IMMEDIATE``; see :mod:`db.sqlite`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db import migrate, sqlite
+from tuner.errors import StoreError
+
+PG_CONNECT_TIMEOUT_S = 5
+
+
+def default_path() -> Path:
+    """``$TUNER_HOME/tuner.db`` (see the module docstring); pure, creates nothing."""
+    home = os.environ.get("TUNER_HOME")
+    if home:
+        return Path(home).expanduser() / "tuner.db"
+    data = os.environ.get("XDG_DATA_HOME") or str(Path("~/.local/share").expanduser())
+    return Path(data).expanduser() / "tuner" / "tuner.db"
+
+
+def sqlite_url(path: str | os.PathLike[str]) -> str:
+    """The SQLAlchemy URL of an SQLite file (made absolute)."""
+    return f"sqlite:///{Path(path).expanduser().resolve()}"
+
+
+def default_url() -> str:
+    """The URL ``Store.open(None)`` uses: :func:`sqlite_url` of :func:`default_path`."""
+    return sqlite_url(default_path())
+
+
+def mask_url(url: str | URL) -> str:
+    """The URL with its password replaced by ``***`` (also for strings SQLAlchemy cannot parse)."""
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # unparsable: mask anything between "user:" and "@"
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming an exception's class and first message line (DB-API cause preferred)."""
+    cause = getattr(exc, "orig", None) or exc
+    lines = str(cause).strip().splitlines()
+    first = lines[0] if lines else ""
+    return f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+
+
+class Store:
+    """A database holding tuner's tables; share one instance across threads.
+
+    Thread-safe: one engine (connection pool) per store, and every :meth:`session` call opens its own
+    session. Fork-safe: a forked child starts with an empty pool and never touches the parent's
+    connections (a spawned child opens its own store). Every SQLAlchemy error that crosses
+    this class is raised as :class:`tuner.errors.StoreError` with the masked URL and the cause.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        """Wrap an engine built by :meth:`open` (use ``open``; this neither checks nor migrates)."""
+        self._engine = engine
+        self._url = engine.url
+        self._write = sessionmaker(
+            bind=engine.execution_options(**{sqlite.BEGIN_OPTION: "IMMEDIATE"}), expire_on_commit=False
+        )
+        self._read = sessionmaker(bind=engine, expire_on_commit=False)
+        _dispose_in_forked_children(engine)
+
+    @classmethod
+    def open(cls, url: str | None = None, *, migrate_schema: bool = True) -> Store:
+        """Connect to ``url`` (None: :func:`default_url`), check it answers, migrate our tables to head.
+
+        Raises StoreError (one line: masked URL + cause) for a malformed URL, an unknown or missing
+        driver, an unreachable or refusing database (PostgreSQL gives up after 5 s), or a database
+        migrated by a newer tuner than this one.
+        """
+        if url is None:
+            path = default_path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            url = sqlite_url(path)
+        try:
+            engine = _create_engine(url)
+        except (SQLAlchemyError, ImportError, ValueError, TypeError) as exc:
+            raise StoreError(f"cannot open store {mask_url(url)}: {describe(exc)}") from exc
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            if migrate_schema:
+                migrate.upgrade_to_head(engine)
+        except (SQLAlchemyError, migrate.MigrationError) as exc:
+            engine.dispose()
+            raise StoreError(f"cannot open store {mask_url(engine.url)}: {describe(exc)}") from exc
+        return cls(engine)
+
+    @property
+    def url(self) -> str:
+        """The database URL with the password masked (safe to log)."""
+        return mask_url(self._url)
+
+    @property
+    def dialect(self) -> str:
+        """SQLAlchemy dialect name: ``sqlite``, ``postgresql``…"""
+        return self._engine.dialect.name
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, for migrations and diagnostics; repository code goes through :meth:`session`."""
+        return self._engine
+
+    @property
+    def optuna_url(self) -> str:
+        """The URL (with password) Optuna's RDBStorage should use: the same database as ours."""
+        return optuna_storage_url(self)
+
+    def unmasked_url(self) -> str:
+        """The full URL including the password (do not log it)."""
+        return self._url.render_as_string(hide_password=False)
+
+    @contextmanager
+    def session(self, *, readonly: bool = False) -> Iterator[Session]:
+        """One transaction: commit when the block ends, rollback when it raises.
+
+        Every SQLAlchemyError raised in the block, at commit or at rollback becomes a StoreError here
+        (once); other exceptions pass through unchanged after the rollback. Do not call ``commit`` inside.
+        ``readonly=True`` promises the block will not write: on SQLite it then starts a deferred
+        transaction that does not wait for the write lock (writing in it may fail with "locked").
+        """
+        maker = self._read if readonly else self._write
+        try:
+            with maker() as session, session.begin():
+                yield session
+        except SQLAlchemyError as exc:
+            raise StoreError(f"store {self.url}: {describe(exc)}") from exc
+
+    def close(self) -> None:
+        """Close pooled connections. Sessions opened later reconnect."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+
+def optuna_storage_url(store: Store) -> str:
+    """The URL for ``optuna.storages.RDBStorage``: our database, with a lock wait / connect timeout.
+
+    SQLite gets ``timeout=30`` (Optuna's connections then wait for our writers like ours do);
+    PostgreSQL via psycopg gets ``connect_timeout=5``. Parameters already in the URL are kept.
+    """
+    url = store._url
+    if url.get_backend_name() == "sqlite" and "timeout" not in url.query:
+        url = url.update_query_dict({"timeout": str(int(sqlite.BUSY_TIMEOUT_S))})
+    elif _is_libpq(url) and "connect_timeout" not in url.query:
+        url = url.update_query_dict({"connect_timeout": str(PG_CONNECT_TIMEOUT_S)})
+    return url.render_as_string(hide_password=False)
+
+
+def _dispose_in_forked_children(engine: Engine) -> None:
+    # SQLAlchemy's recipe: the child drops the inherited pool without closing the parent's connections.
+    # A weak reference, because at-fork hooks cannot be unregistered and must not keep engines alive.
+    ref = weakref.ref(engine)
+
+    def after_in_child() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.dispose(close=False)
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=after_in_child)
+
+
+def _is_libpq(url: URL) -> bool:
+    return url.get_backend_name() == "postgresql" and url.get_driver_name() in ("psycopg", "psycopg2")
+
+
+def _create_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    kwargs: dict[str, Any] = {"pool_pre_ping": parsed.get_backend_name() != "sqlite"}
+    if _is_libpq(parsed) and "connect_timeout" not in parsed.query:
+        kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+    engine = create_engine(parsed, **kwargs)
+    if engine.dialect.name == "sqlite":
+        sqlite.install(engine)
+    return engine

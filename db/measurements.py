@@ -1,0 +1,244 @@
+"""Repository functions for measurements: every measured candidate, success or failure, is one row.
+
+Functions take a session from :meth:`db.Store.session` first and keyword arguments after it; they
+return :mod:`db.records`. Lookups return None / empty lists when nothing matches; a write naming a
+study that does not exist raises :class:`tuner.errors.NotFoundError`; invalid arguments ValueError.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from db._convert import JsonInput, canonical_json, to_record
+from db.models import ROLES, MeasurementRow, StudyRow
+from db.records import MeasurementRecord
+from tuner.errors import NotFoundError
+from tuner.results import MeasureResult, Status, Timer
+
+ORDERS = ("id", "-id", "median_us")  # median_us: fastest first, rows without a time last
+
+
+def worker_id() -> str:
+    """``host/pid`` of this process: the default to pass as ``worker=``."""
+    return f"{socket.gethostname()}/{os.getpid()}"
+
+
+def measurement_fields(result: MeasureResult) -> dict[str, Any]:
+    """The keyword arguments of :func:`add_measurement` that a MeasureResult determines."""
+    summary = result.summary
+    return {
+        "config_json": result.config.to_json(),
+        "status": result.status,
+        "reason": result.reason,
+        "errors_json": dict(result.errors),
+        "median_us": summary.median_us if summary else None,
+        "p20_us": summary.p20_us if summary else None,
+        "p80_us": summary.p80_us if summary else None,
+        "mean_us": summary.mean_us if summary else None,
+        "min_us": summary.min_us if summary else None,
+        "max_us": summary.max_us if summary else None,
+        "n_samples": summary.n if summary else None,
+        "timer": result.timer,
+        "build_s": result.phases.build_s,
+        "verify_s": result.phases.verify_s,
+        "measure_s": result.phases.measure_s,
+    }
+
+
+def add_measurement(
+    session: Session,
+    *,
+    study_id: int,
+    role: str,
+    candidate: str,
+    config_json: JsonInput,
+    status: Status | str,
+    round_id: str | None = None,
+    trial_number: int | None = None,
+    reason: str | None = None,
+    errors_json: JsonInput = "{}",
+    median_us: float | None = None,
+    p20_us: float | None = None,
+    p80_us: float | None = None,
+    mean_us: float | None = None,
+    min_us: float | None = None,
+    max_us: float | None = None,
+    n_samples: int | None = None,
+    timer: Timer | str | None = None,
+    build_s: float | None = None,
+    verify_s: float | None = None,
+    measure_s: float | None = None,
+    worker: str | None = None,
+) -> MeasurementRecord:
+    """Store one measurement of a study and return it (with its id).
+
+    ``role`` is 'trial' or 'final'; ``candidate`` is 'config', 'default' or 'comparator:<name>';
+    ``status`` a :class:`tuner.results.Status` (or its value); JSON fields accept a mapping or JSON text.
+    Raises NotFoundError if the study does not exist; ValueError for an invalid role, candidate,
+    status, timer or JSON.
+    """
+    _check_role(role)
+    _check_candidate(candidate)
+    if session.get(StudyRow, study_id) is None:
+        raise NotFoundError(f"no study with id {study_id}")
+    row = MeasurementRow(
+        study_id=study_id,
+        role=role,
+        round_id=round_id,
+        candidate=candidate,
+        trial_number=trial_number,
+        config_json=canonical_json(config_json, what="config_json"),
+        status=Status(status).value,
+        reason=reason,
+        errors_json=canonical_json(errors_json, what="errors_json"),
+        median_us=median_us,
+        p20_us=p20_us,
+        p80_us=p80_us,
+        mean_us=mean_us,
+        min_us=min_us,
+        max_us=max_us,
+        n_samples=n_samples,
+        timer=None if timer is None else Timer(timer).value,
+        build_s=build_s,
+        verify_s=verify_s,
+        measure_s=measure_s,
+        worker=worker,
+    )
+    session.add(row)
+    session.flush()
+    return to_record(MeasurementRecord, row)
+
+
+def add_result(
+    session: Session,
+    *,
+    study_id: int,
+    role: str,
+    candidate: str,
+    result: MeasureResult,
+    round_id: str | None = None,
+    trial_number: int | None = None,
+    worker: str | None = None,
+) -> MeasurementRecord:
+    """:func:`add_measurement` with the fields of a MeasureResult (same errors)."""
+    return add_measurement(
+        session,
+        study_id=study_id,
+        role=role,
+        candidate=candidate,
+        round_id=round_id,
+        trial_number=trial_number,
+        worker=worker,
+        **measurement_fields(result),
+    )
+
+
+def get_measurement(session: Session, *, measurement_id: int) -> MeasurementRecord | None:
+    row = session.get(MeasurementRow, measurement_id)
+    return None if row is None else to_record(MeasurementRecord, row)
+
+
+def list_measurements(
+    session: Session,
+    *,
+    study_id: int,
+    role: str | None = None,
+    status: Status | str | None = None,
+    candidate: str | None = None,
+    round_id: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    order: str = "id",
+) -> list[MeasurementRecord]:
+    """Measurements of a study matching the filters (None: any), in ``order`` (one of ORDERS).
+
+    ``order='median_us'`` lists the fastest first and rows without a time last (ties by id).
+    Raises ValueError for an unknown order, role or status.
+    """
+    query = _filtered(select(MeasurementRow), study_id, role, status, candidate, round_id)
+    if order == "id":
+        query = query.order_by(MeasurementRow.id)
+    elif order == "-id":
+        query = query.order_by(MeasurementRow.id.desc())
+    elif order == "median_us":
+        query = query.order_by(
+            MeasurementRow.median_us.is_(None), MeasurementRow.median_us, MeasurementRow.id
+        )
+    else:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}; got {order!r}")
+    query = query.offset(offset).limit(limit)
+    return [to_record(MeasurementRecord, row) for row in session.scalars(query)]
+
+
+def count_measurements(
+    session: Session,
+    *,
+    study_id: int,
+    role: str | None = None,
+    status: Status | str | None = None,
+    candidate: str | None = None,
+    round_id: str | None = None,
+) -> int:
+    """How many measurements :func:`list_measurements` would list without limit (same filters)."""
+    query = _filtered(select(func.count(MeasurementRow.id)), study_id, role, status, candidate, round_id)
+    return int(session.scalar(query) or 0)
+
+
+def latest_round(session: Session, *, study_id: int) -> list[MeasurementRecord]:
+    """The rows of the study's most recent final round (the one holding the newest final row), by id.
+
+    Empty when the study has no final measurement with a round_id.
+    """
+    newest = (
+        select(MeasurementRow.round_id)
+        .where(
+            MeasurementRow.study_id == study_id,
+            MeasurementRow.role == "final",
+            MeasurementRow.round_id.is_not(None),
+        )
+        .order_by(MeasurementRow.id.desc())
+        .limit(1)
+    )
+    round_id = session.scalar(newest)
+    if round_id is None:
+        return []
+    return list_measurements(session, study_id=study_id, role="final", round_id=round_id)
+
+
+def _filtered(
+    query: Select[Any],
+    study_id: int,
+    role: str | None,
+    status: Status | str | None,
+    candidate: str | None,
+    round_id: str | None,
+) -> Select[Any]:
+    query = query.where(MeasurementRow.study_id == study_id)
+    if role is not None:
+        _check_role(role)
+        query = query.where(MeasurementRow.role == role)
+    if status is not None:
+        query = query.where(MeasurementRow.status == Status(status).value)
+    if candidate is not None:
+        query = query.where(MeasurementRow.candidate == candidate)
+    if round_id is not None:
+        query = query.where(MeasurementRow.round_id == round_id)
+    return query
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+
+
+def _check_candidate(candidate: str) -> None:
+    if candidate in ("config", "default"):
+        return
+    if candidate.startswith("comparator:") and len(candidate) > len("comparator:"):
+        return
+    raise ValueError(f"candidate must be 'config', 'default' or 'comparator:<name>'; got {candidate!r}")

@@ -1,0 +1,139 @@
+"""ORM models of tuner's tables (internal to ``db``: callers get :mod:`db.records`, never these rows).
+
+Every table name starts with ``tuner_`` (Optuna's tables share the database). JSON columns hold
+canonical JSON text (sorted keys, no spaces) so that equal values compare equal as text and NaN errors
+survive (PostgreSQL's JSON types reject NaN). Times are microseconds, durations seconds, timestamps UTC.
+The schema is created by the Alembic revisions in ``db/migrations/versions``, not by ``create_all``;
+``tests/db`` checks that the two agree.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+ROLES = ("trial", "final")  # a sweep trial, or a re-measurement in a final interleaved round
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; elsewhere ids are 64-bit.
+IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class StudyRow(Base):
+    """One study key: template@version × shape × device × software fingerprint (= one Optuna study)."""
+
+    __tablename__ = "tuner_studies"
+    __table_args__ = (
+        UniqueConstraint(
+            "template",
+            "template_version",
+            "shape_key",
+            "device_kind",
+            "device_name",
+            "fingerprint_hash",
+            name="uq_tuner_studies_key",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    name: Mapped[str] = mapped_column(String(512), unique=True)  # the Optuna study name
+    template: Mapped[str] = mapped_column(String(128))
+    template_version: Mapped[str] = mapped_column(String(64))
+    shape_key: Mapped[str] = mapped_column(String(1024))  # canonical text, tuner.frozen.Shape.key()
+    shape_json: Mapped[str] = mapped_column(Text)
+    device_kind: Mapped[str] = mapped_column(String(16))
+    device_name: Mapped[str] = mapped_column(String(256))
+    fingerprint_hash: Mapped[str] = mapped_column(String(64))
+    fingerprint_json: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class MeasurementRow(Base):
+    """One measured candidate (success or failure) of a study, in a sweep trial or a final round."""
+
+    __tablename__ = "tuner_measurements"
+    __table_args__ = (
+        CheckConstraint("role IN ('trial', 'final')", name="role"),
+        Index("ix_tuner_measurements_study_role", "study_id", "role"),
+        Index("ix_tuner_measurements_study_status_median", "study_id", "status", "median_us"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("tuner_studies.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(String(8))
+    round_id: Mapped[str | None] = mapped_column(String(64))
+    candidate: Mapped[str] = mapped_column(String(256))  # 'config' | 'default' | 'comparator:<name>'
+    trial_number: Mapped[int | None] = mapped_column(Integer)
+    config_json: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(32))  # tuner.results.Status values
+    reason: Mapped[str | None] = mapped_column(Text)
+    errors_json: Mapped[str] = mapped_column(Text)  # output name -> relative L2 error
+    median_us: Mapped[float | None] = mapped_column(Double)
+    p20_us: Mapped[float | None] = mapped_column(Double)
+    p80_us: Mapped[float | None] = mapped_column(Double)
+    mean_us: Mapped[float | None] = mapped_column(Double)
+    min_us: Mapped[float | None] = mapped_column(Double)
+    max_us: Mapped[float | None] = mapped_column(Double)
+    n_samples: Mapped[int | None] = mapped_column(Integer)
+    timer: Mapped[str | None] = mapped_column(String(32))  # tuner.results.Timer values
+    build_s: Mapped[float | None] = mapped_column(Double)
+    verify_s: Mapped[float | None] = mapped_column(Double)
+    measure_s: Mapped[float | None] = mapped_column(Double)
+    worker: Mapped[str | None] = mapped_column(String(256))  # host/pid that measured
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class BestConfigRow(Base):
+    """The published best config of one study, with its key denormalised for lookups."""
+
+    __tablename__ = "tuner_best_configs"
+    __table_args__ = (
+        Index("ix_tuner_best_configs_lookup", "template", "shape_key", "device_kind", "device_name"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("tuner_studies.id", ondelete="CASCADE"), unique=True)
+    measurement_id: Mapped[int] = mapped_column(ForeignKey("tuner_measurements.id"))
+    config_json: Mapped[str] = mapped_column(Text)
+    median_us: Mapped[float] = mapped_column(Double)
+    p20_us: Mapped[float | None] = mapped_column(Double)
+    p80_us: Mapped[float | None] = mapped_column(Double)
+    n_samples: Mapped[int | None] = mapped_column(Integer)
+    timer: Mapped[str | None] = mapped_column(String(32))
+    template: Mapped[str] = mapped_column(String(128))
+    template_version: Mapped[str] = mapped_column(String(64))
+    shape_key: Mapped[str] = mapped_column(String(1024))
+    shape_json: Mapped[str] = mapped_column(Text)
+    device_kind: Mapped[str] = mapped_column(String(16))
+    device_name: Mapped[str] = mapped_column(String(256))
+    fingerprint_hash: Mapped[str] = mapped_column(String(64))
+    published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,42 @@
+"""SQLite connection settings: pragmas on connect, and BEGIN emitted by us rather than by pysqlite.
+
+pysqlite's legacy transaction handling does not BEGIN before DDL or SAVEPOINT, so migrations would
+autocommit statement by statement and savepoints would escape their transaction. We turn it off on
+connect and emit ``BEGIN`` from SQLAlchemy's ``begin`` event; a connection whose execution options
+carry ``BEGIN_OPTION="IMMEDIATE"`` takes the write lock up front (waiting up to ``busy_timeout``),
+which serialises writers instead of failing when a read transaction later tries to write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, event
+from sqlalchemy.engine import Connection
+
+BUSY_TIMEOUT_S = 30.0
+BEGIN_OPTION = "tuner_sqlite_begin"
+
+
+def install(engine: Engine) -> None:
+    """Register the connect and begin hooks on an SQLite engine (before its first connection)."""
+    event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "begin", _on_begin)
+
+
+def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (_on_begin)
+    cursor = dbapi_connection.cursor()
+    try:
+        # busy_timeout first: switching to WAL may have to wait for another connection's lock.
+        cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")  # WAL-safe; may lose the last commits on power loss
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def _on_begin(conn: Connection) -> None:
+    mode = conn.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
+    conn.exec_driver_sql(f"BEGIN {mode}")

@@ -1,0 +1,229 @@
+"""Store.open, migrations and the session scope, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect, make_url, text
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from db import (
+    Store,
+    StudyRecord,
+    add_measurement,
+    count_measurements,
+    default_path,
+    default_url,
+    get_or_create_study,
+    get_study,
+    mask_url,
+)
+from db.migrate import VERSION_TABLE, current_revision, head_revision, schema_drift
+from tests.fixtures.databases import PostgresSandbox
+from tests.fixtures.studies import study_fields
+from tuner.errors import StoreError
+
+StudyFactory = Callable[..., StudyRecord]
+OUR_TABLES = {"tuner_studies", "tuner_measurements", "tuner_best_configs", VERSION_TABLE}
+
+
+def test_open_migrates_an_empty_database_to_head(db_url: str) -> None:
+    with Store.open(db_url) as store, store.engine.connect() as conn:
+        assert current_revision(conn) == head_revision() == "0001"
+        assert set(inspect(conn).get_table_names()) == OUR_TABLES
+
+
+def test_migrations_match_the_models(store: Store) -> None:
+    with store.engine.connect() as conn:
+        assert schema_drift(conn) == []
+
+
+def test_open_twice_keeps_data_and_revision(db_url: str, make_study: StudyFactory) -> None:
+    study = make_study()
+    with Store.open(db_url) as again:
+        with again.session() as session:
+            assert get_study(session, name=study.name) == study
+        with again.engine.connect() as conn:
+            assert current_revision(conn) == head_revision()
+            rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
+    assert rows == [("0001",)]
+
+
+def test_database_migrated_by_a_newer_tuner_is_refused(db_url: str) -> None:
+    with Store.open(db_url) as store, store.session() as session:
+        session.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'"))
+    with pytest.raises(StoreError, match="9999"):
+        Store.open(db_url)
+
+
+def test_sqlite_connections_use_wal_busy_timeout_and_foreign_keys(tmp_path: Path) -> None:
+    with Store.open(f"sqlite:///{tmp_path / 'x.db'}") as store:
+        assert store.dialect == "sqlite"
+        with store.session(readonly=True) as session:
+            assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            assert session.execute(text("PRAGMA busy_timeout")).scalar() == 30000
+            assert session.execute(text("PRAGMA foreign_keys")).scalar() == 1
+        assert store.optuna_url.endswith("x.db?timeout=30")
+
+
+@pytest.mark.postgres
+def test_postgres_optuna_url_keeps_the_password_and_adds_a_timeout(
+    postgres_sandbox: PostgresSandbox,
+) -> None:
+    url = make_url(postgres_sandbox.new_url()).set(password="pw")  # trust auth ignores it
+    with Store.open(url.render_as_string(hide_password=False)) as store:
+        assert store.dialect == "postgresql"
+        assert ":***@" in store.url
+        optuna_url = make_url(store.optuna_url)
+    assert optuna_url.password == "pw"
+    assert optuna_url.query == {**url.query, "connect_timeout": "5"}
+
+
+def test_default_location_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("TUNER_HOME", raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_path() == tmp_path / "home/.local/share/tuner/tuner.db"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_path() == tmp_path / "xdg/tuner/tuner.db"
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "th" / "deep"))
+    assert default_url() == f"sqlite:///{tmp_path}/th/deep/tuner.db"
+    with Store.open(None) as store:  # creates the directory
+        assert store.url == default_url()
+    assert (tmp_path / "th/deep/tuner.db").is_file()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_unreachable_postgres_fails_fast_with_a_masked_url() -> None:
+    port = _closed_port()
+    start = time.monotonic()
+    with pytest.raises(StoreError) as info:
+        Store.open(f"postgresql+psycopg://tuner:s3cret@127.0.0.1:{port}/tuner")
+    assert time.monotonic() - start < 5
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"postgresql+psycopg://tuner:***@127.0.0.1:{port}/tuner" in message
+    assert "s3cret" not in message
+    assert "OperationalError" in message
+
+
+@pytest.mark.parametrize(
+    ("url", "cause"),
+    [
+        ("not a url", "ArgumentError"),
+        ("nosuchdb://u:s3cret@host/db", "NoSuchModuleError"),
+        ("postgresql+nodriver://u:s3cret@host/db", "NoSuchModuleError"),
+    ],
+)
+def test_malformed_urls_and_unknown_drivers_raise_store_error(url: str, cause: str) -> None:
+    with pytest.raises(StoreError, match=cause) as info:
+        Store.open(url)
+    assert "s3cret" not in str(info.value)
+
+
+def test_sqlite_file_in_a_missing_directory_raises_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no/such/dir"):
+        Store.open(f"sqlite:///{tmp_path}/no/such/dir/x.db")
+
+
+def test_mask_url_hides_passwords_even_in_unparsable_urls() -> None:
+    assert mask_url("postgresql+psycopg://u:pw@h:5432/d") == "postgresql+psycopg://u:***@h:5432/d"
+    assert "pw" not in mask_url("weird:://u:pw@h")
+
+
+def test_session_commits_on_success_and_rolls_back_on_error(store: Store) -> None:
+    with pytest.raises(RuntimeError, match="boom"), store.session() as session:
+        study = get_or_create_study(session, **study_fields())
+        raise RuntimeError("boom")  # passes through untranslated
+    with store.session() as session:
+        assert get_study(session, name=study.name) is None
+        study = get_or_create_study(session, **study_fields())
+    with store.session(readonly=True) as session:
+        assert get_study(session, study_id=study.id) == study
+
+
+def test_session_translates_database_errors_once(store: Store) -> None:
+    with pytest.raises(StoreError) as info, store.session() as session:
+        session.execute(text("SELECT * FROM no_such_table"))
+    assert isinstance(info.value.__cause__, SQLAlchemyError)
+    assert str(info.value).startswith(f"store {store.url}: ")
+    assert "\n" not in str(info.value)
+
+
+def test_database_checks_guard_the_role_column(store: Store, make_study: StudyFactory) -> None:
+    study = make_study()
+    with pytest.raises(StoreError), store.session() as session:
+        session.execute(
+            text(
+                "INSERT INTO tuner_measurements (study_id, role, candidate, config_json, status, errors_json,"
+                " created_at) VALUES (:s, 'bogus', 'config', '{}', 'OK', '{}', CURRENT_TIMESTAMP)"
+            ),
+            {"s": study.id},
+        )
+
+
+def test_one_store_is_shared_by_writer_threads(store: Store, make_study: StudyFactory) -> None:
+    study = make_study()
+    errors: list[BaseException] = []
+
+    def write(n: int) -> None:
+        try:
+            for i in range(8):
+                with store.session() as session:
+                    add_measurement(
+                        session, study_id=study.id, role="trial", candidate="config",
+                        config_json={"thread": n, "i": i}, status="OK", median_us=float(i),
+                    )  # fmt: skip
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with store.session(readonly=True) as session:
+        assert count_measurements(session, study_id=study.id) == 32
+
+
+def _backend_pid(session: Session) -> int | None:
+    if session.get_bind().dialect.name != "postgresql":
+        return None
+    return int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_writes_through_its_own_connections(store: Store, make_study: StudyFactory) -> None:
+    study = make_study()
+    with store.session() as session:  # leaves a pooled connection for the child to inherit
+        parent_backend = _backend_pid(session)
+    pid = os.fork()
+    if pid == 0:  # child: must open its own connection (on PostgreSQL: another server backend)
+        code = 1
+        try:
+            with store.session() as session:
+                add_measurement(
+                    session, study_id=study.id, role="trial", candidate="config", config_json={}, status="OK"
+                )
+                own = _backend_pid(session)
+            code = 0 if own is None or own != parent_backend else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with store.session() as session:  # the parent's pooled connection still works
+        assert _backend_pid(session) == parent_backend
+        assert count_measurements(session, study_id=study.id) == 1

@@ -1,0 +1,144 @@
+"""Studies: get-or-create (also racing threads and processes), lookups, key conflicts."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from datetime import timezone
+
+import pytest
+from sqlalchemy import func, select
+
+from db import RecordConflictError, Store, StudyRecord, get_or_create_study, get_study, list_studies
+from db.models import StudyRow
+from tests.fixtures.studies import open_and_create_study, study_fields
+from tuner.errors import StoreError
+
+
+def count_studies(store: Store) -> int:
+    with store.session(readonly=True) as session:
+        return int(session.scalar(select(func.count(StudyRow.id))) or 0)
+
+
+def test_get_or_create_returns_the_stored_study(store: Store) -> None:
+    fields = study_fields()
+    with store.session() as session:
+        created = get_or_create_study(session, **fields)
+    with store.session() as session:
+        again = get_or_create_study(session, **fields)
+        by_name = get_study(session, name=fields["name"])
+        by_id = get_study(session, study_id=created.id)
+    assert created == again == by_name == by_id
+    assert created.name == fields["name"]
+    assert created.shape == {"B": 1, "H": 48, "S": 4096, "dtype": "fp16"}
+    assert json.loads(created.fingerprint_json) == json.loads(fields["fingerprint_json"])
+    assert created.created_at.tzinfo is timezone.utc
+    assert count_studies(store) == 1
+
+
+def test_missing_studies_are_none_and_lookups_need_one_key(store: Store) -> None:
+    with store.session(readonly=True) as session:
+        assert get_study(session, name="nope") is None
+        assert get_study(session, study_id=12345) is None
+        with pytest.raises(ValueError):
+            get_study(session)
+        with pytest.raises(ValueError):
+            get_study(session, name="a", study_id=1)
+
+
+def test_json_is_stored_canonically_and_invalid_json_refused(store: Store) -> None:
+    fields = study_fields()
+    fields["shape_json"] = '{ "S": 4096, "B": 1 }'
+    with store.session() as session:
+        assert get_or_create_study(session, **fields).shape_json == '{"B":1,"S":4096}'
+    with pytest.raises(ValueError, match="shape_json"), store.session() as session:
+        get_or_create_study(session, **{**study_fields(S=8), "shape_json": "{not json"})
+    assert count_studies(store) == 1
+
+
+def test_a_name_stored_with_another_key_is_a_conflict(store: Store) -> None:
+    fields = study_fields()
+    with store.session() as session:
+        get_or_create_study(session, **fields)
+    with pytest.raises(RecordConflictError, match="fingerprint_hash"), store.session() as session:
+        get_or_create_study(session, **{**fields, "fingerprint_hash": "000000000000"})
+    with pytest.raises(RecordConflictError, match="already stored under"), store.session() as session:
+        get_or_create_study(session, **{**fields, "name": "another name"})
+    assert count_studies(store) == 1
+
+
+def test_list_studies_filters_by_template_and_device_kind(store: Store) -> None:
+    with store.session() as session:
+        a = get_or_create_study(session, **study_fields())
+        b = get_or_create_study(session, **study_fields(S=8192))
+        c = get_or_create_study(session, **study_fields(template="mamba3_mimo_bwd"))
+    with store.session(readonly=True) as session:
+        assert list_studies(session) == [a, b, c]
+        assert list_studies(session, template="mamba2_chunk_cumsum") == [a, b]
+        assert list_studies(session, device_kind="cuda", template="mamba3_mimo_bwd") == [c]
+        assert list_studies(session, device_kind="npu") == []
+
+
+def test_a_creator_blocked_behind_an_uncommitted_one_gets_the_same_row(store: Store) -> None:
+    # PostgreSQL: B's INSERT waits on A's uncommitted unique key, fails once A commits, and B reads
+    # A's row after rolling back its savepoint. SQLite: B's BEGIN IMMEDIATE waits for A's commit.
+    fields = study_fields()
+    results: list[StudyRecord | BaseException] = []
+
+    def create_b() -> None:
+        try:
+            with store.session() as session:
+                results.append(get_or_create_study(session, **fields))
+        except BaseException as exc:  # reported below
+            results.append(exc)
+
+    with store.session() as session:
+        created = get_or_create_study(session, **fields)
+        thread = threading.Thread(target=create_b)
+        thread.start()
+        time.sleep(0.5)  # let B reach its INSERT (PostgreSQL) or its BEGIN (SQLite)
+        assert results == []  # B is still waiting for A
+    thread.join(timeout=30)
+    assert results == [created]
+    assert count_studies(store) == 1
+
+
+def test_racing_threads_end_with_one_study(store: Store) -> None:
+    fields = study_fields()
+    barrier = threading.Barrier(4)
+    results: list[int | BaseException] = []
+
+    def create() -> None:
+        barrier.wait()
+        try:
+            with store.session() as session:
+                results.append(get_or_create_study(session, **fields).id)
+        except BaseException as exc:  # reported below
+            results.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4 and len(set(results)) == 1, results
+    assert count_studies(store) == 1
+
+
+@pytest.mark.slow
+def test_processes_migrating_a_fresh_database_and_creating_one_study(db_url: str) -> None:
+    # Each process migrates (serialised by the database's lock) then creates the same study.
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=2, mp_context=spawn) as pool:
+        ids = list(pool.map(open_and_create_study, [db_url] * 2))
+    assert len(set(ids)) == 1
+    with Store.open(db_url) as store:
+        assert count_studies(store) == 1
+
+
+def test_store_errors_inside_get_or_create_are_translated(store: Store) -> None:
+    with pytest.raises(StoreError), store.session() as session:
+        get_or_create_study(session, **{**study_fields(), "template": None})
