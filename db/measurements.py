@@ -151,6 +151,7 @@ def list_measurements(
     status: Status | str | None = None,
     candidate: str | None = None,
     round_id: str | None = None,
+    config_json: str | None = None,
     limit: int | None = None,
     offset: int = 0,
     order: str = "id",
@@ -160,7 +161,7 @@ def list_measurements(
     ``order='median_us'`` lists the fastest first and rows without a time last (ties by id).
     Raises ValueError for an unknown order, role or status.
     """
-    query = _filtered(select(MeasurementRow), study_id, role, status, candidate, round_id)
+    query = _filtered(select(MeasurementRow), study_id, role, status, candidate, round_id, config_json)
     if order == "id":
         query = query.order_by(MeasurementRow.id)
     elif order == "-id":
@@ -183,9 +184,12 @@ def count_measurements(
     status: Status | str | None = None,
     candidate: str | None = None,
     round_id: str | None = None,
+    config_json: str | None = None,
 ) -> int:
     """How many measurements :func:`list_measurements` would list without limit (same filters)."""
-    query = _filtered(select(func.count(MeasurementRow.id)), study_id, role, status, candidate, round_id)
+    query = _filtered(
+        select(func.count(MeasurementRow.id)), study_id, role, status, candidate, round_id, config_json
+    )
     return int(session.scalar(query) or 0)
 
 
@@ -217,6 +221,7 @@ def _filtered(
     status: Status | str | None,
     candidate: str | None,
     round_id: str | None,
+    config_json: str | None = None,
 ) -> Select[Any]:
     query = query.where(MeasurementRow.study_id == study_id)
     if role is not None:
@@ -228,6 +233,8 @@ def _filtered(
         query = query.where(MeasurementRow.candidate == candidate)
     if round_id is not None:
         query = query.where(MeasurementRow.round_id == round_id)
+    if config_json is not None:
+        query = query.where(MeasurementRow.config_json == canonical_json(config_json, what="config_json"))
     return query
 
 

@@ -3,11 +3,15 @@
 Templates are imported lazily, because importing a kernel module imports its backend (Triton, TileLang),
 and the CPU backend must set ``TRITON_INTERPRET=1`` before Triton is first imported. Measurement
 subprocesses receive the import path, so templates registered at run time (tests, plugins) work there too.
+
+Templates of your own, outside this repository: ``TUNER_TEMPLATES="name=pkg.module:Class,other=…"`` adds
+them to the registry of every tuner process (CLI, server, workers) that sees the variable.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 from functools import cache
 
@@ -19,7 +23,19 @@ BUILTIN_TEMPLATES: dict[str, str] = {
 }
 
 _lock = threading.Lock()
-_registry: dict[str, str] = dict(BUILTIN_TEMPLATES)
+
+
+def _from_environment(text: str) -> dict[str, str]:
+    entries: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, ref = item.partition("=")
+        if not sep or ":" not in ref:
+            raise UnknownTemplateError(f"TUNER_TEMPLATES: expected name=package.module:Class, got {item!r}")
+        entries[name.strip()] = ref.strip()
+    return entries
+
+
+_registry: dict[str, str] = {**BUILTIN_TEMPLATES, **_from_environment(os.environ.get("TUNER_TEMPLATES", ""))}
 
 
 def register(name: str, ref: str) -> None:

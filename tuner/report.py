@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sqlalchemy.orm import Session
+
 import db
 from tuner import registry
 from tuner.frozen import Config, Shape
@@ -74,7 +76,7 @@ def collect(store: db.Store, template_name: str, *, device_kind: str | None = No
     return Report(template.name, template.version, tuple(rows), tuple(fingerprints.values()))
 
 
-def _row(session: db.Session, template: object, st: db.StudyRecord, fingerprint: dict[str, object]) -> ReportRow:
+def _row(session: Session, template: object, st: db.StudyRecord, fingerprint: dict[str, object]) -> ReportRow:
     from tuner.template import KernelTemplate
 
     assert isinstance(template, KernelTemplate)

@@ -15,9 +15,8 @@ measurements, and the budget decides who may run the next trial.
 
 from __future__ import annotations
 
+import json
 import logging
-import os
-import socket
 import time
 import uuid
 import zlib
@@ -33,7 +32,7 @@ from tuner import registry
 from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
 from tuner.measure import Candidate, Measurer
-from tuner.results import MeasureResult, Status
+from tuner.results import MeasureResult, SampleSummary, Status, Timer
 from tuner.samplers import exhausted, make_sampler
 from tuner.space import SearchSpace
 from tuner.template import KernelTemplate
@@ -121,7 +120,7 @@ class StudyContext:
     sampler: optuna.samplers.BaseSampler
     store: db.Store
     measurer: Measurer
-    worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    worker: str = field(default_factory=db.worker_id)
     seed_base: int = 0
 
 
@@ -159,7 +158,7 @@ def open_study(
     optuna_sampler = make_sampler(sampler, space, seed)
     study = optuna.create_study(
         study_name=key.study_name(),
-        storage=store.optuna_storage(),
+        storage=optuna_storage(store),
         sampler=optuna_sampler,
         direction="minimize",
         load_if_exists=True,
@@ -194,17 +193,17 @@ def run_trials(
         if exhausted(ctx.sampler, ctx.study) or not budget.reserve():
             break
         record = _one_trial(ctx)
-        if not record.measured:
-            budget.release()
-            skips += 1
-            if skips >= limit:
-                log.info("stopping %s: %d invalid or duplicate configs in a row", ctx.key.study_name(), skips)
-                break
-        else:
-            skips = 0
         records.append(record)
         if on_trial:
             on_trial(record)
+        if record.measured:
+            skips = 0
+            continue
+        budget.release()
+        skips += 1
+        if skips >= limit:
+            log.info("stopping %s: %d invalid or duplicate configs in a row", ctx.key.study_name(), skips)
+            break
     return records
 
 
@@ -264,26 +263,38 @@ def _store_result(
     trial_number: int | None = None, round_id: str | None = None,
 ) -> int:
     with ctx.store.session() as session:
-        row = db.add_measurement(
-            session,
-            study_id=ctx.study_id,
-            role=role,
-            candidate=candidate,
-            trial_number=trial_number,
-            round_id=round_id,
-            worker=ctx.worker,
-            **db.measurement_fields(result),
+        row = db.add_result(
+            session, study_id=ctx.study_id, role=role, candidate=candidate, result=result,
+            trial_number=trial_number, round_id=round_id, worker=ctx.worker,
         )
     return row.id
 
 
 def _previous_measurement(ctx: StudyContext, config: Config) -> db.MeasurementRecord | None:
-    with ctx.store.session() as session:
-        return db.find_measurement(session, study_id=ctx.study_id, role="trial", config_json=config.to_json())
+    with ctx.store.session(readonly=True) as session:
+        rows = db.list_measurements(
+            session, study_id=ctx.study_id, role="trial", config_json=config.to_json(), limit=1
+        )
+    return rows[0] if rows else None
 
 
 def _result_of(row: db.MeasurementRecord) -> MeasureResult:
-    return db.to_measure_result(row)
+    """The stored outcome of an earlier trial, as the value a duplicate trial reports."""
+    summary = None
+    if row.median_us is not None:
+        summary = SampleSummary(
+            row.median_us, row.p20_us or row.median_us, row.p80_us or row.median_us, row.mean_us or row.median_us,
+            row.min_us or row.median_us, row.max_us or row.median_us, row.n_samples or 0,
+        )
+    return MeasureResult(
+        row.status, Config.from_json(row.config_json), summary, json.loads(row.errors_json), row.reason,
+        Timer(row.timer) if row.timer else None,
+    )
+
+
+def optuna_storage(store: db.Store) -> optuna.storages.BaseStorage:
+    """Optuna's RDB storage in the store's database (so that ``optuna-dashboard <url>`` shows the studies)."""
+    return optuna.storages.RDBStorage(store.optuna_url)
 
 
 def top_configs(ctx: StudyContext, k: int) -> list[Config]:

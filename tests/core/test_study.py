@@ -1,0 +1,98 @@
+"""The study driver end to end: real Optuna studies in the store's database, real measurements on the CPU
+backend (Triton interpreter), real faults from the fault-injection template."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import optuna
+import pytest
+
+import db
+from tests.fixtures.fault_templates import TUNABLE_REF
+from tuner import registry
+from tuner.devices.base import DeviceSpec
+from tuner.frozen import Config, Shape
+from tuner.measure import Measurer, MeasureOptions
+from tuner.results import Status
+from tuner.study import CountBudget, finalize, open_study, run_trials
+
+NAME = "fault_vector_scale_tunable"
+
+
+@pytest.fixture(scope="module")
+def measurer() -> Iterator[Measurer]:
+    registry.register(NAME, TUNABLE_REF)
+    with Measurer(DeviceSpec("cpu"), MeasureOptions(n_samples=5, warmup=1, timeout_s=60)) as m:
+        yield m
+
+
+def test_sweep_records_every_trial_and_publishes_a_verified_best(db_url: str, measurer: Measurer) -> None:
+    store = db.Store.open(db_url)
+    shape = Shape(n=256)
+    ctx = open_study(NAME, shape, store=store, measurer=measurer, sampler="random", seed=3)
+    records = run_trials(ctx, CountBudget(14))
+    measured = [r for r in records if r.measured]
+    assert len(measured) == 14
+    # The default config is enqueued first and is correct.
+    assert records[0].config == Config(mode="ok", BLOCK=64) and records[0].status is Status.OK
+    statuses = {r.status for r in records}
+    assert Status.OK in statuses and len(statuses - {Status.OK, Status.INVALID}) >= 2
+    for r in records:
+        if r.status is Status.INVALID:
+            assert "a block larger than the vector" in (r.reason or "")
+        if r.status is Status.WRONG_RESULT:
+            assert r.config["mode"] in ("wrong", "unwritten", "nan")
+
+    with store.session() as session:
+        rows = db.list_measurements(session, study_id=ctx.study_id, role="trial")
+    assert len(rows) == sum(1 for r in records if r.duplicate_of is None)
+    # Optuna sees the same trials: values for OK, FAIL with a reason otherwise, PRUNED for invalid configs.
+    study = optuna.load_study(study_name=ctx.key.study_name(), storage=store.optuna_url)
+    by_number = {t.number: t for t in study.trials}
+    for r in records:
+        t = by_number[r.number]
+        assert t.user_attrs["status"] == r.status.value
+        if r.status is Status.OK:
+            assert t.state is optuna.trial.TrialState.COMPLETE and t.value == pytest.approx(r.median_us)
+        elif r.status is Status.INVALID:
+            assert t.state is optuna.trial.TrialState.PRUNED
+        else:
+            assert t.state is optuna.trial.TrialState.FAIL and t.user_attrs["reason"]
+
+    final = finalize(ctx, finalists=2)
+    labels = [e.label for e in final.entries]
+    assert "comparator:torch" in labels and "comparator:missing" in labels
+    assert final.winner is not None and final.winner.result.ok and final.published
+    missing = next(e for e in final.entries if e.label == "comparator:missing")
+    assert "not installed" in (missing.result.reason or "")
+    with store.session() as session:
+        best = db.get_best(session, template="fault_vector_scale", shape_key=shape.key(), device_kind="cpu")
+        assert best is not None and best.config["mode"] == "ok"
+        assert db.latest_round(session, study_id=ctx.study_id)[0].round_id == final.round_id
+
+
+def test_reopening_continues_the_same_study_and_skips_known_configs(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    shape = Shape(n=64)
+    first = open_study(NAME, shape, store=store, measurer=measurer, sampler="grid", seed=0)
+    run_trials(first, CountBudget(3))
+    again = open_study(NAME, shape, store=store, measurer=measurer, sampler="grid", seed=0)
+    assert again.study_id == first.study_id
+    records = run_trials(again, CountBudget(1000))
+    # The grid has 7 modes x 6 blocks = 42 points, 21 of them valid for n=64; each measured once in all.
+    with store.session() as session:
+        rows = db.list_measurements(session, study_id=again.study_id, role="trial")
+    configs = [r.config_json for r in rows if r.status is not Status.INVALID]
+    assert len(configs) == len(set(configs)) == 21
+    # Only the enqueued default comes round again (the grid hands its point out once more): not re-measured.
+    assert [r.config for r in records if r.duplicate_of is not None] == [Config(mode="ok", BLOCK=64)]
+
+
+def test_a_study_with_no_passing_config_publishes_nothing(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=8), store=store, measurer=measurer)  # every BLOCK > n: all invalid
+    records = run_trials(ctx, CountBudget(5), max_skips=20)
+    assert len(records) == 20 and all(r.status is Status.INVALID for r in records)
+    final = finalize(ctx, comparators=False)
+    assert final.winner is None and not final.published
