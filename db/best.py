@@ -62,7 +62,7 @@ def get_best(
     *,
     template: str,
     shape_key: str,
-    device_kind: str,
+    device_kind: str | None = None,
     device_name: str | None = None,
     fingerprint_hash: str | None = None,
     template_version: str | None = None,
@@ -71,9 +71,9 @@ def get_best(
     query = select(BestConfigRow).where(
         BestConfigRow.template == template,
         BestConfigRow.shape_key == shape_key,
-        BestConfigRow.device_kind == device_kind,
     )
     for column, value in (
+        (BestConfigRow.device_kind, device_kind),
         (BestConfigRow.device_name, device_name),
         (BestConfigRow.fingerprint_hash, fingerprint_hash),
         (BestConfigRow.template_version, template_version),

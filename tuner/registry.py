@@ -59,8 +59,15 @@ def ref_of(name: str) -> str:
 
 
 def get(name: str) -> KernelTemplate:
-    """The template registered under ``name`` (one shared instance per import path)."""
-    return load(ref_of(name))
+    """The template registered under ``name`` (one shared instance per import path).
+
+    Raises UnknownTemplateError when the name is not registered or names a template of another name
+    (registry names and ``KernelTemplate.name`` are one and the same: the store keys studies by it).
+    """
+    template = load(ref_of(name))
+    if template.name != name:
+        raise UnknownTemplateError(f"template {name!r} is registered to {ref_of(name)}, whose name is {template.name!r}")
+    return template
 
 
 @cache

@@ -181,9 +181,13 @@ class KernelTemplate(abc.ABC):
 
     def space(self) -> SearchSpace:
         """The template's search space, loaded and validated from ``search_spaces/<name>.yaml``."""
+        from tuner.errors import SearchSpaceError
         from tuner.space import load_space
 
-        return load_space(self.space_path, shape_dims=tuple(d.name for d in self.dims))
+        space = load_space(self.space_path, shape_dims=tuple(d.name for d in self.dims))
+        if space.template != self.name:
+            raise SearchSpaceError(f"{self.space_path}: template: {space.template!r} is not {self.name!r}")
+        return space
 
     # -- math --------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -13,7 +13,7 @@ from tests.fixtures.fault_templates import TUNABLE_REF
 from tuner import registry
 from tuner.devices.base import DeviceSpec
 from tuner.frozen import Config, Shape
-from tuner.measure import Measurer, MeasureOptions
+from tuner.measure import MeasureOptions, Measurer
 from tuner.results import Status
 from tuner.study import CountBudget, finalize, open_study, run_trials
 
@@ -67,7 +67,7 @@ def test_sweep_records_every_trial_and_publishes_a_verified_best(db_url: str, me
     missing = next(e for e in final.entries if e.label == "comparator:missing")
     assert "not installed" in (missing.result.reason or "")
     with store.session() as session:
-        best = db.get_best(session, template="fault_vector_scale", shape_key=shape.key(), device_kind="cpu")
+        best = db.get_best(session, template=NAME, shape_key=shape.key(), device_kind="cpu")
         assert best is not None and best.config["mode"] == "ok"
         assert db.latest_round(session, study_id=ctx.study_id)[0].round_id == final.round_id
 

@@ -1,0 +1,91 @@
+"""The ``tuner`` command line, run as a real process (``python -m tuner.cli``) against SQLite files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import db
+from tests.fixtures.fault_templates import BROKEN_REF, TUNABLE_REF
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGINS = f"fault_vector_scale_tunable={TUNABLE_REF},fault_vector_scale_broken={BROKEN_REF}"
+VS = "fault_vector_scale_tunable"
+
+
+def tuner(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TUNER_TEMPLATES": PLUGINS, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "tuner.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["tune", "nope", "--shape", "n=1"], "unknown template 'nope'"),
+        (["tune", VS, "--workload", "huge"], "unknown workload 'huge' for fault_vector_scale_tunable"),
+        (["tune", VS, "--shape", "n=1,n"], "malformed shape"),
+        (["tune", VS, "--shape", "n=many"], "shape dim n: expected an integer"),
+        (["tune", VS, "--shape", "m=3"], "unknown shape dim(s) m"),
+        (["tune", VS], "give at least one --workload, --shape or --all-workloads"),
+        (["tune", VS, "--shape", "n=64", "--sampler", "anneal"], "unknown sampler 'anneal'"),
+        (["tune", VS, "--shape", "n=64", "--device", "tpu"], "unknown device 'tpu'"),
+        (["tune", "fault_vector_scale_broken", "--shape", "n=64"], "broken_space.yaml: parameters.BLOCK.pow2: Value error, low (24)"),
+        (["best", VS, "--shape", "n=64"], "no best config stored"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: list[str], message: str) -> None:
+    url = db.sqlite_url(tmp_path / "t.db")
+    run = tuner(*args, "--db", url)
+    assert run.returncode == 2, run.stderr + run.stdout
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], run.stderr
+    if args[0] == "tune":
+        assert not (tmp_path / "t.db").exists()
+
+
+def test_unreachable_database_is_named_quickly(tmp_path: Path) -> None:
+    started = time.monotonic()
+    run = tuner("tune", VS, "--shape", "n=64", "--device", "cpu",
+                "--db", "postgresql+psycopg://tuner:secret@127.0.0.1:1/none")
+    assert run.returncode == 2
+    line = run.stderr.strip()
+    assert line.startswith("error: ") and "127.0.0.1:1" in line and "secret" not in line
+    assert time.monotonic() - started < 60
+
+
+def test_tune_then_best_history_and_report(tmp_path: Path) -> None:
+    url = db.sqlite_url(tmp_path / "t.db")
+    run = tuner("tune", VS, "--shape", "n=256", "--trials", "8", "--device", "cpu", "--samples", "3",
+                "--sampler", "random", "--seed", "1", "--db", url)
+    assert run.returncode == 0, run.stderr
+    assert "best config for n=256" in run.stdout and "published" in run.stdout
+    assert "# fault_vector_scale_tunable" in run.stdout and "geometric mean" in run.stdout
+
+    best = tuner("best", VS, "--shape", "n=256", "--db", url, "--json")
+    assert best.returncode == 0, best.stderr
+    assert '"mode": "ok"' in best.stdout and '"timer": "cpu-wall"' in best.stdout
+
+    history = tuner("history", VS, "--shape", "n=256", "--db", url, "--role", "trial")
+    assert history.returncode == 0, history.stderr
+    with db.Store.open(url) as store, store.session() as session:
+        (study,) = db.list_studies(session, template=VS)
+        rows = db.list_measurements(session, study_id=study.id, role="trial")
+    assert len(rows) >= 8
+    assert f"{len(rows)} measurements" in history.stdout
+    for row in rows:
+        assert row.status.value in history.stdout
+        if row.reason:
+            assert row.reason.splitlines()[0][:40] in history.stdout
+
+    report = tuner("report", VS, "--db", url, "--output", str(tmp_path / "r.md"))
+    assert report.returncode == 0, report.stderr
+    text = (tmp_path / "r.md").read_text()
+    assert "| n=256 |" in text and "torch µs" in text and "cpu-wall" in text
