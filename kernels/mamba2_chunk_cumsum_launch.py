@@ -14,9 +14,9 @@ from tuner.errors import ConfigError
 from tuner.frozen import Config, Shape
 from tuner.template import Kernel, Tensors
 
-LAYOUTS = {"heads": 0, "rows": 1, "tma": 2}  # values of the kernel's LAYOUT constexpr
+LAYOUTS = {"rows": 1, "tma": 2}  # values of the kernel's LAYOUT constexpr
 SWEEPS = ("chunks", "heads")
-PARAMS = ("layout", "sweep", "BLOCK_H", "CHUNKS", "SPLIT", "persistent", "num_warps", "num_stages")
+PARAMS = ("layout", "sweep", "BLOCK_H", "CHUNKS", "SPLIT", "persistent", "hints", "num_warps", "num_stages")
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ def plan(config: Config, shape: Shape, sm_count: int) -> LaunchPlan:
         B=b, S=s, H=h, Q=q, BLOCK_H=block_h, CHUNKS=chunks, SUB_Q=sub_q,
         HAS_BIAS=bool(shape["has_bias"]), SOFTPLUS=bool(shape["softplus"]), LAYOUT=LAYOUTS[layout],
         SWEEP_HEADS=sweep == "heads", PERSISTENT=persistent > 0, NUM_STAGES=int(config["num_stages"]),
+        HINTS=bool(config["hints"]),
     )
     return LaunchPlan(
         constexprs=constexprs, grid=grid, num_warps=int(config["num_warps"]),
@@ -78,7 +79,7 @@ def make_launch(config: Config, shape: Shape, sm_count: int) -> Kernel:
 
         def fn(inputs: Tensors, outputs: Tensors) -> None:
             launcher(inputs["dt"], inputs["A"], inputs.get("dt_bias"), inputs["dt_limit"],
-                     outputs["dt_out"], outputs["dA_cumsum"], 1, **opts)
+                     outputs["dt_out"], outputs["dA_cumsum"], **opts)
 
         return fn
 
@@ -91,6 +92,6 @@ def make_launch(config: Config, shape: Shape, sm_count: int) -> Kernel:
         dt = TensorDescriptor(inputs["dt"], in_shape, in_strides, list(p.in_box))
         out = TensorDescriptor(outputs["dt_out"], out_shape, out_strides, list(p.out_box))
         da = TensorDescriptor(outputs["dA_cumsum"], out_shape, out_strides, list(p.out_box))
-        launcher(dt, inputs["A"], inputs.get("dt_bias"), inputs["dt_limit"], out, da, 1, **opts)
+        launcher(dt, inputs["A"], inputs.get("dt_bias"), inputs["dt_limit"], out, da, **opts)
 
     return fn_tma

@@ -95,10 +95,10 @@ def _launcher(shape: Shape, kernel: Any, extra: dict[str, Any]) -> Kernel:
 
 
 def _jit_function(kernel: Any) -> Any:
-    """The JIT function under autotuner/heuristics wrappers."""
-    from triton.runtime.jit import JITFunction
+    """The JIT function (an InterpretedFunction under the interpreter) under autotune/heuristics wrappers."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
 
-    while not isinstance(kernel, JITFunction):
+    while isinstance(kernel, (Autotuner, Heuristics)):
         kernel = kernel.fn
     return kernel
 

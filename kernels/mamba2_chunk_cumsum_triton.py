@@ -6,18 +6,13 @@ Q/SUB_Q steps of SUB_Q sequence rows, the running sum of dA carried between step
 varies fastest: programs running at the same time then touch neighbouring bytes (of ``dt`` when heads
 vary fastest, of the outputs when chunks do).
 
-The three LAYOUT values give three different data paths (checked on the TTGIR of sm_90 builds):
+Two data paths (LAYOUT), both reading ``dt`` as [CHUNKS, SUB_Q, BLOCK_H] blocks (heads contiguous):
 
-* ``HEADS`` (0): the block is [BLOCK_H, CHUNKS, SUB_Q], sequence last, as mamba_ssm arranges it, and
-  the head stride is a run-time value the compiler may not specialise. Triton then cannot see that heads
-  are contiguous in ``dt``: every thread loads single elements strided along S (the L1 cache merges the
-  sectors that threads of the program share), and the whole program runs in the sequence-fastest layout
-  of the stores, with no shared-memory layout conversion.
-* ``ROWS`` (1): the block is [CHUNKS, SUB_Q, BLOCK_H], heads last; loads are coalesced 16-byte vectors
-  along H, the arithmetic and the scan run in that layout, and Triton converts through shared memory
-  before each store (whose addresses are contiguous along the sequence).
-  (The same code results from the heads-first order with known strides: Triton's coalescing pass picks
-  layouts from pointer contiguity, whichever axis order the source uses.)
+* ``ROWS`` (1): plain loads and stores through pointer blocks. Triton's coalescing pass gives the load a
+  layout of 16-byte vectors along H and the stores layouts of 16-byte vectors along the sequence; the
+  arithmetic and the scan run in the load's layout and the results go through shared memory before each
+  store. mamba_ssm's heads-first [BLOCK_H, Q] block compiles to the same TTGIR (layouts follow pointer
+  contiguity, not the axis order of the source), so there is no separate "heads" path.
 * ``TMA`` (2): the bulk tensor copy engine moves [CHUNKS, SUB_Q, BLOCK_H] boxes of ``dt`` into shared
   memory and [BLOCK_H, CHUNKS, SUB_Q] boxes of the outputs back out; out-of-range heads are zero-filled
   on load and dropped on store by the hardware, and in loops Triton multi-buffers the copies.
@@ -31,7 +26,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-HEADS = 0
 ROWS = 1
 TMA = 2
 
@@ -53,6 +47,22 @@ def _dt_transform(x, lo, hi, SOFTPLUS: tl.constexpr):
 
 
 @triton.jit
+def _load(ptrs, mask, HINTS: tl.constexpr):
+    if HINTS:  # read once: first out of L2
+        return tl.load(ptrs, mask=mask, eviction_policy="evict_first")
+    else:
+        return tl.load(ptrs, mask=mask)
+
+
+@triton.jit
+def _store(ptrs, value, mask, HINTS: tl.constexpr):
+    if HINTS:  # streaming store (st.global.cs): the outputs are not read back by this kernel
+        tl.store(ptrs, value, mask=mask, cache_modifier=".cs")
+    else:
+        tl.store(ptrs, value, mask=mask)
+
+
+@triton.jit
 def _tile_coords(t, NC: tl.constexpr, NHB: tl.constexpr, CHUNKS: tl.constexpr, SWEEP_HEADS: tl.constexpr):
     """(b, first chunk, first head) of tile number t."""
     NCG: tl.constexpr = NC // CHUNKS
@@ -65,14 +75,6 @@ def _tile_coords(t, NC: tl.constexpr, NHB: tl.constexpr, CHUNKS: tl.constexpr, S
         hb = (t // NCG) % NHB
         b = t // (NHB * NCG)
     return b, cg * CHUNKS, hb
-
-
-@triton.jit
-def _carry_init(BLOCK_H: tl.constexpr, CHUNKS: tl.constexpr, HEADS_FIRST: tl.constexpr):
-    if HEADS_FIRST:
-        return tl.zeros([BLOCK_H, CHUNKS], tl.float32)
-    else:
-        return tl.zeros([CHUNKS, BLOCK_H], tl.float32)
 
 
 @triton.jit
@@ -91,28 +93,21 @@ def _step(x, a, bias, lo, hi, carry, AXIS: tl.constexpr, HAS_BIAS: tl.constexpr,
 
 
 @triton.jit
-def _tile_ptr(
-    t, dt_ptr, a_ptr, bias_ptr, out_ptr, da_ptr, lo, hi, h_stride,
+def _tile_rows(
+    t, dt_ptr, a_ptr, bias_ptr, out_ptr, da_ptr, lo, hi,
     S: tl.constexpr, H: tl.constexpr, Q: tl.constexpr, BLOCK_H: tl.constexpr, CHUNKS: tl.constexpr,
-    SUB_Q: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, LAYOUT: tl.constexpr,
-    SWEEP_HEADS: tl.constexpr, NUM_STAGES: tl.constexpr,
+    SUB_Q: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, SWEEP_HEADS: tl.constexpr,
+    NUM_STAGES: tl.constexpr, HINTS: tl.constexpr,
 ):
-    """HEADS and ROWS layouts: plain loads and stores through pointer blocks."""
+    """ROWS layout: [CHUNKS, SUB_Q, BLOCK_H] pointer blocks, scan along axis 1."""
     NC: tl.constexpr = S // Q
-    HEADS_FIRST: tl.constexpr = LAYOUT == 0
-    AXIS: tl.constexpr = 2 if HEADS_FIRST else 1
     b, c0, hb = _tile_coords(t, NC, (H + BLOCK_H - 1) // BLOCK_H, CHUNKS, SWEEP_HEADS)
     h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
-    k = tl.arange(0, CHUNKS)
-    q = tl.arange(0, SUB_Q)
-    if HEADS_FIRST:
-        hh, kk, qq = h[:, None, None], k[None, :, None], q[None, None, :]
-        hs = hh * h_stride  # h_stride == 1 at run time, unknown to the compiler (see the module doc)
-    else:
-        hh, kk, qq = h[None, None, :], k[:, None, None], q[None, :, None]
-        hs = hh
+    hh = h[None, None, :]
+    kk = tl.arange(0, CHUNKS)[:, None, None]
+    qq = tl.arange(0, SUB_Q)[None, :, None]
     # 64-bit scalar bases, 32-bit offsets inside the tile.
-    in_ptrs = dt_ptr + (b.to(tl.int64) * S + c0 * Q) * H + ((kk * Q + qq) * H + hs)
+    in_ptrs = dt_ptr + (b.to(tl.int64) * S + c0 * Q) * H + ((kk * Q + qq) * H + hh)
     out_off = (b.to(tl.int64) * H * NC + c0) * Q + (hh * (NC * Q) + kk * Q + qq)
     if H % BLOCK_H == 0:
         hmask = None  # no predicate: every access can be a full 16-byte vector
@@ -120,24 +115,22 @@ def _tile_ptr(
     else:
         hmask = h < H
         mask = hh < H
-    a = tl.load(a_ptr + h, mask=hmask)
-    a = a[:, None, None] if HEADS_FIRST else a[None, None, :]
+    a = tl.load(a_ptr + h, mask=hmask)[None, None, :]
     bias = a
     if HAS_BIAS:
-        bias = tl.load(bias_ptr + h, mask=hmask)
-        bias = bias[:, None, None] if HEADS_FIRST else bias[None, None, :]
-    carry = _carry_init(BLOCK_H, CHUNKS, HEADS_FIRST)
+        bias = tl.load(bias_ptr + h, mask=hmask)[None, None, :]
+    carry = tl.zeros([CHUNKS, BLOCK_H], tl.float32)
     if SUB_Q == Q:
-        x = tl.load(in_ptrs, mask=mask)
-        dt, cs, carry = _step(x, a, bias, lo, hi, carry, AXIS, HAS_BIAS, SOFTPLUS, False)
-        tl.store(out_ptr + out_off, dt.to(out_ptr.dtype.element_ty), mask=mask)
-        tl.store(da_ptr + out_off, cs, mask=mask)
+        x = _load(in_ptrs, mask, HINTS)
+        dt, cs, carry = _step(x, a, bias, lo, hi, carry, 1, HAS_BIAS, SOFTPLUS, False)
+        _store(out_ptr + out_off, dt.to(out_ptr.dtype.element_ty), mask, HINTS)
+        _store(da_ptr + out_off, cs, mask, HINTS)
     else:
         for q0 in tl.range(0, Q, SUB_Q, num_stages=NUM_STAGES):
-            x = tl.load(in_ptrs + q0 * H, mask=mask)
-            dt, cs, carry = _step(x, a, bias, lo, hi, carry, AXIS, HAS_BIAS, SOFTPLUS, True)
-            tl.store(out_ptr + out_off + q0, dt.to(out_ptr.dtype.element_ty), mask=mask)
-            tl.store(da_ptr + out_off + q0, cs, mask=mask)
+            x = _load(in_ptrs + q0 * H, mask, HINTS)
+            dt, cs, carry = _step(x, a, bias, lo, hi, carry, 1, HAS_BIAS, SOFTPLUS, True)
+            _store(out_ptr + out_off + q0, dt.to(out_ptr.dtype.element_ty), mask, HINTS)
+            _store(da_ptr + out_off + q0, cs, mask, HINTS)
 
 
 @triton.jit
@@ -166,19 +159,20 @@ def _tile_tma(
         da_desc.store([b, h0, c0, q0], tl.reshape(tl.permute(cs, (2, 0, 1)), [1, BLOCK_H, CHUNKS, SUB_Q]))
 
 
-@triton.jit(do_not_specialize=["h_stride"])
+@triton.jit
 def chunk_cumsum_kernel(
-    dt_ptr, a_ptr, bias_ptr, limit_ptr, out_ptr, da_ptr, h_stride,
+    dt_ptr, a_ptr, bias_ptr, limit_ptr, out_ptr, da_ptr,
     B: tl.constexpr, S: tl.constexpr, H: tl.constexpr, Q: tl.constexpr,
     BLOCK_H: tl.constexpr, CHUNKS: tl.constexpr, SUB_Q: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, LAYOUT: tl.constexpr, SWEEP_HEADS: tl.constexpr,
-    PERSISTENT: tl.constexpr, NUM_STAGES: tl.constexpr,
+    PERSISTENT: tl.constexpr, NUM_STAGES: tl.constexpr, HINTS: tl.constexpr,
 ):
     """dt (B, S, H) fp32 → dt_out, dA_cumsum (B, H, S/Q, Q); limit_ptr holds [dt_min, dt_max] in fp32.
 
-    With LAYOUT == TMA, dt_ptr, out_ptr and da_ptr are tensor descriptors (see _tile_tma). h_stride must
-    be 1 (the head stride of dt). PERSISTENT: fewer programs than tiles, each walking tiles with a grid
-    stride (a software-pipelined loop when it is the innermost one); otherwise one program per tile.
+    With LAYOUT == TMA, dt_ptr, out_ptr and da_ptr are tensor descriptors (see _tile_tma). PERSISTENT:
+    fewer programs than tiles, each walking tiles with a grid stride (a software-pipelined loop when it
+    is the innermost one); otherwise one program per tile. HINTS (ROWS only): evict-first loads and
+    streaming stores.
     """
     num_tiles: tl.constexpr = B * (S // Q // CHUNKS) * ((H + BLOCK_H - 1) // BLOCK_H)
     lo = tl.load(limit_ptr)
@@ -189,15 +183,15 @@ def chunk_cumsum_kernel(
                 _tile_tma(t, dt_ptr, a_ptr, bias_ptr, out_ptr, da_ptr, lo, hi, S, H, Q, BLOCK_H, CHUNKS,
                           SUB_Q, HAS_BIAS, SOFTPLUS, SWEEP_HEADS, NUM_STAGES)
             else:
-                _tile_ptr(t, dt_ptr, a_ptr, bias_ptr, out_ptr, da_ptr, lo, hi, h_stride, S, H, Q, BLOCK_H,
-                          CHUNKS, SUB_Q, HAS_BIAS, SOFTPLUS, LAYOUT, SWEEP_HEADS, NUM_STAGES)
+                _tile_rows(t, dt_ptr, a_ptr, bias_ptr, out_ptr, da_ptr, lo, hi, S, H, Q, BLOCK_H, CHUNKS,
+                           SUB_Q, HAS_BIAS, SOFTPLUS, SWEEP_HEADS, NUM_STAGES, HINTS)
     else:
         if LAYOUT == 2:
             _tile_tma(tl.program_id(0), dt_ptr, a_ptr, bias_ptr, out_ptr, da_ptr, lo, hi, S, H, Q, BLOCK_H,
                       CHUNKS, SUB_Q, HAS_BIAS, SOFTPLUS, SWEEP_HEADS, NUM_STAGES)
         else:
-            _tile_ptr(tl.program_id(0), dt_ptr, a_ptr, bias_ptr, out_ptr, da_ptr, lo, hi, h_stride, S, H, Q,
-                      BLOCK_H, CHUNKS, SUB_Q, HAS_BIAS, SOFTPLUS, LAYOUT, SWEEP_HEADS, NUM_STAGES)
+            _tile_rows(tl.program_id(0), dt_ptr, a_ptr, bias_ptr, out_ptr, da_ptr, lo, hi, S, H, Q, BLOCK_H,
+                       CHUNKS, SUB_Q, HAS_BIAS, SOFTPLUS, SWEEP_HEADS, NUM_STAGES, HINTS)
 
 
 def num_tiles(B: int, S: int, H: int, Q: int, block_h: int, chunks: int) -> int:
