@@ -8,12 +8,12 @@ vary fastest, of the outputs when chunks do).
 
 Two data paths (LAYOUT), both reading ``dt`` as [CHUNKS, SUB_Q, BLOCK_H] blocks (heads contiguous):
 
-* ``ROWS`` (1): plain loads and stores through pointer blocks. Triton's coalescing pass gives the load a
+* rows (LAYOUT 1): plain loads and stores through pointer blocks. Triton's coalescing pass gives the load a
   layout of 16-byte vectors along H and the stores layouts of 16-byte vectors along the sequence; the
   arithmetic and the scan run in the load's layout and the results go through shared memory before each
   store. mamba_ssm's heads-first [BLOCK_H, Q] block compiles to the same TTGIR (layouts follow pointer
   contiguity, not the axis order of the source), so there is no separate "heads" path.
-* ``TMA`` (2): the bulk tensor copy engine moves [CHUNKS, SUB_Q, BLOCK_H] boxes of ``dt`` into shared
+* tma (LAYOUT 2): the bulk tensor copy engine moves [CHUNKS, SUB_Q, BLOCK_H] boxes of ``dt`` into shared
   memory and [BLOCK_H, CHUNKS, SUB_Q] boxes of the outputs back out; out-of-range heads are zero-filled
   on load and dropped on store by the hardware, and in loops Triton multi-buffers the copies.
 
@@ -25,9 +25,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-ROWS = 1
-TMA = 2
 
 
 @triton.jit
@@ -99,7 +96,7 @@ def _tile_rows(
     SUB_Q: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, SWEEP_HEADS: tl.constexpr,
     NUM_STAGES: tl.constexpr, HINTS: tl.constexpr,
 ):
-    """ROWS layout: [CHUNKS, SUB_Q, BLOCK_H] pointer blocks, scan along axis 1."""
+    """rows layout: [CHUNKS, SUB_Q, BLOCK_H] pointer blocks, scan along axis 1."""
     NC: tl.constexpr = S // Q
     b, c0, hb = _tile_coords(t, NC, (H + BLOCK_H - 1) // BLOCK_H, CHUNKS, SWEEP_HEADS)
     h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -140,7 +137,7 @@ def _tile_tma(
     SUB_Q: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, SWEEP_HEADS: tl.constexpr,
     NUM_STAGES: tl.constexpr,
 ):
-    """TMA layout: descriptors over dt as (B, S/Q, Q, H) and the outputs as (B, H, S/Q, Q)."""
+    """tma layout: descriptors over dt as (B, S/Q, Q, H) and the outputs as (B, H, S/Q, Q)."""
     b, c0, hb = _tile_coords(t, S // Q, (H + BLOCK_H - 1) // BLOCK_H, CHUNKS, SWEEP_HEADS)
     h0 = hb * BLOCK_H
     h = h0 + tl.arange(0, BLOCK_H)
@@ -169,9 +166,9 @@ def chunk_cumsum_kernel(
 ):
     """dt (B, S, H) fp32 → dt_out, dA_cumsum (B, H, S/Q, Q); limit_ptr holds [dt_min, dt_max] in fp32.
 
-    With LAYOUT == TMA, dt_ptr, out_ptr and da_ptr are tensor descriptors (see _tile_tma). PERSISTENT:
+    With LAYOUT == 2 (tma), dt_ptr, out_ptr and da_ptr are tensor descriptors (see _tile_tma). PERSISTENT:
     fewer programs than tiles, each walking tiles with a grid stride (a software-pipelined loop when it
-    is the innermost one); otherwise one program per tile. HINTS (ROWS only): evict-first loads and
+    is the innermost one); otherwise one program per tile. HINTS (rows only): evict-first loads and
     streaming stores.
     """
     num_tiles: tl.constexpr = B * (S // Q // CHUNKS) * ((H + BLOCK_H - 1) // BLOCK_H)
