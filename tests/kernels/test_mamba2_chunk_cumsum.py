@@ -165,10 +165,11 @@ def test_default_config_is_valid_for_every_workload_and_its_reduction() -> None:
 def test_constraints_reject_invalid_combinations() -> None:
     shape = T.workload("mamba2-780m-b1-s4k")  # H = 48
     d = SPACE.default
-    assert SPACE.is_valid(d.replace(BLOCK_H=64, num_warps=16), shape)
+    assert SPACE.is_valid(d.replace(BLOCK_H=64, SPLIT=2, num_warps=8), shape)
     assert not SPACE.is_valid(d.replace(BLOCK_H=64, num_warps=8), shape)  # 64 elements per thread
-    assert not SPACE.is_valid(d.replace(BLOCK_H=128, num_warps=16), shape)  # beyond next_pow2(48)
-    assert not SPACE.is_valid(d.replace(BLOCK_H=64, CHUNKS=2, num_warps=16), shape)  # 32768 elements
+    assert not SPACE.is_valid(d.replace(BLOCK_H=64, num_warps=16), shape)  # 32 per thread at 16 warps
+    assert SPACE.is_valid(d.replace(BLOCK_H=32, num_warps=16), shape)
+    assert not SPACE.is_valid(d.replace(BLOCK_H=128, SPLIT=4, num_warps=8), shape)  # beyond next_pow2(48)
     assert not SPACE.is_valid(d.replace(BLOCK_H=1, num_warps=16), shape)  # threads without an element
     assert not SPACE.is_valid(d.replace(BLOCK_H=64, num_warps=1), shape)  # 512 elements per thread
     assert not SPACE.is_valid(d.replace(num_stages=3), shape)  # no loop to pipeline
@@ -178,7 +179,8 @@ def test_constraints_reject_invalid_combinations() -> None:
     odd = T.make_shape({"B": 1, "S": 512, "H": 6})
     assert not SPACE.is_valid(d.replace(layout="tma"), odd)  # 24-byte rows: not TMA-aligned
     assert SPACE.is_valid(d.replace(layout="tma"), shape)
-    assert not SPACE.is_valid(d.replace(sweep="heads", BLOCK_H=64, num_warps=16), shape)  # one head block
+    one_block = d.replace(BLOCK_H=64, SPLIT=2, num_warps=8)
+    assert not SPACE.is_valid(one_block.replace(sweep="heads"), shape)  # a single head block
 
 
 def test_every_parameter_varies_among_valid_configs() -> None:
