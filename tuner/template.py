@@ -198,6 +198,13 @@ class KernelTemplate(abc.ABC):
     def reference(self, shape: Shape, inputs: Tensors) -> dict[str, torch.Tensor]:
         """Expected outputs computed in float32/float64 with plain PyTorch; one entry per output spec."""
 
+    def output_specs(self, shape: Shape) -> tuple[OutputSpec, ...]:
+        """The outputs and their error bounds for ``shape`` (bounds may depend on its dtypes).
+
+        Default: the class-level :attr:`outputs`. Checkers should call this rather than read ``outputs``.
+        """
+        return self.outputs
+
     @abc.abstractmethod
     def allocate_outputs(self, shape: Shape, inputs: Tensors) -> dict[str, torch.Tensor]:
         """Uninitialised output tensors in the kernel's output dtypes, on the inputs' device."""
