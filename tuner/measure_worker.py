@@ -177,7 +177,7 @@ def prepare(
             return MeasureResult(status, config, errors=dict(worst), reason=reason, timer=backend.timer,
                                  phases=phases)
         start = time.perf_counter()
-        verdict = compare(template, outputs, reference)
+        verdict = compare(template, shape, outputs, reference)
         verify_s += time.perf_counter() - start
         for name, error in verdict.errors.items():
             worst[name] = max(error, worst.get(name, 0.0))
@@ -229,7 +229,7 @@ def fresh_case(
         inputs = template.make_inputs(shape, backend.torch_device, seed)
         reference = template.reference(shape, inputs)
         outputs = template.allocate_outputs(shape, inputs)
-        for spec in template.outputs:
+        for spec in template.output_specs(shape):
             poison_(outputs[spec.name], reference[spec.name])
     except Exception as exc:
         raise MeasureSetupError(f"{template.name}: inputs/reference/outputs raised {describe(exc)}") from exc
@@ -256,10 +256,13 @@ def run_once(
 
 
 def compare(
-    template: KernelTemplate, outputs: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Tensor]
+    template: KernelTemplate,
+    shape: Shape,
+    outputs: Mapping[str, torch.Tensor],
+    reference: Mapping[str, torch.Tensor],
 ) -> Verdict:
     try:
-        return check_outputs(outputs, reference, template.outputs)
+        return check_outputs(outputs, reference, template.output_specs(shape))
     except ValueError as exc:
         raise MeasureSetupError(f"{template.name}: {exc}") from exc
 

@@ -66,7 +66,9 @@ def get(name: str) -> KernelTemplate:
     """
     template = load(ref_of(name))
     if template.name != name:
-        raise UnknownTemplateError(f"template {name!r} is registered to {ref_of(name)}, whose name is {template.name!r}")
+        raise UnknownTemplateError(
+            f"template {name!r} is registered to {ref_of(name)}, whose name is {template.name!r}"
+        )
     return template
 
 

@@ -37,7 +37,8 @@ def tuner(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         (["tune", VS], "give at least one --workload, --shape or --all-workloads"),
         (["tune", VS, "--shape", "n=64", "--sampler", "anneal"], "unknown sampler 'anneal'"),
         (["tune", VS, "--shape", "n=64", "--device", "tpu"], "unknown device 'tpu'"),
-        (["tune", "fault_vector_scale_broken", "--shape", "n=64"], "broken_space.yaml: parameters.BLOCK.pow2: Value error, low (24)"),
+        (["tune", "fault_vector_scale_broken", "--shape", "n=64"],
+         "broken_space.yaml: parameters.BLOCK.pow2: Value error, low (24)"),
         (["best", VS, "--shape", "n=64"], "no best config stored"),
     ],
 )
