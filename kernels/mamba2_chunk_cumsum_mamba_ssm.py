@@ -131,6 +131,7 @@ def comparators() -> tuple[Comparator, ...]:
                 doc=f"mamba_ssm's kernel at BLOCK_SIZE_H={bh}, {AUTOTUNE_NUM_WARPS} warps (no autotuning)",
                 build=build_fixed(bh),
                 unavailable=unavailable,
+                group="mamba_ssm best fixed BLOCK_SIZE_H",
             )
         )
     return tuple(lines)

@@ -156,7 +156,9 @@ def render_markdown(report: Report) -> str:
         return "\n".join(out) + "\n"
     for device in sorted({r.device for r in report.rows}):
         rows = [r for r in report.rows if r.device == device]
-        line_names = sorted({ln.name for r in rows for ln in r.lines})
+        # Lines that never ran on this device get a note instead of empty columns.
+        line_names = sorted({ln.name for r in rows for ln in r.lines if ln.median_us is not None})
+        silent = sorted({f"{ln.name}: {ln.note}" for r in rows for ln in r.lines if ln.name not in line_names})
         timer = next((r.timer for r in rows if r.timer), "?")
         out += [f"## {device} (timer: {timer}; times in µs, median of the final interleaved round)", ""]
         header = ["workload", "best config", "best µs (p20–p80)", "default µs", "default / best"]
@@ -195,6 +197,9 @@ def render_markdown(report: Report) -> str:
         gm += ["", "", ""]
         out.append("| " + " | ".join(gm) + " |")
         out.append("")
+        out += [f"- not measured: {note}" for note in silent]
+        if silent:
+            out.append("")
     out += ["## Environment", ""]
     for fp in report.fingerprints:
         out.append("| field | value |")
