@@ -14,6 +14,8 @@ A space is loaded from ``search_spaces/<template>.yaml``::
         reason: a program may not cover more heads than there are
       - S % (ROWS * Q) == 0          # a bare string is a constraint without a reason
     default: {BLOCK_H: 4, num_warps: 4, layout: heads, ROWS: 1, persistent: false}
+    seeds:                           # optional: more configs every new study measures early
+      - {BLOCK_H: 32, num_warps: 8, layout: rows, ROWS: 1, persistent: false}
 
 Constraint expressions see every parameter and every shape dim (:mod:`tuner.expr` lists what they may use).
 Loading validates the whole file and names the offending key on error (:class:`SearchSpaceError`).
@@ -102,6 +104,7 @@ class _SpaceFile(_Strict):
     parameters: dict[str, _ParamModel] = Field(min_length=1)
     constraints: list[_Constraint | str] = Field(default_factory=list)
     default: dict[str, int | float | str | bool]
+    seeds: list[dict[str, int | float | str | bool]] = Field(default_factory=list)
 
 
 # -- runtime objects ----------------------------------------------------------------------------------
@@ -148,6 +151,7 @@ class SearchSpace:
     default: Config
     doc: str = ""
     source: str = ""
+    seeds: tuple[Config, ...] = ()  # expert configs measured early in every new study (after the default)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -258,7 +262,13 @@ def parse_space(data: object, *, source: str, shape_dims: tuple[str, ...] = ()) 
         default = space.validate_config(model.default)
     except ConfigError as exc:
         raise SearchSpaceError(f"{source}: default: {exc}") from None
-    return SearchSpace(model.template, params, tuple(constraints), default, model.doc, source)
+    seeds = []
+    for i, raw in enumerate(model.seeds):
+        try:
+            seeds.append(space.validate_config(raw))
+        except ConfigError as exc:
+            raise SearchSpaceError(f"{source}: seeds.{i}: {exc}") from None
+    return SearchSpace(model.template, params, tuple(constraints), default, model.doc, source, tuple(seeds))
 
 
 def load_space(path: Path, *, shape_dims: tuple[str, ...] = ()) -> SearchSpace:

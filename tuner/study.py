@@ -168,13 +168,35 @@ def open_study(
         study.set_user_attr("template", template.name)
         study.set_user_attr("shape", shape.key())
         study.set_user_attr("device", f"{key.device_kind}:{key.device_name}")
-        # The incumbent is measured first: every sweep starts from the known-good default.
-        study.enqueue_trial(space.default.to_dict(), skip_if_exists=True)
+        for config in warm_starts(store, space, key):
+            study.enqueue_trial(config.to_dict(), skip_if_exists=True)
     seed_base = zlib.crc32(key.study_name().encode()) if seed is None else seed
     return StudyContext(
         template, template_ref, shape, space, key, study_row.id, study, optuna_sampler, store, measurer,
         seed_base=seed_base,
     )
+
+
+def warm_starts(store: db.Store, space: SearchSpace, key: StudyKey, limit: int = 4) -> list[Config]:
+    """Configs a new study measures first: the default (the incumbent), the space's expert seeds, then the
+    best configs published for other shapes of this template on this device (nearest shapes first), each
+    once and only if valid for this shape. Invalid ones are left out rather than wasted as trials."""
+    from tuner.lookup import shape_distance
+
+    with store.session(readonly=True) as session:
+        published = db.list_best(session, template=key.template, device_kind=key.device_kind,
+                                 device_name=key.device_name)
+    shape = key.shape.to_dict()
+    others = sorted(
+        (b for b in published if b.template_version == key.template_version and b.shape_key != key.shape_key),
+        key=lambda b: shape_distance(shape, b.shape),
+    )
+    ordered = [space.default, *space.seeds, *(Config.from_json(b.config_json) for b in others[:limit])]
+    chosen: list[Config] = []
+    for config in ordered:
+        if config not in chosen and set(config) == set(space.names) and space.is_valid(config, key.shape):
+            chosen.append(config)
+    return chosen
 
 
 def run_trials(

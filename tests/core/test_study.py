@@ -96,3 +96,15 @@ def test_a_study_with_no_passing_config_publishes_nothing(tmp_path, measurer: Me
     assert len(records) == 20 and all(r.status is Status.INVALID for r in records)
     final = finalize(ctx, comparators=False)
     assert final.winner is None and not final.published
+
+
+def test_new_studies_start_from_default_seeds_and_neighbours_best(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    first = open_study(NAME, Shape(n=512), store=store, measurer=measurer, sampler="random", seed=5)
+    run_trials(first, CountBudget(6))
+    winner = finalize(first, comparators=False).winner
+    assert winner is not None
+    second = open_study(NAME, Shape(n=1024), store=store, measurer=measurer, sampler="random", seed=5)
+    records = run_trials(second, CountBudget(2))
+    assert records[0].config == Config(mode="ok", BLOCK=64)  # the default, first
+    assert records[1].config == winner.result.config or winner.result.config == records[0].config

@@ -75,9 +75,12 @@ def test_unknown_workload_lists_known_ones() -> None:
 
 
 def test_registry_is_explicit_and_lazy() -> None:
-    registry.register("toy-test", f"{__name__}:_Toy")
-    assert registry.get("toy-test").name == "toy"
-    assert "toy-test" in registry.names()
+    registry.register("toy", f"{__name__}:_Toy")
+    assert registry.get("toy").name == "toy"
+    assert "toy" in registry.names()
+    registry.register("toy-alias", f"{__name__}:_Toy")
+    with pytest.raises(UnknownTemplateError, match="whose name is 'toy'"):
+        registry.get("toy-alias")
     with pytest.raises(UnknownTemplateError, match="unknown template 'nope'"):
         registry.get("nope")
     with pytest.raises(TypeError, match="not a KernelTemplate"):
