@@ -137,3 +137,109 @@ class BestConfigRow(Base):
     device_name: Mapped[str] = mapped_column(String(256))
     fingerprint_hash: Mapped[str] = mapped_column(String(64))
     published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+# -- the job queue (revision 0002) ----------------------------------------------------------------------
+JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
+TASK_STATES = ("queued", "running", "finalizing", "done", "failed", "cancelled")
+WORKER_STATES = ("idle", "busy", "stopped", "lost")
+
+
+class JobRow(Base):
+    """A tuning job: one template, several shapes (tasks), a device requirement and a budget per shape."""
+
+    __tablename__ = "tuner_jobs"
+    __table_args__ = (
+        CheckConstraint("state IN ('queued', 'running', 'done', 'failed', 'cancelled')", name="state"),
+        Index("ix_tuner_jobs_state_priority", "state", "priority"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    template: Mapped[str] = mapped_column(String(128))
+    template_version: Mapped[str] = mapped_column(String(64))
+    backend: Mapped[str] = mapped_column(String(32))  # a worker must declare it (triton | tilelang)
+    device_kind: Mapped[str] = mapped_column(String(16))
+    device_name: Mapped[str | None] = mapped_column(String(256))  # None: any device of the kind
+    trials: Mapped[int] = mapped_column(Integer)  # measured trials per shape
+    sampler: Mapped[str] = mapped_column(String(32))
+    seed: Mapped[int | None] = mapped_column(Integer)
+    samples: Mapped[int] = mapped_column(Integer)
+    candidate_timeout_s: Mapped[float] = mapped_column(Double)
+    finalists: Mapped[int] = mapped_column(Integer)
+    comparators: Mapped[bool] = mapped_column(default=True)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16), default="queued")
+    error: Mapped[str | None] = mapped_column(Text)
+    submitted_by: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class TaskRow(Base):
+    """One shape of a job. Trials are counted through slots: reserved before a trial, done with its
+    measurement in the same transaction, so that counts add up exactly whoever measures."""
+
+    __tablename__ = "tuner_tasks"
+    __table_args__ = (
+        UniqueConstraint("job_id", "shape_key", name="uq_tuner_tasks_job_shape"),
+        Index("ix_tuner_tasks_state", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("tuner_jobs.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(String(256))
+    shape_key: Mapped[str] = mapped_column(String(1024))
+    shape_json: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), default="queued")
+    trials_target: Mapped[int] = mapped_column(Integer)
+    trials_reserved: Mapped[int] = mapped_column(Integer, default=0)
+    trials_done: Mapped[int] = mapped_column(Integer, default=0)
+    trials_failed: Mapped[int] = mapped_column(Integer, default=0)
+    study_id: Mapped[int | None] = mapped_column(ForeignKey("tuner_studies.id", ondelete="SET NULL"))
+    finalizer_id: Mapped[str | None] = mapped_column(String(64))
+    best_us: Mapped[float | None] = mapped_column(Double)
+    best_config_json: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class WorkerRow(Base):
+    """A worker process bound to one device; its lease is renewed by heartbeat."""
+
+    __tablename__ = "tuner_workers"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host: Mapped[str] = mapped_column(String(256))
+    pid: Mapped[int] = mapped_column(Integer)
+    device_kind: Mapped[str] = mapped_column(String(16))
+    device_name: Mapped[str] = mapped_column(String(256))
+    device_index: Mapped[int] = mapped_column(Integer, default=0)
+    backends_json: Mapped[str] = mapped_column(Text)
+    fingerprint_hash: Mapped[str] = mapped_column(String(64))
+    fingerprint_json: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), default="idle")
+    current_task_id: Mapped[int | None] = mapped_column(ForeignKey("tuner_tasks.id", ondelete="SET NULL"))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_heartbeat: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    lease_expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class SlotRow(Base):
+    """One trial of a task, reserved by a worker ('reserved') and completed with its measurement ('done')."""
+
+    __tablename__ = "tuner_slots"
+    __table_args__ = (
+        CheckConstraint("state IN ('reserved', 'done')", name="state"),
+        Index("ix_tuner_slots_task_state", "task_id", "state"),
+        Index("ix_tuner_slots_worker", "worker_id"),
+    )
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tuner_tasks.id", ondelete="CASCADE"))
+    worker_id: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), default="reserved")
+    trial_number: Mapped[int | None] = mapped_column(Integer)
+    measurement_id: Mapped[int | None] = mapped_column(ForeignKey("tuner_measurements.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -102,3 +102,88 @@ class BestRecord:
     @property
     def shape(self) -> dict[str, Any]:
         return dict(json.loads(self.shape_json))
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One shape of a job, with its trial counts (done ≤ reserved ≤ target)."""
+
+    id: int
+    job_id: int
+    position: int
+    label: str
+    shape_key: str
+    shape_json: str
+    state: str
+    trials_target: int
+    trials_reserved: int
+    trials_done: int
+    trials_failed: int
+    study_id: int | None
+    finalizer_id: str | None
+    best_us: float | None
+    best_config_json: str | None
+    error: str | None
+    updated_at: datetime
+
+    @property
+    def shape(self) -> dict[str, Any]:
+        return dict(json.loads(self.shape_json))
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job with its tasks (in submission order) and the ids of the workers on it now."""
+
+    id: int
+    template: str
+    template_version: str
+    backend: str
+    device_kind: str
+    device_name: str | None
+    trials: int
+    sampler: str
+    seed: int | None
+    samples: int
+    candidate_timeout_s: float
+    finalists: int
+    comparators: bool
+    priority: int
+    state: str
+    error: str | None
+    submitted_by: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    tasks: tuple[TaskRecord, ...] = ()
+    workers: tuple[str, ...] = ()
+
+    @property
+    def trials_done(self) -> int:
+        return sum(t.trials_done for t in self.tasks)
+
+    @property
+    def trials_total(self) -> int:
+        return sum(t.trials_target for t in self.tasks)
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    id: str
+    host: str
+    pid: int
+    device_kind: str
+    device_name: str
+    device_index: int
+    backends_json: str
+    fingerprint_hash: str
+    fingerprint_json: str
+    state: str
+    current_task_id: int | None
+    started_at: datetime
+    last_heartbeat: datetime
+    lease_expires_at: datetime
+
+    @property
+    def backends(self) -> list[str]:
+        return list(json.loads(self.backends_json))

@@ -129,6 +129,11 @@ class Measurer:
                     groups.extend([[i] for i in outcome.retry] if outcome.split else [outcome.retry])
         return [dataclasses.replace(results[i], config=c.result_config()) for i, c in enumerate(candidates)]
 
+    def set_options(self, options: MeasureOptions) -> None:
+        """Use these options from the next call on (a worker serving jobs with other sample counts)."""
+        with self._lock:
+            self.options = options
+
     def close(self) -> None:
         """Stop the worker. Idempotent; the measurer cannot be used afterwards."""
         with self._lock:

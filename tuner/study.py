@@ -27,6 +27,7 @@ from typing import Protocol
 import optuna
 from optuna.trial import TrialState
 from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 import db
 from tuner import registry
@@ -56,6 +57,10 @@ class TrialBudget(Protocol):
     def release(self) -> None:
         """Give back a slot taken by :meth:`reserve` that did not lead to a measurement."""
 
+    def record(self, session: Session, *, trial_number: int, measurement_id: int, result: MeasureResult) -> None:
+        """Spend the reserved slot on this measurement, in the transaction that stores it (so that a
+        measurement is stored if and only if its slot is spent). May raise to roll the measurement back."""
+
 
 @dataclass
 class CountBudget:
@@ -72,6 +77,9 @@ class CountBudget:
 
     def release(self) -> None:
         self.used -= 1
+
+    def record(self, session: Session, *, trial_number: int, measurement_id: int, result: MeasureResult) -> None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -121,8 +129,10 @@ class StudyContext:
     sampler: optuna.samplers.BaseSampler
     store: db.Store
     measurer: Measurer
+    storage: optuna.storages.BaseStorage | None = None
     worker: str = field(default_factory=db.worker_id)
     seed_base: int = 0
+    current_trial_id: int | None = None  # the Optuna trial being measured (for heartbeats)
 
 
 def open_study(
@@ -133,9 +143,12 @@ def open_study(
     measurer: Measurer,
     sampler: str = "tpe",
     seed: int | None = None,
+    heartbeat_s: float | None = None,
 ) -> StudyContext:
     """Create or load the study for (template, shape, the measurer's device fingerprint).
 
+    ``heartbeat_s`` turns on Optuna's trial heartbeats (workers sharing a study): a trial whose process
+    stops beating for 4 intervals is failed by the next worker and retried with the same parameters.
     Raises UnknownTemplateError, SearchSpaceError, UserInputError (sampler), StoreError, DeviceError.
     """
     template_ref = registry.ref_of(template_name)
@@ -157,9 +170,10 @@ def open_study(
             fingerprint_json=fingerprint.to_json(),
         )
     optuna_sampler = make_sampler(sampler, space, seed)
+    storage = optuna_storage(store, heartbeat_s=heartbeat_s)
     study = optuna.create_study(
         study_name=key.study_name(),
-        storage=optuna_storage(store),
+        storage=storage,
         sampler=optuna_sampler,
         direction="minimize",
         load_if_exists=True,
@@ -173,7 +187,7 @@ def open_study(
     seed_base = zlib.crc32(key.study_name().encode()) if seed is None else seed
     return StudyContext(
         template, template_ref, shape, space, key, study_row.id, study, optuna_sampler, store, measurer,
-        seed_base=seed_base,
+        storage=storage, seed_base=seed_base,
     )
 
 
@@ -208,14 +222,18 @@ def run_trials(
     max_skips: int | None = None,
 ) -> list[TrialRecord]:
     """Run trials while the budget grants slots. Invalid and duplicate configs cost no slot; at most
-    ``max_skips`` of them in a row (default 200) end the loop, as does an exhausted grid."""
+    ``max_skips`` of them in a row (default 200) end the loop, as does an exhausted grid. With trial
+    heartbeats on, trials of workers that stopped beating are failed (and so retried) before each trial."""
     records: list[TrialRecord] = []
     skips = 0
     limit = 200 if max_skips is None else max_skips
+    heartbeats = isinstance(ctx.storage, optuna.storages.RDBStorage) and bool(ctx.storage.get_heartbeat_interval())
     while not (should_stop and should_stop()):
+        if heartbeats:
+            optuna.storages.fail_stale_trials(ctx.study)
         if exhausted(ctx.sampler, ctx.study) or not budget.reserve():
             break
-        record = _one_trial(ctx)
+        record = _one_trial(ctx, budget)
         records.append(record)
         if on_trial:
             on_trial(record)
@@ -230,7 +248,7 @@ def run_trials(
     return records
 
 
-def _one_trial(ctx: StudyContext) -> TrialRecord:
+def _one_trial(ctx: StudyContext, budget: TrialBudget) -> TrialRecord:
     started = time.perf_counter()
     trial = ctx.study.ask()
     config = ctx.space.suggest(trial)
@@ -246,10 +264,22 @@ def _one_trial(ctx: StudyContext) -> TrialRecord:
         result = _result_of(previous)
         _tell(ctx, trial, result, previous.id)
         return _record(trial.number, result, previous.trial_number, started)
-    result = ctx.measurer.measure(
-        ctx.template_ref, ctx.shape, Candidate(config=config), seed=ctx.seed_base + trial.number
-    )
-    measurement_id = _store_result(ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=trial.number)
+    ctx.current_trial_id = trial._trial_id
+    try:
+        result = ctx.measurer.measure(
+            ctx.template_ref, ctx.shape, Candidate(config=config), seed=ctx.seed_base + trial.number
+        )
+        measurement_id = _store_result(
+            ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=trial.number, budget=budget
+        )
+    except BaseException as exc:
+        # The measurement was not stored (store down, slot lost, interrupted): fail the trial so that
+        # the study does not keep a RUNNING trial, and let the caller decide what to do.
+        trial.set_user_attr("reason", f"not recorded: {type(exc).__name__}: {exc}"[:2000])
+        ctx.study.tell(trial, state=TrialState.FAIL)
+        raise
+    finally:
+        ctx.current_trial_id = None
     record = _record(trial.number, result, None, started)
     trial.set_user_attr("overhead_s", round(record.overhead_s, 6))
     _tell(ctx, trial, result, measurement_id)
@@ -282,13 +312,15 @@ def _tell(ctx: StudyContext, trial: optuna.Trial, result: MeasureResult, measure
 
 def _store_result(
     ctx: StudyContext, result: MeasureResult, *, role: str, candidate: str,
-    trial_number: int | None = None, round_id: str | None = None,
+    trial_number: int | None = None, round_id: str | None = None, budget: TrialBudget | None = None,
 ) -> int:
     with ctx.store.session() as session:
         row = db.add_result(
             session, study_id=ctx.study_id, role=role, candidate=candidate, result=result,
             trial_number=trial_number, round_id=round_id, worker=ctx.worker,
         )
+        if budget is not None and trial_number is not None:
+            budget.record(session, trial_number=trial_number, measurement_id=row.id, result=result)
     return row.id
 
 
@@ -314,14 +346,22 @@ def _result_of(row: db.MeasurementRecord) -> MeasureResult:
     )
 
 
-def optuna_storage(store: db.Store) -> optuna.storages.BaseStorage:
+def optuna_storage(store: db.Store, *, heartbeat_s: float | None = None) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage in the store's database (so that ``optuna-dashboard <url>`` shows the studies).
 
     On SQLite its connections get ``synchronous=NORMAL`` (safe under WAL, which the store has switched the
     file to): Optuna commits once per user attribute, and a full fsync per commit made the per-trial
-    overhead several times larger than the 50 ms target.
+    overhead several times larger than the 50 ms target. With ``heartbeat_s``, trials carry heartbeats
+    and stale ones are retried (RetryFailedTrialCallback) with the same parameters.
     """
-    storage = optuna.storages.RDBStorage(store.optuna_url)
+    extra: dict[str, object] = {}
+    if heartbeat_s is not None:
+        extra = {
+            "heartbeat_interval": max(1, round(heartbeat_s)),
+            "grace_period": max(4, round(4 * heartbeat_s)),
+            "failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=3),
+        }
+    storage = optuna.storages.RDBStorage(store.optuna_url, **extra)  # type: ignore[arg-type]
     if store.dialect == "sqlite":
         event.listen(storage.engine, "connect", _sqlite_synchronous_normal)
         storage.engine.dispose()  # connections opened before the listener existed

@@ -31,12 +31,16 @@ from tests.fixtures.studies import study_fields
 from tuner.errors import StoreError
 
 StudyFactory = Callable[..., StudyRecord]
-OUR_TABLES = {"tuner_studies", "tuner_measurements", "tuner_best_configs", VERSION_TABLE}
+OUR_TABLES = {
+    "tuner_studies", "tuner_measurements", "tuner_best_configs",  # 0001
+    "tuner_jobs", "tuner_tasks", "tuner_workers", "tuner_slots",  # 0002
+    VERSION_TABLE,
+}
 
 
 def test_open_migrates_an_empty_database_to_head(db_url: str) -> None:
     with Store.open(db_url) as store, store.engine.connect() as conn:
-        assert current_revision(conn) == head_revision() == "0001"
+        assert current_revision(conn) == head_revision() == "0002"
         assert set(inspect(conn).get_table_names()) == OUR_TABLES
 
 
@@ -53,7 +57,7 @@ def test_open_twice_keeps_data_and_revision(db_url: str, make_study: StudyFactor
         with again.engine.connect() as conn:
             assert current_revision(conn) == head_revision()
             rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
-    assert rows == [("0001",)]
+    assert rows == [("0002",)]
 
 
 def test_database_migrated_by_a_newer_tuner_is_refused(db_url: str) -> None:

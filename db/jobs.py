@@ -1,0 +1,429 @@
+"""Repository functions of the job queue: jobs, tasks (one per shape), trial slots, workers and leases.
+
+Protocol (tuner.worker drives it):
+  * ``claim_task`` — a worker takes a task of a job whose device requirement and backend it satisfies, in
+    one transaction (PostgreSQL: ``FOR UPDATE SKIP LOCKED``; SQLite: the store's writes take the database
+    lock up front, so claims are serialised on one host). Several workers may hold the same task.
+  * ``reserve_slot`` before each trial (an atomic conditional increment: never more than the target);
+    ``complete_slot`` in the same transaction as the trial's measurement; ``release_slot`` when a trial
+    did not need a measurement (invalid or duplicate config) or the worker stops.
+  * ``begin_finalize`` — when every slot of a task is done, exactly one worker wins the right to run
+    the final round; ``finish_task`` closes the task and, with its last task, the job.
+  * ``heartbeat`` renews a worker's lease; ``reap_lost_workers`` releases what workers whose lease
+    expired held (their reserved slots, a task they were finalising), so others finish the job.
+Timestamps come from the callers' clocks (UTC); hosts are expected to keep them synchronised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from db._convert import as_utc, to_record
+from db.errors import RecordConflictError
+from db.models import JobRow, SlotRow, TaskRow, WorkerRow, utcnow
+from db.records import JobRecord, TaskRecord, WorkerRecord
+from tuner.errors import NotFoundError
+
+ACTIVE_JOB_STATES = ("queued", "running")
+FINISHED_JOB_STATES = ("done", "failed", "cancelled")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    job: JobRecord
+    task: TaskRecord
+
+
+# -- jobs -----------------------------------------------------------------------------------------------
+def create_job(
+    session: Session,
+    *,
+    template: str,
+    template_version: str,
+    backend: str,
+    device_kind: str,
+    device_name: str | None,
+    trials: int,
+    sampler: str,
+    samples: int,
+    candidate_timeout_s: float,
+    tasks: Sequence[tuple[str, str, str]],
+    seed: int | None = None,
+    finalists: int = 3,
+    comparators: bool = True,
+    priority: int = 0,
+    submitted_by: str | None = None,
+) -> JobRecord:
+    """A queued job with one task per ``(label, shape_key, shape_json)``; ValueError when there is none or
+    a shape repeats (callers validate shapes against the template before)."""
+    if not tasks:
+        raise ValueError("a job needs at least one shape")
+    keys = [key for _, key, _ in tasks]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a job lists the same shape twice")
+    now = utcnow()
+    job = JobRow(
+        template=template, template_version=template_version, backend=backend, device_kind=device_kind,
+        device_name=device_name, trials=trials, sampler=sampler, seed=seed, samples=samples,
+        candidate_timeout_s=candidate_timeout_s, finalists=finalists, comparators=comparators, priority=priority,
+        state="queued", submitted_by=submitted_by, created_at=now, updated_at=now,
+    )
+    session.add(job)
+    session.flush()
+    for position, (label, shape_key, shape_json) in enumerate(tasks):
+        session.add(TaskRow(
+            job_id=job.id, position=position, label=label, shape_key=shape_key, shape_json=shape_json,
+            state="queued", trials_target=trials, trials_reserved=0, trials_done=0, trials_failed=0,
+            updated_at=now,
+        ))
+    session.flush()
+    return _job_record(session, job)
+
+
+def get_job(session: Session, *, job_id: int) -> JobRecord | None:
+    job = session.get(JobRow, job_id)
+    return None if job is None else _job_record(session, job)
+
+
+def list_jobs(
+    session: Session, *, state: str | None = None, limit: int = 50, offset: int = 0
+) -> list[JobRecord]:
+    """Jobs, newest first, with their tasks."""
+    query = select(JobRow).order_by(JobRow.id.desc()).offset(offset).limit(limit)
+    if state is not None:
+        query = query.where(JobRow.state == state)
+    return [_job_record(session, job) for job in session.scalars(query)]
+
+
+def count_jobs(session: Session, *, state: str | None = None) -> int:
+    query = select(func.count(JobRow.id))
+    if state is not None:
+        query = query.where(JobRow.state == state)
+    return int(session.scalar(query) or 0)
+
+
+def cancel_job(session: Session, *, job_id: int) -> JobRecord:
+    """Cancel a queued or running job and its unfinished tasks; workers stop at their next trial.
+
+    Raises NotFoundError for an unknown id and RecordConflictError when the job has already finished.
+    """
+    job = session.get(JobRow, job_id, with_for_update=True)
+    if job is None:
+        raise NotFoundError(f"no job {job_id}")
+    if job.state in FINISHED_JOB_STATES:
+        raise RecordConflictError(f"job {job_id} is already {job.state}")
+    now = utcnow()
+    job.state, job.updated_at, job.finished_at = "cancelled", now, now
+    session.execute(
+        update(TaskRow)
+        .where(TaskRow.job_id == job_id, TaskRow.state.in_(("queued", "running", "finalizing")))
+        .values(state="cancelled", updated_at=now)
+    )
+    session.flush()
+    return _job_record(session, job)
+
+
+def _job_record(session: Session, job: JobRow) -> JobRecord:
+    tasks = tuple(
+        to_record(TaskRecord, t)
+        for t in session.scalars(select(TaskRow).where(TaskRow.job_id == job.id).order_by(TaskRow.position))
+    )
+    task_ids = [t.id for t in tasks]
+    workers: tuple[str, ...] = ()
+    if task_ids:
+        workers = tuple(session.scalars(
+            select(WorkerRow.id).where(WorkerRow.current_task_id.in_(task_ids), WorkerRow.state == "busy")
+            .order_by(WorkerRow.id)
+        ))
+    fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(JobRecord) if f.name not in ("tasks", "workers")}
+    for name in ("created_at", "updated_at", "finished_at"):
+        if fields[name] is not None:
+            fields[name] = as_utc(fields[name])
+    return JobRecord(**fields, tasks=tasks, workers=workers)
+
+
+# -- workers ------------------------------------------------------------------------------------------
+def register_worker(
+    session: Session,
+    *,
+    worker_id: str,
+    host: str,
+    pid: int,
+    device_kind: str,
+    device_name: str,
+    device_index: int,
+    backends: Sequence[str],
+    fingerprint_hash: str,
+    fingerprint_json: str,
+    lease_s: float,
+) -> WorkerRecord:
+    now = utcnow()
+    row = WorkerRow(
+        id=worker_id, host=host, pid=pid, device_kind=device_kind, device_name=device_name,
+        device_index=device_index, backends_json=json.dumps(sorted(backends)), fingerprint_hash=fingerprint_hash,
+        fingerprint_json=fingerprint_json, state="idle", started_at=now, last_heartbeat=now,
+        lease_expires_at=now + timedelta(seconds=lease_s),
+    )
+    session.add(row)
+    session.flush()
+    return to_record(WorkerRecord, row)
+
+
+def heartbeat(session: Session, *, worker_id: str, lease_s: float) -> bool:
+    """Renew the worker's lease. False when it was declared lost (its work was given to others): the
+    worker must then stop what it does without recording more results."""
+    now = utcnow()
+    result = session.execute(
+        update(WorkerRow)
+        .where(WorkerRow.id == worker_id, WorkerRow.state.in_(("idle", "busy")))
+        .values(last_heartbeat=now, lease_expires_at=now + timedelta(seconds=lease_s))
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def list_workers(session: Session, *, include_stopped: bool = False) -> list[WorkerRecord]:
+    query = select(WorkerRow).order_by(WorkerRow.started_at.desc())
+    if not include_stopped:
+        query = query.where(WorkerRow.state.in_(("idle", "busy")))
+    return [to_record(WorkerRecord, w) for w in session.scalars(query)]
+
+
+def stop_worker(session: Session, *, worker_id: str) -> None:
+    """A worker leaving cleanly: its reserved slots go back to their tasks, its lease ends."""
+    _release_worker(session, worker_id, new_state="stopped")
+
+
+def reap_lost_workers(session: Session, *, now: datetime | None = None) -> list[str]:
+    """Declare workers whose lease expired lost and give back what they held; returns their ids."""
+    now = now or utcnow()
+    lost = list(session.scalars(
+        select(WorkerRow.id).where(WorkerRow.state.in_(("idle", "busy")), WorkerRow.lease_expires_at < now)
+        .with_for_update(skip_locked=True)
+    ))
+    for worker_id in lost:
+        _release_worker(session, worker_id, new_state="lost")
+    return lost
+
+
+def _release_worker(session: Session, worker_id: str, *, new_state: str) -> None:
+    now = utcnow()
+    reserved = session.execute(
+        select(SlotRow.task_id, func.count(SlotRow.id))
+        .where(SlotRow.worker_id == worker_id, SlotRow.state == "reserved")
+        .group_by(SlotRow.task_id)
+    ).all()
+    for task_id, n in reserved:
+        session.execute(
+            update(TaskRow).where(TaskRow.id == task_id)
+            .values(trials_reserved=TaskRow.trials_reserved - n, updated_at=now)
+        )
+    session.execute(
+        SlotRow.__table__.delete().where(SlotRow.worker_id == worker_id, SlotRow.state == "reserved")
+    )
+    # A final round it had begun goes back to 'running', where any worker may claim and finish it.
+    session.execute(
+        update(TaskRow).where(TaskRow.finalizer_id == worker_id, TaskRow.state == "finalizing")
+        .values(state="running", finalizer_id=None, updated_at=now)
+    )
+    session.execute(
+        update(WorkerRow).where(WorkerRow.id == worker_id)
+        .values(state=new_state, current_task_id=None, lease_expires_at=now)
+    )
+
+
+# -- claiming and trial slots ----------------------------------------------------------------------------
+def claim_task(
+    session: Session,
+    *,
+    worker_id: str,
+    device_kind: str,
+    device_name: str,
+    backends: Sequence[str],
+) -> Claim | None:
+    """The next task this worker can serve (highest priority, oldest job, first shape), or None.
+
+    A task is claimable while it has trial slots left, or when all its trials are done and nobody is
+    finalising it (its finaliser was lost). The worker becomes busy on it; the task and job run.
+    """
+    claimable = or_(
+        TaskRow.trials_reserved < TaskRow.trials_target,
+        and_(TaskRow.state == "running", TaskRow.trials_done >= TaskRow.trials_target),
+    )
+    query = (
+        select(TaskRow)
+        .join(JobRow, JobRow.id == TaskRow.job_id)
+        .where(
+            JobRow.state.in_(ACTIVE_JOB_STATES),
+            TaskRow.state.in_(("queued", "running")),
+            claimable,
+            JobRow.device_kind == device_kind,
+            or_(JobRow.device_name.is_(None), JobRow.device_name == device_name),
+            JobRow.backend.in_(list(backends)),
+        )
+        .order_by(JobRow.priority.desc(), JobRow.id, TaskRow.position)
+        .limit(1)
+        .with_for_update(skip_locked=True, of=TaskRow)
+    )
+    task = session.scalars(query).first()
+    if task is None:
+        return None
+    now = utcnow()
+    job = session.get(JobRow, task.job_id)
+    assert job is not None
+    if task.state == "queued":
+        task.state, task.updated_at = "running", now
+    if job.state == "queued":
+        job.state, job.updated_at = "running", now
+    session.execute(
+        update(WorkerRow).where(WorkerRow.id == worker_id).values(state="busy", current_task_id=task.id)
+    )
+    session.flush()
+    return Claim(_job_record(session, job), to_record(TaskRecord, task))
+
+
+def attach_study(session: Session, *, task_id: int, study_id: int) -> None:
+    session.execute(update(TaskRow).where(TaskRow.id == task_id, TaskRow.study_id.is_(None)).values(study_id=study_id))
+
+
+def reserve_slot(session: Session, *, task_id: int, worker_id: str) -> int | None:
+    """Reserve one trial of the task for this worker; the slot id, or None when every trial is taken or
+    the task no longer runs (cancelled, finished)."""
+    result = session.execute(
+        update(TaskRow)
+        .where(TaskRow.id == task_id, TaskRow.state == "running", TaskRow.trials_reserved < TaskRow.trials_target)
+        .values(trials_reserved=TaskRow.trials_reserved + 1, updated_at=utcnow())
+    )
+    if not result.rowcount:  # type: ignore[attr-defined]
+        return None
+    slot = SlotRow(task_id=task_id, worker_id=worker_id, state="reserved", created_at=utcnow())
+    session.add(slot)
+    session.flush()
+    return slot.id
+
+
+def complete_slot(
+    session: Session,
+    *,
+    slot_id: int,
+    trial_number: int,
+    measurement_id: int,
+    ok: bool,
+    median_us: float | None,
+    config_json: str,
+) -> None:
+    """Mark a reserved slot done with its measurement (call in the transaction that stores it).
+
+    Raises RecordConflictError when the slot is gone (its worker was declared lost and the slot given
+    back): the caller's transaction then rolls back, so the measurement is not stored twice."""
+    slot = session.get(SlotRow, slot_id, with_for_update=True)
+    if slot is None or slot.state != "reserved":
+        raise RecordConflictError(f"trial slot {slot_id} is no longer reserved (lease lost)")
+    slot.state, slot.trial_number, slot.measurement_id = "done", trial_number, measurement_id
+    task = session.get(TaskRow, slot.task_id, with_for_update=True)
+    assert task is not None
+    task.trials_done += 1
+    task.trials_failed += 0 if ok else 1
+    if ok and median_us is not None and (task.best_us is None or median_us < task.best_us):
+        task.best_us, task.best_config_json = median_us, config_json
+    task.updated_at = utcnow()
+    session.flush()
+
+
+def release_slot(session: Session, *, slot_id: int) -> None:
+    """Give back a reserved slot that did not lead to a measurement (no-op when it is already gone)."""
+    slot = session.get(SlotRow, slot_id, with_for_update=True)
+    if slot is None or slot.state != "reserved":
+        return
+    session.execute(
+        update(TaskRow).where(TaskRow.id == slot.task_id)
+        .values(trials_reserved=TaskRow.trials_reserved - 1, updated_at=utcnow())
+    )
+    session.delete(slot)
+    session.flush()
+
+
+def get_task(session: Session, *, task_id: int) -> TaskRecord | None:
+    task = session.get(TaskRow, task_id)
+    return None if task is None else to_record(TaskRecord, task)
+
+
+def job_state(session: Session, *, job_id: int) -> str | None:
+    return session.scalar(select(JobRow.state).where(JobRow.id == job_id))
+
+
+# -- finishing -------------------------------------------------------------------------------------------
+def begin_finalize(session: Session, *, task_id: int, worker_id: str) -> bool:
+    """Take the final round of a task whose trials are all done; True for exactly one caller."""
+    result = session.execute(
+        update(TaskRow)
+        .where(TaskRow.id == task_id, TaskRow.state == "running", TaskRow.trials_done >= TaskRow.trials_target)
+        .values(state="finalizing", finalizer_id=worker_id, updated_at=utcnow())
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def finish_task(
+    session: Session,
+    *,
+    task_id: int,
+    worker_id: str,
+    best_us: float | None,
+    best_config_json: str | None,
+    error: str | None = None,
+) -> JobRecord:
+    """Close a task this worker finalised (done, or failed with ``error``), and its job with its last task.
+
+    Raises RecordConflictError when the worker no longer holds the final round (declared lost)."""
+    task = session.get(TaskRow, task_id, with_for_update=True)
+    if task is None or task.state != "finalizing" or task.finalizer_id != worker_id:
+        raise RecordConflictError(f"task {task_id} is not being finalised by {worker_id}")
+    now = utcnow()
+    task.state = "failed" if error else "done"
+    task.error, task.updated_at = error, now
+    if best_us is not None:
+        task.best_us, task.best_config_json = best_us, best_config_json
+    session.flush()
+    job = session.get(JobRow, task.job_id, with_for_update=True)
+    assert job is not None
+    states = list(session.scalars(select(TaskRow.state).where(TaskRow.job_id == job.id)))
+    if job.state == "running" and all(s in ("done", "failed") for s in states):
+        job.state = "failed" if "failed" in states else "done"
+        job.error = None if job.state == "done" else "; ".join(
+            f"{t.label}: {t.error}" for t in session.scalars(
+                select(TaskRow).where(TaskRow.job_id == job.id, TaskRow.state == "failed")
+            )
+        )
+        job.updated_at = job.finished_at = now
+    session.flush()
+    return _job_record(session, job)
+
+
+def fail_task(session: Session, *, task_id: int, error: str) -> None:
+    """Fail a task that cannot run anywhere (e.g. its template no longer loads); the job fails with it
+    once no other task runs."""
+    now = utcnow()
+    task = session.get(TaskRow, task_id, with_for_update=True)
+    if task is None or task.state in ("done", "failed", "cancelled"):
+        return
+    task.state, task.error, task.updated_at = "failed", error, now
+    session.flush()
+    job = session.get(JobRow, task.job_id, with_for_update=True)
+    assert job is not None
+    states = list(session.scalars(select(TaskRow.state).where(TaskRow.job_id == job.id)))
+    if job.state in ACTIVE_JOB_STATES and all(s in ("done", "failed") for s in states):
+        job.state, job.error, job.updated_at, job.finished_at = "failed", error, now, now
+    session.flush()
+
+
+def release_task(session: Session, *, worker_id: str) -> None:
+    """The worker leaves its current task (it stays claimable by others) and becomes idle."""
+    session.execute(
+        update(WorkerRow).where(WorkerRow.id == worker_id, WorkerRow.state == "busy")
+        .values(state="idle", current_task_id=None)
+    )
