@@ -1,0 +1,1 @@
+"""Kernel templates, one module (or a few small ones) per operator family."""

@@ -1,0 +1,251 @@
+"""The TileLang program of the Mamba2 chunk cumsum: a launch plan from (config, shape), and the kernel.
+
+One CTA owns a tile of ``rows`` consecutive chunks × ``block_h`` heads of one batch. It runs four phases,
+each a ``T.Parallel`` loop nest (TileLang maps iterations to threads and inserts the barriers between them):
+
+A. load ``dt`` rows (contiguous along H), add the bias, softplus, clamp, and stage the fp32 values in shared
+   memory ``st[0]``; ``layout`` says how the stage is laid out: ``qh`` = [rows·Q][block_h + pad] (as in global
+   memory: the loads can be vectorised by ``vec``), ``hq`` = [block_h][rows·Q + pad] (transposed on the way
+   in: the stores of phase D can be vectorised by ``vec``). ``pad`` skews rows against bank conflicts.
+B. scan along Q. ``serial``: one thread per (chunk, head) scans the Q values; ``twolevel``: each (chunk,
+   head) row is cut into ``segments`` = threads / (rows·block_h) pieces, one per thread, each scanned
+   serially in a register, the partial sums go to ``st[1]`` and the segment totals to ``tot``.
+C. (two-level only) each thread sums the totals of the segments before its own: the exclusive offsets.
+D. write ``dt_out`` (rounded to the output dtype) and ``dA_cumsum`` = partial + offset, contiguous along Q.
+
+Heads are the fastest thread index in phases B and C (the rows of different heads are ``pad``-skewed, those
+of one head are not), the sequence position in phase D (coalesced stores). When ``block_h`` does not divide
+H, the last head block is masked. Everything is written with tile-level operators only, so the same program
+also lowers for TileLang's C target (CPU), where thread-indexed code is rejected.
+"""
+
+# No ``from __future__ import annotations`` here: TileLang reads the T.Tensor annotations of the prim_funcs
+# below at run time, and string annotations would have to name closure variables it cannot see.
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.errors import ConfigError
+from tuner.frozen import Config, Shape
+
+PARAMS = ("block_h", "rows", "threads", "scan", "pad", "vec", "layout", "fast_math")
+SCANS = ("serial", "twolevel")
+LAYOUTS = ("qh", "hq")
+MAX_THREADS = 1024
+MAX_SMEM_BYTES = 232448  # 227 KB: the most dynamic shared memory one block may opt into on sm_90
+MAX_STATIC_SMEM_BYTES = 48 * 1024
+
+
+@dataclass(frozen=True)
+class CumsumPlan:
+    """Everything the program depends on, derived from (config, shape) and validated. Immutable."""
+
+    B: int
+    S: int
+    H: int
+    Q: int
+    has_bias: bool
+    softplus: bool
+    dtype: str
+    block_h: int
+    rows: int
+    threads: int
+    scan: str
+    pad: int
+    vec: int
+    layout: str
+    fast_math: bool = False  # nvcc --use_fast_math (expf → __expf); no change to the program
+
+    @property
+    def segments(self) -> int:
+        """Pieces each (chunk, head) row is scanned in (1 for the serial scan)."""
+        return 1 if self.scan == "serial" else self.threads // (self.rows * self.block_h)
+
+    @property
+    def seg_len(self) -> int:
+        return self.Q // self.segments
+
+    @property
+    def head_blocks(self) -> int:
+        return -(-self.H // self.block_h)
+
+    @property
+    def masked(self) -> bool:
+        """Whether the last head block runs past H (its extra heads are neither read nor written)."""
+        return self.H % self.block_h != 0
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        """(head blocks, chunk groups, batch): head blocks vary fastest, so neighbours share dt's rows."""
+        return (self.head_blocks, self.S // self.Q // self.rows, self.B)
+
+    @property
+    def stage_shape(self) -> tuple[int, int, int]:
+        rq = self.rows * self.Q
+        if self.layout == "qh":
+            return (2, rq, self.block_h + self.pad)
+        return (2, self.block_h, rq + self.pad)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic stage plus the static segment totals and offsets, in bytes."""
+        a, b, c = self.stage_shape
+        scratch = 2 * self.rows * self.segments * self.block_h if self.segments > 1 else 0
+        return 4 * (a * b * c + scratch)
+
+
+def plan_for(config: Config, shape: Shape) -> CumsumPlan:
+    """Validate ``config`` for ``shape`` and derive the plan; ConfigError says which rule is broken.
+
+    These are the search space's constraints (search_spaces/mamba2_chunk_cumsum_tilelang.yaml), re-checked
+    here so that a config given by hand fails before any compile with a readable reason.
+    """
+    missing = [p for p in PARAMS if p not in config]
+    if missing:
+        raise ConfigError(f"missing parameter(s) {', '.join(missing)}")
+    plan = CumsumPlan(
+        B=int(shape["B"]), S=int(shape["S"]), H=int(shape["H"]), Q=int(shape["Q"]),
+        has_bias=bool(shape["has_bias"]), softplus=bool(shape["softplus"]), dtype=str(shape["dtype"]),
+        block_h=int(config["block_h"]), rows=int(config["rows"]), threads=int(config["threads"]),
+        scan=str(config["scan"]), pad=int(config["pad"]), vec=int(config["vec"]),
+        layout=str(config["layout"]), fast_math=bool(config["fast_math"]),
+    )  # fmt: skip
+    reason = _violation(plan)
+    if reason:
+        raise ConfigError(f"config {config.key()} for shape {shape.key()}: {reason}")
+    return plan
+
+
+def _violation(p: CumsumPlan) -> str | None:
+    rq = p.rows * p.Q
+    checks: tuple[tuple[Callable[[], bool], str], ...] = (  # lazy: later checks assume the earlier ones
+        (lambda: p.scan in SCANS and p.layout in LAYOUTS, f"scan in {SCANS}, layout in {LAYOUTS}"),
+        (lambda: min(p.block_h, p.rows, p.threads, p.vec) >= 1 and p.pad >= 0, "sizes must be positive"),
+        (lambda: p.threads % 32 == 0 and p.threads <= MAX_THREADS, "threads: a multiple of 32, at most 1024"),
+        (lambda: p.block_h < 2 * p.H, "block_h at most next_pow2(H)"),
+        (lambda: (p.S // p.Q) % p.rows == 0, "rows must divide the number of chunks S/Q"),
+        (lambda: p.threads % (p.rows * p.block_h) == 0, "threads must be a multiple of rows*block_h"),
+        (lambda: p.scan == "serial" or p.segments >= 2, "a two-level scan needs threads >= 2*rows*block_h"),
+        (
+            lambda: p.Q % p.segments == 0 and (p.scan == "serial" or p.seg_len >= 2),
+            "segments: Q/n, >= 2 each",
+        ),
+        (lambda: (rq * p.block_h) % (p.threads * p.vec) == 0, "rows*Q*block_h: a multiple of threads*vec"),
+        (lambda: p.vec == 1 or _vec_aligned(p), "vec: misaligned rows or vectors"),
+        (lambda: p.smem_bytes <= MAX_SMEM_BYTES, f"shared memory above {MAX_SMEM_BYTES} B"),
+    )
+    for ok, reason in checks:
+        if not ok():
+            return reason
+    return None
+
+
+def _vec_aligned(p: CumsumPlan) -> bool:
+    if p.layout == "qh":  # vectors along H: global rows (H) and shared rows (block_h + pad) aligned
+        return p.H % p.vec == 0 and p.block_h % p.vec == 0 and (p.block_h + p.pad) % p.vec == 0
+    return p.Q % p.vec == 0 and (p.rows * p.Q + p.pad) % p.vec == 0  # vectors along Q
+
+
+def make_program(plan: CumsumPlan) -> Any:
+    """The TileLang PrimFunc of ``plan``. Parameters: dt, A, [dt_bias,] dt_limit, dt_out, dA_cumsum."""
+    import tilelang.language as T
+
+    body = _body_macro(plan)
+    b, s, h, q = plan.B, plan.S, plan.H, plan.Q
+    c = s // q
+    if plan.has_bias:
+
+        @T.prim_func
+        def chunk_cumsum_bias(
+            dt: T.Tensor((b, s, h), "float32"),
+            A: T.Tensor((h,), "float32"),
+            dt_bias: T.Tensor((h,), "float32"),
+            dt_limit: T.Tensor((2,), "float32"),
+            dt_out: T.Tensor((b, h, c, q), plan.dtype),
+            dA_cumsum: T.Tensor((b, h, c, q), "float32"),
+        ):
+            body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum)
+
+        return chunk_cumsum_bias
+
+    @T.prim_func
+    def chunk_cumsum(
+        dt: T.Tensor((b, s, h), "float32"),
+        A: T.Tensor((h,), "float32"),
+        dt_limit: T.Tensor((2,), "float32"),
+        dt_out: T.Tensor((b, h, c, q), plan.dtype),
+        dA_cumsum: T.Tensor((b, h, c, q), "float32"),
+    ):
+        body(dt, A, None, dt_limit, dt_out, dA_cumsum)
+
+    return chunk_cumsum
+
+
+def _body_macro(p: CumsumPlan) -> Any:
+    """The kernel body as a T.macro over the buffers (``dt_bias`` is None without a bias)."""
+    import tilelang.language as T
+
+    bh_, r_, nseg, seg, q_ = p.block_h, p.rows, p.segments, p.seg_len, p.Q
+    rq, qh, masked, n_heads = p.rows * p.Q, p.layout == "qh", p.masked, p.H
+    width_a = T.IntImm("int32", p.vec if qh else 1)  # the phase whose global access is contiguous
+    width_d = T.IntImm("int32", 1 if qh else p.vec)
+
+    def at(stage: int, q: Any, h: Any) -> tuple[Any, Any, Any]:
+        return (stage, q, h) if qh else (stage, h, q)
+
+    @T.macro
+    def body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum):  # type: ignore[no-untyped-def]
+        with T.Kernel(p.head_blocks, p.S // q_ // r_, p.B, threads=p.threads) as (bh, bc, bb):
+            st = T.alloc_shared(p.stage_shape, "float32")
+            # segment totals and offsets: small, static (the C target allows only one dynamic buffer)
+            tot = T.alloc_shared((r_, nseg, bh_), "float32", scope="shared")
+            off = T.alloc_shared((r_, nseg, bh_), "float32", scope="shared")
+            acc = T.alloc_fragment((r_, nseg, bh_), "float32")
+            lo = dt_limit[0]
+            hi = dt_limit[1]
+            for q, h in T.Parallel(rq, bh_, coalesced_width=width_a):  # A: load, activate, stage
+                x = _load_x(p, dt, dt_bias, bb, bc * rq + q, bh * bh_ + h, n_heads, masked)
+                if p.softplus:
+                    x = T.if_then_else(x <= 20.0, T.log1p(T.exp(x)), x)
+                st[at(0, q, h)] = T.min(T.max(x, lo), hi)
+            for r, sg, h in T.Parallel(r_, nseg, bh_):  # B: serial scan of each segment
+                acc[r, sg, h] = 0.0
+                for j in T.serial(seg):
+                    acc[r, sg, h] += st[at(0, r * q_ + sg * seg + j, h)] * _head_value(
+                        A, bh * bh_ + h, n_heads, masked
+                    )
+                    st[at(1, r * q_ + sg * seg + j, h)] = acc[r, sg, h]
+                if nseg > 1:
+                    tot[r, sg, h] = acc[r, sg, h]
+            if nseg > 1:
+                for r, sg, h in T.Parallel(r_, nseg, bh_):  # C: exclusive offsets of the segments
+                    acc[r, sg, h] = 0.0
+                    for k in T.serial(nseg):
+                        if k < sg:
+                            acc[r, sg, h] += tot[r, k, h]
+                    off[r, sg, h] = acc[r, sg, h]
+            for r, h, q in T.Parallel(r_, bh_, q_, coalesced_width=width_d):  # D: contiguous stores
+                if not masked or bh * bh_ + h < n_heads:
+                    dt_out[bb, bh * bh_ + h, bc * r_ + r, q] = st[at(0, r * q_ + q, h)]
+                    if nseg > 1:
+                        dA_cumsum[bb, bh * bh_ + h, bc * r_ + r, q] = (
+                            st[at(1, r * q_ + q, h)] + off[r, q // seg, h]
+                        )
+                    else:
+                        dA_cumsum[bb, bh * bh_ + h, bc * r_ + r, q] = st[at(1, r * q_ + q, h)]
+
+    return body
+
+
+def _load_x(p: CumsumPlan, dt: Any, dt_bias: Any, b: Any, s: Any, h: Any, n_heads: int, masked: bool) -> Any:
+    """dt[b, s, h] (+ dt_bias[h]); 0 for the masked heads past H (their loads are not issued)."""
+    import tilelang.language as T
+
+    x = dt[b, s, h] if dt_bias is None else dt[b, s, h] + dt_bias[h]
+    return T.if_then_else(h < n_heads, x, T.float32(0.0)) if masked else x
+
+
+def _head_value(A: Any, h: Any, n_heads: int, masked: bool) -> Any:
+    import tilelang.language as T
+
+    return T.if_then_else(h < n_heads, A[h], T.float32(0.0)) if masked else A[h]
