@@ -36,11 +36,19 @@ class Mamba2ChunkCumsumTileLang(Mamba2ChunkCumsumOp, KernelTemplate):
     doc: ClassVar[str] = __doc__ or ""
 
     def build(self, config: Config, shape: Shape) -> Kernel:
-        """Compile (or load) the kernel of (config, shape).
+        """Compile (or load) the kernel of (config, shape) and wrap it as ``fn(inputs, outputs)``.
 
         Raises ShapeError/ConfigError for a bad shape or a config outside the family's rules (before any
         compile), :class:`tuner.compile_cache.CompileFailed` when the program does not compile.
         """
+        from kernels.tilelang_toolchain import resolve_toolchain
+
+        compiled, plan = self.compile(config, shape)
+        return _launcher(compiled, plan, resolve_toolchain().device_type)
+
+    def compile(self, config: Config, shape: Shape) -> tuple[Any, CumsumPlan]:
+        """The compiled TileLang kernel (``tilelang.JITKernel``: ``get_kernel_source()`` shows the code) and
+        its plan, through the process's compile cache. Raises as :meth:`build`."""
         from kernels.mamba2_chunk_cumsum_tilelang_program import plan_for
         from kernels.tilelang_toolchain import resolve_toolchain
 
@@ -53,7 +61,7 @@ class Mamba2ChunkCumsumTileLang(Mamba2ChunkCumsumOp, KernelTemplate):
             lambda artifact_dir: _compile(plan, toolchain, artifact_dir),
             is_compile_error=self.is_compile_error,
         )
-        return _launcher(compiled, plan, toolchain.device_type)
+        return compiled, plan
 
 
 def _compile(plan: CumsumPlan, toolchain: TileLangToolchain, artifact_dir: Path) -> Any:
