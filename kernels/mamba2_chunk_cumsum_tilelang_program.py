@@ -28,7 +28,8 @@ from typing import Any
 from tuner.errors import ConfigError
 from tuner.frozen import Config, Shape
 
-PARAMS = ("block_h", "rows", "threads", "scan", "pad", "vec", "layout", "fast_math")
+PARAMS = ("block_h", "rows", "threads", "scan", "prefix", "pad", "vec", "layout", "fast_math")
+PREFIXES = ("serial", "tree")
 SCANS = ("serial", "twolevel")
 LAYOUTS = ("qh", "hq")
 MAX_THREADS = 1024
@@ -54,7 +55,8 @@ class CumsumPlan:
     pad: int
     vec: int
     layout: str
-    fast_math: bool = False  # nvcc --use_fast_math (expf → __expf); no change to the program
+    prefix: str = "serial"  # how the two-level scan's segment offsets are summed (see _offsets_macro)
+    fast_math: bool = False  # softplus as log(1 + exp(x)) and nvcc --use_fast_math (see _softplus)
 
     @property
     def segments(self) -> int:
@@ -88,10 +90,9 @@ class CumsumPlan:
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic stage plus the static segment totals and offsets, in bytes."""
+        """Dynamic stage plus the static segment totals and offsets (aux), in bytes."""
         a, b, c = self.stage_shape
-        scratch = 2 * self.rows * self.segments * self.block_h if self.segments > 1 else 0
-        return 4 * (a * b * c + scratch)
+        return 4 * (a * b * c + 2 * self.rows * self.segments * self.block_h)
 
 
 def plan_for(config: Config, shape: Shape) -> CumsumPlan:
@@ -108,7 +109,7 @@ def plan_for(config: Config, shape: Shape) -> CumsumPlan:
         has_bias=bool(shape["has_bias"]), softplus=bool(shape["softplus"]), dtype=str(shape["dtype"]),
         block_h=int(config["block_h"]), rows=int(config["rows"]), threads=int(config["threads"]),
         scan=str(config["scan"]), pad=int(config["pad"]), vec=int(config["vec"]),
-        layout=str(config["layout"]), fast_math=bool(config["fast_math"]),
+        layout=str(config["layout"]), prefix=str(config["prefix"]), fast_math=bool(config["fast_math"]),
     )  # fmt: skip
     reason = _violation(plan)
     if reason:
@@ -119,7 +120,8 @@ def plan_for(config: Config, shape: Shape) -> CumsumPlan:
 def _violation(p: CumsumPlan) -> str | None:
     rq = p.rows * p.Q
     checks: tuple[tuple[Callable[[], bool], str], ...] = (  # lazy: later checks assume the earlier ones
-        (lambda: p.scan in SCANS and p.layout in LAYOUTS, f"scan in {SCANS}, layout in {LAYOUTS}"),
+        (lambda: p.scan in SCANS and p.layout in LAYOUTS and p.prefix in PREFIXES, "unknown choice"),
+        (lambda: p.scan == "twolevel" or p.prefix == "serial", "prefix=tree needs the two-level scan"),
         (lambda: min(p.block_h, p.rows, p.threads, p.vec) >= 1 and p.pad >= 0, "sizes must be positive"),
         (lambda: p.threads % 32 == 0 and p.threads <= MAX_THREADS, "threads: a multiple of 32, at most 1024"),
         (lambda: p.block_h < 2 * p.H, "block_h at most next_pow2(H)"),
@@ -189,6 +191,7 @@ def _body_macro(p: CumsumPlan) -> Any:
     rq, qh, masked, n_heads = p.rows * p.Q, p.layout == "qh", p.masked, p.H
     width_a = T.IntImm("int32", p.vec if qh else 1)  # the phase whose global access is contiguous
     width_d = T.IntImm("int32", 1 if qh else p.vec)
+    offsets, offset_of = _offsets_macro(p)
 
     def at(stage: int, q: Any, h: Any) -> tuple[Any, Any, Any]:
         return (stage, q, h) if qh else (stage, h, q)
@@ -197,16 +200,15 @@ def _body_macro(p: CumsumPlan) -> Any:
     def body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum):  # type: ignore[no-untyped-def]
         with T.Kernel(p.head_blocks, p.S // q_ // r_, p.B, threads=p.threads) as (bh, bc, bb):
             st = T.alloc_shared(p.stage_shape, "float32")
-            # segment totals and offsets: small, static (the C target allows only one dynamic buffer)
-            tot = T.alloc_shared((r_, nseg, bh_), "float32", scope="shared")
-            off = T.alloc_shared((r_, nseg, bh_), "float32", scope="shared")
+            # segment totals and offsets: small and static (the C target allows one dynamic buffer only)
+            aux = T.alloc_shared((2, r_, nseg, bh_), "float32", scope="shared")
             acc = T.alloc_fragment((r_, nseg, bh_), "float32")
             lo = dt_limit[0]
             hi = dt_limit[1]
             for q, h in T.Parallel(rq, bh_, coalesced_width=width_a):  # A: load, activate, stage
-                x = _load_x(p, dt, dt_bias, bb, bc * rq + q, bh * bh_ + h, n_heads, masked)
+                x = _load_x(dt, dt_bias, bb, bc * rq + q, bh * bh_ + h, n_heads, masked)
                 if p.softplus:
-                    x = T.if_then_else(x <= 20.0, T.log1p(T.exp(x)), x)
+                    x = T.if_then_else(x <= 20.0, _softplus(x, p.fast_math), x)
                 st[at(0, q, h)] = T.min(T.max(x, lo), hi)
             for r, sg, h in T.Parallel(r_, nseg, bh_):  # B: serial scan of each segment
                 acc[r, sg, h] = 0.0
@@ -215,34 +217,83 @@ def _body_macro(p: CumsumPlan) -> Any:
                         A, bh * bh_ + h, n_heads, masked
                     )
                     st[at(1, r * q_ + sg * seg + j, h)] = acc[r, sg, h]
-                if nseg > 1:
-                    tot[r, sg, h] = acc[r, sg, h]
-            if nseg > 1:
-                for r, sg, h in T.Parallel(r_, nseg, bh_):  # C: exclusive offsets of the segments
-                    acc[r, sg, h] = 0.0
-                    for k in T.serial(nseg):
-                        if k < sg:
-                            acc[r, sg, h] += tot[r, k, h]
-                    off[r, sg, h] = acc[r, sg, h]
+                aux[0, r, sg, h] = acc[r, sg, h]
+            offsets(aux, acc)  # C: exclusive offsets of the segments (nothing for the serial scan)
             for r, h, q in T.Parallel(r_, bh_, q_, coalesced_width=width_d):  # D: contiguous stores
                 if not masked or bh * bh_ + h < n_heads:
                     dt_out[bb, bh * bh_ + h, bc * r_ + r, q] = st[at(0, r * q_ + q, h)]
-                    if nseg > 1:
-                        dA_cumsum[bb, bh * bh_ + h, bc * r_ + r, q] = (
-                            st[at(1, r * q_ + q, h)] + off[r, q // seg, h]
-                        )
-                    else:
-                        dA_cumsum[bb, bh * bh_ + h, bc * r_ + r, q] = st[at(1, r * q_ + q, h)]
+                    dA_cumsum[bb, bh * bh_ + h, bc * r_ + r, q] = st[at(1, r * q_ + q, h)] + offset_of(
+                        aux, r, q // seg, h
+                    )
 
     return body
 
 
-def _load_x(p: CumsumPlan, dt: Any, dt_bias: Any, b: Any, s: Any, h: Any, n_heads: int, masked: bool) -> Any:
+def _offsets_macro(p: CumsumPlan) -> tuple[Any, Callable[..., Any]]:
+    """Phase C and the offset of a segment in phase D, for ``p.prefix`` (the totals are in ``aux[0]``).
+
+    ``serial``: each thread sums the totals before its segment (segments - 1 shared loads), into aux[1].
+    ``tree``: log2(segments) Hillis-Steele rounds over all segments, ping-ponging aux[0] and aux[1]; the
+    exclusive offset of segment s is then the inclusive sum of segment s - 1.
+    """
+    import tilelang.language as T
+
+    r_, nseg, bh_ = p.rows, p.segments, p.block_h
+    rounds = [1 << k for k in range(max(nseg - 1, 0).bit_length())]
+
+    if nseg == 1:
+
+        @T.macro
+        def no_offsets(aux, acc):  # type: ignore[no-untyped-def]
+            T.evaluate(0)
+
+        return no_offsets, lambda aux, r, s, h: T.float32(0.0)
+
+    if p.prefix == "serial":
+
+        @T.macro
+        def serial_offsets(aux, acc):  # type: ignore[no-untyped-def]
+            for r, sg, h in T.Parallel(r_, nseg, bh_):
+                acc[r, sg, h] = 0.0
+                for k in T.serial(nseg):
+                    if k < sg:
+                        acc[r, sg, h] += aux[0, r, k, h]
+                aux[1, r, sg, h] = acc[r, sg, h]
+
+        return serial_offsets, lambda aux, r, s, h: aux[1, r, s, h]
+
+    @T.macro
+    def tree_offsets(aux, acc):  # type: ignore[no-untyped-def]
+        for k, d in enumerate(rounds):  # unrolled when traced: one T.Parallel (and barrier) per round
+            for r, sg, h in T.Parallel(r_, nseg, bh_):
+                aux[(k + 1) % 2, r, sg, h] = aux[k % 2, r, sg, h] + T.if_then_else(
+                    sg >= d, aux[k % 2, r, T.max(sg - d, 0), h], T.float32(0.0)
+                )
+
+    last = len(rounds) % 2
+    return tree_offsets, lambda aux, r, s, h: T.if_then_else(
+        s > 0, aux[last, r, T.max(s - 1, 0), h], T.float32(0.0)
+    )
+
+
+def _load_x(dt: Any, dt_bias: Any, b: Any, s: Any, h: Any, n_heads: int, masked: bool) -> Any:
     """dt[b, s, h] (+ dt_bias[h]); 0 for the masked heads past H (their loads are not issued)."""
     import tilelang.language as T
 
     x = dt[b, s, h] if dt_bias is None else dt[b, s, h] + dt_bias[h]
     return T.if_then_else(h < n_heads, x, T.float32(0.0)) if masked else x
+
+
+def _softplus(x: Any, fast: bool) -> Any:
+    """log1p(exp(x)); ``fast``: log(1 + exp(x)), which --use_fast_math turns into two MUFU ops.
+
+    The fast form loses the relative accuracy of log1p for tiny results (absolute error ~1e-7, so ~1e-4
+    relative at 1e-3, the usual dt_min); log1pf is a ~20-instruction polynomial per element, about half of
+    the kernel's instructions. The correctness gate decides whether the fast form is good enough.
+    """
+    import tilelang.language as T
+
+    return T.log(T.float32(1.0) + T.exp(x)) if fast else T.log1p(T.exp(x))
 
 
 def _head_value(A: Any, h: Any, n_heads: int, masked: bool) -> Any:

@@ -62,7 +62,8 @@ def test_constraints_agree_with_plan_for() -> None:
         ({"vec": 4, "layout": "hq", "pad": 2}, "misaligned"),
         ({"threads": 1024, "block_h": 1}, "segments"),
         ({"rows": 4}, "rows must divide"),
-        ({"threads": 1024, "block_h": 2, "scan": "serial"}, "threads*vec"),
+        ({"threads": 1024, "block_h": 2, "scan": "serial", "prefix": "serial"}, "threads*vec"),
+        ({"scan": "serial", "prefix": "tree"}, "prefix=tree"),
     ],
 )
 def test_invalid_combinations_are_rejected_before_compile(changes: dict, fragment: str) -> None:

@@ -40,9 +40,14 @@ def test_default_config_on_every_reduced_workload(cpu_template, workload: int) -
 
 VARIANTS = [
     # serial scan, masked heads (H=12, block_h=8), float32 output
-    ({"scan": "serial", "threads": 64}, {"H": 12, "dtype": "float32"}),
-    # hq staging with vectorised stores, two chunks per CTA, no softplus
-    ({"layout": "hq", "vec": 4, "pad": 4, "rows": 2, "threads": 128}, {"H": 16, "softplus": False}),
+    ({"scan": "serial", "prefix": "serial", "threads": 64}, {"H": 12, "dtype": "float32"}),
+    # hq staging with vectorised stores, two chunks per CTA, no softplus, serial segment offsets
+    (
+        {"layout": "hq", "vec": 4, "pad": 4, "rows": 2, "threads": 128, "prefix": "serial"},
+        {"H": 16, "softplus": False},
+    ),
+    # accurate softplus (log1p), float32 output (the tightest dt_out bound)
+    ({"fast_math": False}, {"H": 16, "dtype": "float32"}),
     # qh staging with vectorised loads, no padding, 16 heads per CTA, bias
     ({"vec": 4, "pad": 0, "block_h": 16, "threads": 256}, {"H": 20, "has_bias": True}),
     # one head per CTA, two-level scan with 64 segments of the Q=256 chunk, 4 chunks per CTA
