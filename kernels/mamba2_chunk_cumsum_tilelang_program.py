@@ -9,9 +9,12 @@ A. load ``dt`` rows (contiguous along H), add the bias, softplus, clamp, and sta
    in: the stores of phase D can be vectorised by ``vec``). ``pad`` skews rows against bank conflicts.
 B. scan along Q. ``serial``: one thread per (chunk, head) scans the Q values; ``twolevel``: each (chunk,
    head) row is cut into ``segments`` = threads / (rows·block_h) pieces, one per thread, each scanned
-   serially in a register, the partial sums go to ``st[1]`` and the segment totals to ``tot``.
-C. (two-level only) each thread sums the totals of the segments before its own: the exclusive offsets.
-D. write ``dt_out`` (rounded to the output dtype) and ``dA_cumsum`` = partial + offset, contiguous along Q.
+   serially in a register; the partial sums go to ``st[1]``, the segment totals to ``aux[0]``.
+C. (two-level only) the exclusive offsets of the segments, summed serially by each thread or in
+   log2(segments) Hillis-Steele rounds (``prefix``).
+D. write ``dt_out`` (rounded to the output dtype) and ``dA_cumsum`` = partial + offset. ``store`` =
+   ``staged``: the partial sums were staged in ``st[1]`` and all threads store along Q from shared memory;
+   ``direct``: each thread kept its segment (values, partial sums) in registers and stores it itself.
 
 Heads are the fastest thread index in phases B and C (the rows of different heads are ``pad``-skewed, those
 of one head are not), the sequence position in phase D (coalesced stores). When ``block_h`` does not divide
@@ -28,13 +31,14 @@ from typing import Any
 from tuner.errors import ConfigError
 from tuner.frozen import Config, Shape
 
-PARAMS = ("block_h", "rows", "threads", "scan", "prefix", "pad", "vec", "layout", "fast_math")
+PARAMS = ("block_h", "rows", "threads", "scan", "prefix", "store", "pad", "vec", "layout", "fast_math")
+STORES = ("staged", "direct")
+MAX_DIRECT_SEG = 32  # values per thread kept twice in registers by the direct store
 PREFIXES = ("serial", "tree")
 SCANS = ("serial", "twolevel")
 LAYOUTS = ("qh", "hq")
 MAX_THREADS = 1024
 MAX_SMEM_BYTES = 232448  # 227 KB: the most dynamic shared memory one block may opt into on sm_90
-MAX_STATIC_SMEM_BYTES = 48 * 1024
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class CumsumPlan:
     vec: int
     layout: str
     prefix: str = "serial"  # how the two-level scan's segment offsets are summed (see _offsets_macro)
+    store: str = "staged"  # staged: stores along Q from shared memory; direct: from registers (_direct_macro)
     fast_math: bool = False  # softplus as log(1 + exp(x)) and nvcc --use_fast_math (see _softplus)
 
     @property
@@ -83,10 +88,11 @@ class CumsumPlan:
 
     @property
     def stage_shape(self) -> tuple[int, int, int]:
-        rq = self.rows * self.Q
+        """[values, partial sums] (staged store) or [values] (direct store), in ``layout`` order."""
+        rq, stages = self.rows * self.Q, 2 if self.store == "staged" else 1
         if self.layout == "qh":
-            return (2, rq, self.block_h + self.pad)
-        return (2, self.block_h, rq + self.pad)
+            return (stages, rq, self.block_h + self.pad)
+        return (stages, self.block_h, rq + self.pad)
 
     @property
     def smem_bytes(self) -> int:
@@ -109,7 +115,8 @@ def plan_for(config: Config, shape: Shape) -> CumsumPlan:
         has_bias=bool(shape["has_bias"]), softplus=bool(shape["softplus"]), dtype=str(shape["dtype"]),
         block_h=int(config["block_h"]), rows=int(config["rows"]), threads=int(config["threads"]),
         scan=str(config["scan"]), pad=int(config["pad"]), vec=int(config["vec"]),
-        layout=str(config["layout"]), prefix=str(config["prefix"]), fast_math=bool(config["fast_math"]),
+        layout=str(config["layout"]), prefix=str(config["prefix"]), store=str(config["store"]),
+        fast_math=bool(config["fast_math"]),
     )  # fmt: skip
     reason = _violation(plan)
     if reason:
@@ -120,7 +127,7 @@ def plan_for(config: Config, shape: Shape) -> CumsumPlan:
 def _violation(p: CumsumPlan) -> str | None:
     rq = p.rows * p.Q
     checks: tuple[tuple[Callable[[], bool], str], ...] = (  # lazy: later checks assume the earlier ones
-        (lambda: p.scan in SCANS and p.layout in LAYOUTS and p.prefix in PREFIXES, "unknown choice"),
+        (lambda: (p.scan, p.layout, p.prefix, p.store) in _CHOICES, "unknown choice"),
         (lambda: p.scan == "twolevel" or p.prefix == "serial", "prefix=tree needs the two-level scan"),
         (lambda: min(p.block_h, p.rows, p.threads, p.vec) >= 1 and p.pad >= 0, "sizes must be positive"),
         (lambda: p.threads % 32 == 0 and p.threads <= MAX_THREADS, "threads: a multiple of 32, at most 1024"),
@@ -134,12 +141,20 @@ def _violation(p: CumsumPlan) -> str | None:
         ),
         (lambda: (rq * p.block_h) % (p.threads * p.vec) == 0, "rows*Q*block_h: a multiple of threads*vec"),
         (lambda: p.vec == 1 or _vec_aligned(p), "vec: misaligned rows or vectors"),
+        (
+            lambda: p.store == "staged" or p.seg_len <= MAX_DIRECT_SEG,
+            "direct store: segments of <= 32 values",
+        ),
+        (lambda: p.store == "staged" or p.layout == "qh" or p.vec == 1, "direct store with hq: vec unused"),
         (lambda: p.smem_bytes <= MAX_SMEM_BYTES, f"shared memory above {MAX_SMEM_BYTES} B"),
     )
     for ok, reason in checks:
         if not ok():
             return reason
     return None
+
+
+_CHOICES = {(a, b, c, d) for a in SCANS for b in LAYOUTS for c in PREFIXES for d in STORES}
 
 
 def _vec_aligned(p: CumsumPlan) -> bool:
@@ -187,18 +202,14 @@ def _body_macro(p: CumsumPlan) -> Any:
     """The kernel body as a T.macro over the buffers (``dt_bias`` is None without a bias)."""
     import tilelang.language as T
 
-    bh_, r_, nseg, seg, q_ = p.block_h, p.rows, p.segments, p.seg_len, p.Q
-    rq, qh, masked, n_heads = p.rows * p.Q, p.layout == "qh", p.masked, p.H
-    width_a = T.IntImm("int32", p.vec if qh else 1)  # the phase whose global access is contiguous
-    width_d = T.IntImm("int32", 1 if qh else p.vec)
-    offsets, offset_of = _offsets_macro(p)
-
-    def at(stage: int, q: Any, h: Any) -> tuple[Any, Any, Any]:
-        return (stage, q, h) if qh else (stage, h, q)
+    bh_, r_, nseg, rq = p.block_h, p.rows, p.segments, p.rows * p.Q
+    width_a = T.IntImm("int32", p.vec if p.layout == "qh" else 1)  # vectors where dt is contiguous
+    at = _stage_index(p)
+    scan_and_store = _staged_macro(p, at) if p.store == "staged" else _direct_macro(p, at)
 
     @T.macro
     def body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum):  # type: ignore[no-untyped-def]
-        with T.Kernel(p.head_blocks, p.S // q_ // r_, p.B, threads=p.threads) as (bh, bc, bb):
+        with T.Kernel(*p.grid, threads=p.threads) as (bh, bc, bb):
             st = T.alloc_shared(p.stage_shape, "float32")
             # segment totals and offsets: small and static (the C target allows one dynamic buffer only)
             aux = T.alloc_shared((2, r_, nseg, bh_), "float32", scope="shared")
@@ -206,27 +217,81 @@ def _body_macro(p: CumsumPlan) -> Any:
             lo = dt_limit[0]
             hi = dt_limit[1]
             for q, h in T.Parallel(rq, bh_, coalesced_width=width_a):  # A: load, activate, stage
-                x = _load_x(dt, dt_bias, bb, bc * rq + q, bh * bh_ + h, n_heads, masked)
+                x = _load_x(dt, dt_bias, bb, bc * rq + q, bh * bh_ + h, p.H, p.masked)
                 if p.softplus:
                     x = T.if_then_else(x <= 20.0, _softplus(x, p.fast_math), x)
                 st[at(0, q, h)] = T.min(T.max(x, lo), hi)
-            for r, sg, h in T.Parallel(r_, nseg, bh_):  # B: serial scan of each segment
-                acc[r, sg, h] = 0.0
-                for j in T.serial(seg):
-                    acc[r, sg, h] += st[at(0, r * q_ + sg * seg + j, h)] * _head_value(
-                        A, bh * bh_ + h, n_heads, masked
-                    )
-                    st[at(1, r * q_ + sg * seg + j, h)] = acc[r, sg, h]
-                aux[0, r, sg, h] = acc[r, sg, h]
-            offsets(aux, acc)  # C: exclusive offsets of the segments (nothing for the serial scan)
-            for r, h, q in T.Parallel(r_, bh_, q_, coalesced_width=width_d):  # D: contiguous stores
-                if not masked or bh * bh_ + h < n_heads:
-                    dt_out[bb, bh * bh_ + h, bc * r_ + r, q] = st[at(0, r * q_ + q, h)]
-                    dA_cumsum[bb, bh * bh_ + h, bc * r_ + r, q] = st[at(1, r * q_ + q, h)] + offset_of(
-                        aux, r, q // seg, h
-                    )
+            scan_and_store(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc)
 
     return body
+
+
+def _stage_index(p: CumsumPlan) -> Callable[[int, Any, Any], tuple[Any, Any, Any]]:
+    """Index of (stage, sequence position q in the tile, head h) in the shared stage, per ``layout``."""
+    if p.layout == "qh":
+        return lambda stage, q, h: (stage, q, h)
+    return lambda stage, q, h: (stage, h, q)
+
+
+def _staged_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
+    """Phases B-D with the partial sums staged in ``st[1]`` and stores along Q from shared memory."""
+    import tilelang.language as T
+
+    bh_, r_, nseg, seg, q_ = p.block_h, p.rows, p.segments, p.seg_len, p.Q
+    width_d = T.IntImm("int32", 1 if p.layout == "qh" else p.vec)
+    offsets, offset_of = _offsets_macro(p)
+
+    @T.macro
+    def staged(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc):  # type: ignore[no-untyped-def]
+        for r, sg, h in T.Parallel(r_, nseg, bh_):  # B: serial scan of each segment
+            acc[r, sg, h] = 0.0
+            for j in T.serial(seg):
+                acc[r, sg, h] += st[at(0, r * q_ + sg * seg + j, h)] * _head_value(
+                    A, bh * bh_ + h, p.H, p.masked
+                )
+                st[at(1, r * q_ + sg * seg + j, h)] = acc[r, sg, h]
+            aux[0, r, sg, h] = acc[r, sg, h]
+        offsets(aux, acc)  # C: exclusive offsets of the segments (nothing for the serial scan)
+        for r, h, q in T.Parallel(r_, bh_, q_, coalesced_width=width_d):  # D: coalesced stores along Q
+            if not p.masked or bh * bh_ + h < p.H:
+                dt_out[bb, bh * bh_ + h, bc * r_ + r, q] = st[at(0, r * q_ + q, h)]
+                dA_cumsum[bb, bh * bh_ + h, bc * r_ + r, q] = st[at(1, r * q_ + q, h)] + offset_of(
+                    aux, r, q // seg, h
+                )
+
+    return staged
+
+
+def _direct_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
+    """Phases B-D with each thread's segment kept in registers (values and partial sums) and stored by the
+    thread itself, ``seg_len`` contiguous values per row (vector stores): no second stage, no shared reads
+    in phase D. The stores of a warp cover half sectors per instruction when seg_len·4 B < 32 B."""
+    import tilelang.language as T
+
+    bh_, r_, nseg, seg, q_ = p.block_h, p.rows, p.segments, p.seg_len, p.Q
+    offsets, offset_of = _offsets_macro(p)
+
+    @T.macro
+    def direct(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc):  # type: ignore[no-untyped-def]
+        vals = T.alloc_fragment((r_, nseg, bh_, seg), "float32")
+        part = T.alloc_fragment((r_, nseg, bh_, seg), "float32")
+        for r, sg, h in T.Parallel(r_, nseg, bh_):  # B: serial scan of each segment, in registers
+            acc[r, sg, h] = 0.0
+            for j in T.serial(seg):
+                vals[r, sg, h, j] = st[at(0, r * q_ + sg * seg + j, h)]
+                acc[r, sg, h] += vals[r, sg, h, j] * _head_value(A, bh * bh_ + h, p.H, p.masked)
+                part[r, sg, h, j] = acc[r, sg, h]
+            aux[0, r, sg, h] = acc[r, sg, h]
+        offsets(aux, acc)  # C
+        for r, sg, h in T.Parallel(r_, nseg, bh_):  # D: each thread stores its own segment
+            if not p.masked or bh * bh_ + h < p.H:
+                for j in T.vectorized(seg):
+                    dt_out[bb, bh * bh_ + h, bc * r_ + r, sg * seg + j] = vals[r, sg, h, j]
+                    dA_cumsum[bb, bh * bh_ + h, bc * r_ + r, sg * seg + j] = part[r, sg, h, j] + offset_of(
+                        aux, r, sg, h
+                    )
+
+    return direct
 
 
 def _offsets_macro(p: CumsumPlan) -> tuple[Any, Callable[..., Any]]:

@@ -58,6 +58,12 @@ VARIANTS = [
     ("mamba2-2p7b-b2-s32k-dt-bias", {"block_h": 32, "threads": 512}),
     ("mamba2-780m-b1-s4k", {"scan": "serial", "prefix": "serial", "block_h": 4, "threads": 128}),
     ("mamba2-1p3b-b8-s2k", {"fast_math": False, "prefix": "serial"}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"store": "direct"}),
+    (
+        "mamba2-1p3b-b8-s2k-dt-bias",
+        {"store": "direct", "vec": 4, "pad": 0, "rows": 2, "block_h": 4, "threads": 128},
+    ),
+    ("mamba2-780m-b1-s4k", {"store": "direct", "layout": "hq", "pad": 4, "block_h": 16, "threads": 1024}),
     ("mamba2-780m-b1-s4k-dt-bias", {"block_h": 2, "rows": 4, "threads": 512, "pad": 2}),
 ]
 

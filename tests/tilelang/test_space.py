@@ -64,6 +64,8 @@ def test_constraints_agree_with_plan_for() -> None:
         ({"rows": 4}, "rows must divide"),
         ({"threads": 1024, "block_h": 2, "scan": "serial", "prefix": "serial"}, "threads*vec"),
         ({"scan": "serial", "prefix": "tree"}, "prefix=tree"),
+        ({"store": "direct", "scan": "serial", "prefix": "serial"}, "direct store"),
+        ({"store": "direct", "layout": "hq", "vec": 4, "pad": 4}, "vec unused"),
     ],
 )
 def test_invalid_combinations_are_rejected_before_compile(changes: dict, fragment: str) -> None:
