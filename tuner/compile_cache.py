@@ -126,7 +126,8 @@ class CompileCache:
     :meth:`get_or_compile` returns the in-process object for a key, else raises :class:`CompileFailed` for a
     key recorded as failing, else compiles (once per key per process, even across threads) and records the
     outcome. ``stats`` counts ``memory_hits``, ``failed_hits`` (negative entries answered without compiling)
-    and ``compiles``. Thread-safe.
+    and ``compiles``. Thread-safe. The memory layer keeps every kernel built in the process (measurement
+    subprocesses are short-lived; call :meth:`forget_memory` in a long-lived one).
     """
 
     def __init__(self, root: Path | str | None = None) -> None:
@@ -178,13 +179,13 @@ class CompileCache:
         is_compile_error: Callable[[BaseException], bool],
     ) -> T:
         if digest in self._memory:
-            self.stats["memory_hits"] += 1
-            return self._memory[digest]  # type: ignore[no-any-return]
+            self._count("memory_hits")
+            return self._memory[digest]
         recorded = self.entry(key)
         if recorded is not None and recorded.status == "compile_error":
-            self.stats["failed_hits"] += 1
+            self._count("failed_hits")
             raise CompileFailed(recorded.error or "compile error", cached=True)
-        self.stats["compiles"] += 1
+        self._count("compiles")
         start = time.perf_counter()
         try:
             artifact_dir = self.artifact_dir(key)
@@ -200,6 +201,10 @@ class CompileCache:
             self._record(key, "ok", None, time.perf_counter() - start)
         self._memory[digest] = compiled
         return compiled
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.stats[name] += 1
 
     def _record(self, key: CacheKey, status: str, error: str | None, seconds: float) -> None:
         record = {
@@ -275,8 +280,13 @@ def precompile(
     after another. A worker that dies (segfault in a compiler) fails only the configs it was building: they
     are retried one by one in fresh processes, and a config that kills its process again is reported as such.
     Builds go through ``cache`` (default: :func:`default_cache`); invalid configs simply fail to build.
+    With ``workers`` <= 1 the process-wide default cache is swapped for ``cache`` meanwhile: not thread-safe.
+    Spawned workers import the caller's main module: call it under ``if __name__ == "__main__":`` (else
+    every worker dies and every config is reported as crashed).
     """
     configs = list(dict.fromkeys(configs))
+    if not configs:
+        return {}
     cache = cache if cache is not None else default_cache()
     ref = f"{type(template).__module__}:{type(template).__qualname__}"
     if workers <= 1:
