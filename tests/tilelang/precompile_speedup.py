@@ -9,7 +9,9 @@ processes), each into an empty kernel cache, and prints both wall times, the spe
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import resource
 import sys
 import tempfile
 import time
@@ -36,17 +38,24 @@ def main() -> None:
     timings = {}
     for label, workers in (("parallel", args.workers), ("serial", 1)):
         with tempfile.TemporaryDirectory() as root:
-            start = time.perf_counter()
+            cpu0, start = _cpu_seconds(), time.perf_counter()
             results = precompile(template, configs, shape, workers=workers, cache=CompileCache(root))
             timings[label] = time.perf_counter() - start
+            cpu = _cpu_seconds() - cpu0
         failed = {c.key(): e for c, e in results.items() if e is not None}
         print(
-            f"{label}: {len(configs)} configs, workers={workers}: {timings[label]:.1f} s, "
-            f"failed: {len(failed)}"
+            f"{label}: {len(configs)} configs, workers={workers}: {timings[label]:.1f} s wall, "
+            f"{cpu:.1f} s CPU (this process, its workers and compilers), failed: {len(failed)}, "
+            f"load average {os.getloadavg()[0]:.1f}"
         )
         for key, error in failed.items():
             print(f"  {key}: {error[:300]}")
     print(f"speed-up: {timings['serial'] / timings['parallel']:.2f}x")
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 if __name__ == "__main__":
