@@ -33,7 +33,20 @@ from typing import Any
 from tuner.errors import ConfigError
 from tuner.frozen import Config, Shape
 
-PARAMS = ("block_h", "rows", "threads", "scan", "prefix", "store", "pad", "vec", "layout", "fast_math")
+PARAMS = (
+    "block_h",
+    "rows",
+    "threads",
+    "scan",
+    "prefix",
+    "store",
+    "pad",
+    "vec",
+    "layout",
+    "sweep",
+    "fast_math",
+)
+SWEEPS = ("heads", "chunks")
 STORES = ("staged", "direct")
 MAX_DIRECT_SEG = 32  # values per thread kept twice in registers by the direct store
 PREFIXES = ("serial", "tree")
@@ -63,6 +76,7 @@ class CumsumPlan:
     layout: str
     prefix: str = "serial"  # how the two-level scan's segment offsets are summed (see _offsets_macro)
     store: str = "staged"  # staged: stores along Q from shared memory; direct: from registers (_direct_macro)
+    sweep: str = "heads"  # which tile index is blockIdx.x (varies fastest across CTAs)
     fast_math: bool = False  # softplus as log(1 + exp(x)) and nvcc --use_fast_math (see _softplus)
 
     @property
@@ -85,8 +99,12 @@ class CumsumPlan:
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        """(head blocks, chunk groups, batch): head blocks vary fastest, so neighbours share dt's rows."""
-        return (self.head_blocks, self.S // self.Q // self.rows, self.B)
+        """(head blocks, chunk groups, batch) for ``sweep`` = heads (neighbouring CTAs read the same dt
+        rows), (chunk groups, head blocks, batch) for chunks (they write consecutive chunks of a row)."""
+        groups = self.S // self.Q // self.rows
+        if self.sweep == "heads":
+            return (self.head_blocks, groups, self.B)
+        return (groups, self.head_blocks, self.B)
 
     @property
     def stage_shape(self) -> tuple[int, int, int]:
@@ -118,7 +136,7 @@ def plan_for(config: Config, shape: Shape) -> CumsumPlan:
         block_h=int(config["block_h"]), rows=int(config["rows"]), threads=int(config["threads"]),
         scan=str(config["scan"]), pad=int(config["pad"]), vec=int(config["vec"]),
         layout=str(config["layout"]), prefix=str(config["prefix"]), store=str(config["store"]),
-        fast_math=bool(config["fast_math"]),
+        sweep=str(config["sweep"]), fast_math=bool(config["fast_math"]),
     )  # fmt: skip
     reason = _violation(plan)
     if reason:
@@ -129,7 +147,7 @@ def plan_for(config: Config, shape: Shape) -> CumsumPlan:
 def _violation(p: CumsumPlan) -> str | None:
     rq = p.rows * p.Q
     checks: tuple[tuple[Callable[[], bool], str], ...] = (  # lazy: later checks assume the earlier ones
-        (lambda: (p.scan, p.layout, p.prefix, p.store) in _CHOICES, "unknown choice"),
+        (lambda: (p.scan, p.layout, p.prefix, p.store, p.sweep) in _CHOICES, "unknown choice"),
         (lambda: p.scan == "twolevel" or p.prefix == "serial", "prefix=tree needs the two-level scan"),
         (lambda: min(p.block_h, p.rows, p.threads, p.vec) >= 1 and p.pad >= 0, "sizes must be positive"),
         (lambda: p.threads % 32 == 0 and p.threads <= MAX_THREADS, "threads: a multiple of 32, at most 1024"),
@@ -156,7 +174,7 @@ def _violation(p: CumsumPlan) -> str | None:
     return None
 
 
-_CHOICES = {(a, b, c, d) for a in SCANS for b in LAYOUTS for c in PREFIXES for d in STORES}
+_CHOICES = {(a, b, c, d, e) for a in SCANS for b in LAYOUTS for c in PREFIXES for d in STORES for e in SWEEPS}
 
 
 def _vec_aligned(p: CumsumPlan) -> bool:
@@ -211,7 +229,8 @@ def _body_macro(p: CumsumPlan) -> Any:
 
     @T.macro
     def body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum):
-        with T.Kernel(*p.grid, threads=p.threads) as (bh, bc, bb):
+        with T.Kernel(*p.grid, threads=p.threads) as (gx, gy, bb):
+            bh, bc = (gx, gy) if p.sweep == "heads" else (gy, gx)
             st = T.alloc_shared(p.stage_shape, "float32")
             # segment totals and offsets: small and static (the C target allows one dynamic buffer only)
             aux = T.alloc_shared((2, r_, nseg, bh_), "float32", scope="shared")

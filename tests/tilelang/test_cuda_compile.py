@@ -19,6 +19,7 @@ TEMPLATE = Mamba2ChunkCumsumTileLang()
 
 CASES = [
     ("mamba2-2p7b-b2-s32k-dt-bias", {}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"store": "direct", "sweep": "chunks"}),
     ("mamba2-1p3b-b8-s2k-dt-bias", {"layout": "hq", "vec": 4, "pad": 4, "rows": 2, "threads": 128}),
     ("mamba2-1p3b-b8-s2k", {"fast_math": False, "prefix": "serial", "store": "direct"}),
     ("mamba2-2p7b-b2-s32k-dt-bias", {"block_h": 32, "threads": 512, "vec": 4, "pad": 0, "fast_math": True}),

@@ -58,7 +58,7 @@ VARIANTS = [
     ("mamba2-2p7b-b2-s32k-dt-bias", {"block_h": 32, "threads": 512}),
     ("mamba2-780m-b1-s4k", {"scan": "serial", "prefix": "serial", "block_h": 4, "threads": 128}),
     ("mamba2-1p3b-b8-s2k", {"fast_math": False, "prefix": "serial"}),
-    ("mamba2-2p7b-b2-s32k-dt-bias", {"store": "direct"}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"store": "direct", "sweep": "chunks"}),
     (
         "mamba2-1p3b-b8-s2k-dt-bias",
         {"store": "direct", "vec": 4, "pad": 0, "rows": 2, "block_h": 4, "threads": 128},

@@ -46,8 +46,12 @@ VARIANTS = [
         {"layout": "hq", "vec": 4, "pad": 4, "rows": 2, "threads": 128, "prefix": "serial"},
         {"H": 16, "softplus": False},
     ),
-    # direct stores from registers: qh with vectorised loads, 2 chunks per CTA, masked heads (20 = 16 + 4)
-    ({"store": "direct", "vec": 4, "pad": 0, "rows": 2, "block_h": 16, "threads": 512}, {"H": 20}),
+    # direct stores from registers: qh with vectorised loads, 2 chunks per CTA, masked heads (20 = 16 + 4),
+    # chunk groups as blockIdx.x
+    (
+        {"store": "direct", "vec": 4, "pad": 0, "rows": 2, "block_h": 16, "threads": 512, "sweep": "chunks"},
+        {"H": 20},
+    ),
     # direct stores, hq staging, serial offsets, float32 output
     ({"store": "direct", "layout": "hq", "pad": 4, "prefix": "serial"}, {"H": 16, "dtype": "float32"}),
     # accurate softplus (log1p), float32 output (the tightest dt_out bound)
