@@ -1,0 +1,388 @@
+"""The TileLang program of the Mamba2 chunk cumsum: a launch plan from (config, shape), and the kernel.
+
+One CTA owns a tile of ``rows`` consecutive chunks × ``block_h`` heads of one batch. It runs four phases,
+each a ``T.Parallel`` loop nest (TileLang maps iterations to threads and inserts the barriers between them):
+
+A. load ``dt`` rows (contiguous along H), add the bias, softplus, clamp, and stage the fp32 values in shared
+   memory ``st[0]``; ``layout`` says how the stage is laid out: ``qh`` = [rows·Q][block_h + pad] (as in global
+   memory: the loads can be vectorised by ``vec``), ``hq`` = [block_h][rows·Q + pad] (transposed on the way
+   in: the stores of phase D can be vectorised by ``vec``). ``pad`` skews rows against bank conflicts.
+B. scan along Q. ``serial``: one thread per (chunk, head) scans the Q values; ``twolevel``: each (chunk,
+   head) row is cut into ``segments`` = threads / (rows·block_h) pieces, one per thread, each scanned
+   serially in a register; the partial sums go to ``st[1]``, the segment totals to ``aux[0]``.
+C. (two-level only) the exclusive offsets of the segments, summed serially by each thread or in
+   log2(segments) Hillis-Steele rounds (``prefix``).
+D. write ``dt_out`` (rounded to the output dtype) and ``dA_cumsum`` = partial + offset. ``store`` =
+   ``staged``: the partial sums were staged in ``st[1]`` and all threads store along Q from shared memory;
+   ``direct``: each thread kept its segment (values, partial sums) in registers and stores it itself.
+
+Heads are the fastest thread index in phases B and C (the rows of different heads are ``pad``-skewed, those
+of one head are not), the sequence position in phase D (coalesced stores). When ``block_h`` does not divide
+H, the last head block is masked. Everything is written with tile-level operators only, so the same program
+also lowers for TileLang's C target (CPU), where thread-indexed code is rejected.
+"""
+
+# mypy: disable-error-code="valid-type"
+# (the T.Tensor(...) parameter annotations below are TileLang's buffer declarations, not Python types)
+# No ``from __future__ import annotations`` here: TileLang reads the T.Tensor annotations of the prim_funcs
+# below at run time, and string annotations would have to name closure variables it cannot see.
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tuner.errors import ConfigError
+from tuner.frozen import Config, Shape
+
+PARAMS = (
+    "block_h",
+    "rows",
+    "threads",
+    "scan",
+    "prefix",
+    "store",
+    "pad",
+    "vec",
+    "layout",
+    "sweep",
+    "fast_math",
+)
+SWEEPS = ("heads", "chunks")
+STORES = ("staged", "direct")
+MAX_DIRECT_SEG = 32  # values per thread kept twice in registers by the direct store
+PREFIXES = ("serial", "tree")
+SCANS = ("serial", "twolevel")
+LAYOUTS = ("qh", "hq")
+MAX_THREADS = 1024
+MAX_SMEM_BYTES = 232448  # 227 KB: the most dynamic shared memory one block may opt into on sm_90
+
+
+@dataclass(frozen=True)
+class CumsumPlan:
+    """Everything the program depends on, derived from (config, shape) and validated. Immutable."""
+
+    B: int
+    S: int
+    H: int
+    Q: int
+    has_bias: bool
+    softplus: bool
+    dtype: str
+    block_h: int
+    rows: int
+    threads: int
+    scan: str
+    pad: int
+    vec: int
+    layout: str
+    prefix: str = "serial"  # how the two-level scan's segment offsets are summed (see _offsets_macro)
+    store: str = "staged"  # staged: stores along Q from shared memory; direct: from registers (_direct_macro)
+    sweep: str = "heads"  # which tile index is blockIdx.x (varies fastest across CTAs)
+    fast_math: bool = False  # softplus as log(1 + exp(x)) and nvcc --use_fast_math (see _softplus)
+
+    @property
+    def segments(self) -> int:
+        """Pieces each (chunk, head) row is scanned in (1 for the serial scan)."""
+        return 1 if self.scan == "serial" else self.threads // (self.rows * self.block_h)
+
+    @property
+    def seg_len(self) -> int:
+        return self.Q // self.segments
+
+    @property
+    def head_blocks(self) -> int:
+        return -(-self.H // self.block_h)
+
+    @property
+    def masked(self) -> bool:
+        """Whether the last head block runs past H (its extra heads are neither read nor written)."""
+        return self.H % self.block_h != 0
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        """(head blocks, chunk groups, batch) for ``sweep`` = heads (neighbouring CTAs read the same dt
+        rows), (chunk groups, head blocks, batch) for chunks (they write consecutive chunks of a row)."""
+        groups = self.S // self.Q // self.rows
+        if self.sweep == "heads":
+            return (self.head_blocks, groups, self.B)
+        return (groups, self.head_blocks, self.B)
+
+    @property
+    def stage_shape(self) -> tuple[int, int, int]:
+        """[values, partial sums] (staged store) or [values] (direct store), in ``layout`` order."""
+        rq, stages = self.rows * self.Q, 2 if self.store == "staged" else 1
+        if self.layout == "qh":
+            return (stages, rq, self.block_h + self.pad)
+        return (stages, self.block_h, rq + self.pad)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic stage plus the static segment totals and offsets (aux), in bytes."""
+        a, b, c = self.stage_shape
+        return 4 * (a * b * c + 2 * self.rows * self.segments * self.block_h)
+
+
+def plan_for(config: Config, shape: Shape) -> CumsumPlan:
+    """Validate ``config`` for ``shape`` and derive the plan; ConfigError says which rule is broken.
+
+    These are the search space's constraints (search_spaces/mamba2_chunk_cumsum_tilelang.yaml), re-checked
+    here so that a config given by hand fails before any compile with a readable reason.
+    """
+    missing = [p for p in PARAMS if p not in config]
+    if missing:
+        raise ConfigError(f"missing parameter(s) {', '.join(missing)}")
+    plan = CumsumPlan(
+        B=int(shape["B"]), S=int(shape["S"]), H=int(shape["H"]), Q=int(shape["Q"]),
+        has_bias=bool(shape["has_bias"]), softplus=bool(shape["softplus"]), dtype=str(shape["dtype"]),
+        block_h=int(config["block_h"]), rows=int(config["rows"]), threads=int(config["threads"]),
+        scan=str(config["scan"]), pad=int(config["pad"]), vec=int(config["vec"]),
+        layout=str(config["layout"]), prefix=str(config["prefix"]), store=str(config["store"]),
+        sweep=str(config["sweep"]), fast_math=bool(config["fast_math"]),
+    )  # fmt: skip
+    reason = _violation(plan)
+    if reason:
+        raise ConfigError(f"config {config.key()} for shape {shape.key()}: {reason}")
+    return plan
+
+
+def _violation(p: CumsumPlan) -> str | None:
+    rq = p.rows * p.Q
+    checks: tuple[tuple[Callable[[], bool], str], ...] = (  # lazy: later checks assume the earlier ones
+        (lambda: (p.scan, p.layout, p.prefix, p.store, p.sweep) in _CHOICES, "unknown choice"),
+        (lambda: p.scan == "twolevel" or p.prefix == "serial", "prefix=tree needs the two-level scan"),
+        (lambda: min(p.block_h, p.rows, p.threads, p.vec) >= 1 and p.pad >= 0, "sizes must be positive"),
+        (lambda: p.threads % 32 == 0 and p.threads <= MAX_THREADS, "threads: a multiple of 32, at most 1024"),
+        (lambda: p.block_h < 2 * p.H, "block_h at most next_pow2(H)"),
+        (lambda: (p.S // p.Q) % p.rows == 0, "rows must divide the number of chunks S/Q"),
+        (lambda: p.threads % (p.rows * p.block_h) == 0, "threads must be a multiple of rows*block_h"),
+        (lambda: p.scan == "serial" or p.segments >= 2, "a two-level scan needs threads >= 2*rows*block_h"),
+        (
+            lambda: p.Q % p.segments == 0 and (p.scan == "serial" or p.seg_len >= 2),
+            "segments: Q/n, >= 2 each",
+        ),
+        (lambda: (rq * p.block_h) % (p.threads * p.vec) == 0, "rows*Q*block_h: a multiple of threads*vec"),
+        (lambda: p.vec == 1 or _vec_aligned(p), "vec: misaligned rows or vectors"),
+        (
+            lambda: p.store == "staged" or p.seg_len <= MAX_DIRECT_SEG,
+            "direct store: segments of <= 32 values",
+        ),
+        (lambda: p.store == "staged" or p.layout == "qh" or p.vec == 1, "direct store with hq: vec unused"),
+        (lambda: p.smem_bytes <= MAX_SMEM_BYTES, f"shared memory above {MAX_SMEM_BYTES} B"),
+    )
+    for ok, reason in checks:
+        if not ok():
+            return reason
+    return None
+
+
+_CHOICES = {(a, b, c, d, e) for a in SCANS for b in LAYOUTS for c in PREFIXES for d in STORES for e in SWEEPS}
+
+
+def _vec_aligned(p: CumsumPlan) -> bool:
+    if p.layout == "qh":  # vectors along H: global rows (H) and shared rows (block_h + pad) aligned
+        return p.H % p.vec == 0 and p.block_h % p.vec == 0 and (p.block_h + p.pad) % p.vec == 0
+    return p.Q % p.vec == 0 and (p.rows * p.Q + p.pad) % p.vec == 0  # vectors along Q
+
+
+def make_program(plan: CumsumPlan) -> Any:
+    """The TileLang PrimFunc of ``plan``. Parameters: dt, A, [dt_bias,] dt_limit, dt_out, dA_cumsum."""
+    import tilelang.language as T
+
+    body = _body_macro(plan)
+    b, s, h, q = plan.B, plan.S, plan.H, plan.Q
+    c = s // q
+    if plan.has_bias:
+
+        @T.prim_func
+        def chunk_cumsum_bias(
+            dt: T.Tensor((b, s, h), "float32"),
+            A: T.Tensor((h,), "float32"),
+            dt_bias: T.Tensor((h,), "float32"),
+            dt_limit: T.Tensor((2,), "float32"),
+            dt_out: T.Tensor((b, h, c, q), plan.dtype),
+            dA_cumsum: T.Tensor((b, h, c, q), "float32"),
+        ):
+            body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum)
+
+        return chunk_cumsum_bias
+
+    @T.prim_func
+    def chunk_cumsum(
+        dt: T.Tensor((b, s, h), "float32"),
+        A: T.Tensor((h,), "float32"),
+        dt_limit: T.Tensor((2,), "float32"),
+        dt_out: T.Tensor((b, h, c, q), plan.dtype),
+        dA_cumsum: T.Tensor((b, h, c, q), "float32"),
+    ):
+        body(dt, A, None, dt_limit, dt_out, dA_cumsum)
+
+    return chunk_cumsum
+
+
+def _body_macro(p: CumsumPlan) -> Any:
+    """The kernel body as a T.macro over the buffers (``dt_bias`` is None without a bias)."""
+    import tilelang.language as T
+
+    bh_, r_, nseg, rq = p.block_h, p.rows, p.segments, p.rows * p.Q
+    width_a = T.IntImm("int32", p.vec if p.layout == "qh" else 1)  # vectors where dt is contiguous
+    at = _stage_index(p)
+    scan_and_store = _staged_macro(p, at) if p.store == "staged" else _direct_macro(p, at)
+
+    @T.macro
+    def body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum):
+        with T.Kernel(*p.grid, threads=p.threads) as (gx, gy, bb):
+            bh, bc = (gx, gy) if p.sweep == "heads" else (gy, gx)
+            st = T.alloc_shared(p.stage_shape, "float32")
+            # segment totals and offsets: small and static (the C target allows one dynamic buffer only)
+            aux = T.alloc_shared((2, r_, nseg, bh_), "float32", scope="shared")
+            acc = T.alloc_fragment((r_, nseg, bh_), "float32")
+            lo = dt_limit[0]
+            hi = dt_limit[1]
+            for q, h in T.Parallel(rq, bh_, coalesced_width=width_a):  # A: load, activate, stage
+                x = _load_x(dt, dt_bias, bb, bc * rq + q, bh * bh_ + h, p.H, p.masked)
+                if p.softplus:
+                    x = T.if_then_else(x <= 20.0, _softplus(x, p.fast_math), x)
+                st[at(0, q, h)] = T.min(T.max(x, lo), hi)
+            scan_and_store(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc)
+
+    return body
+
+
+def _stage_index(p: CumsumPlan) -> Callable[[int, Any, Any], tuple[Any, Any, Any]]:
+    """Index of (stage, sequence position q in the tile, head h) in the shared stage, per ``layout``."""
+    if p.layout == "qh":
+        return lambda stage, q, h: (stage, q, h)
+    return lambda stage, q, h: (stage, h, q)
+
+
+def _staged_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
+    """Phases B-D with the partial sums staged in ``st[1]`` and stores along Q from shared memory."""
+    import tilelang.language as T
+
+    bh_, r_, nseg, seg, q_ = p.block_h, p.rows, p.segments, p.seg_len, p.Q
+    width_d = T.IntImm("int32", 1 if p.layout == "qh" else p.vec)
+    offsets, offset_of = _offsets_macro(p)
+
+    @T.macro
+    def staged(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc):
+        for r, sg, h in T.Parallel(r_, nseg, bh_):  # B: serial scan of each segment
+            acc[r, sg, h] = 0.0
+            for j in T.serial(seg):
+                acc[r, sg, h] += st[at(0, r * q_ + sg * seg + j, h)] * _head_value(
+                    A, bh * bh_ + h, p.H, p.masked
+                )
+                st[at(1, r * q_ + sg * seg + j, h)] = acc[r, sg, h]
+            aux[0, r, sg, h] = acc[r, sg, h]
+        offsets(aux, acc)  # C: exclusive offsets of the segments (nothing for the serial scan)
+        for r, h, q in T.Parallel(r_, bh_, q_, coalesced_width=width_d):  # D: coalesced stores along Q
+            if not p.masked or bh * bh_ + h < p.H:
+                dt_out[bb, bh * bh_ + h, bc * r_ + r, q] = st[at(0, r * q_ + q, h)]
+                dA_cumsum[bb, bh * bh_ + h, bc * r_ + r, q] = st[at(1, r * q_ + q, h)] + offset_of(
+                    aux, r, q // seg, h
+                )
+
+    return staged
+
+
+def _direct_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
+    """Phases B-D with each thread's segment kept in registers (values and partial sums) and stored by the
+    thread itself, ``seg_len`` contiguous values per row (vector stores): no second stage, no shared reads
+    in phase D. The stores of a warp cover half sectors per instruction when seg_len·4 B < 32 B."""
+    import tilelang.language as T
+
+    bh_, r_, nseg, seg, q_ = p.block_h, p.rows, p.segments, p.seg_len, p.Q
+    offsets, offset_of = _offsets_macro(p)
+
+    @T.macro
+    def direct(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc):
+        vals = T.alloc_fragment((r_, nseg, bh_, seg), "float32")
+        part = T.alloc_fragment((r_, nseg, bh_, seg), "float32")
+        for r, sg, h in T.Parallel(r_, nseg, bh_):  # B: serial scan of each segment, in registers
+            acc[r, sg, h] = 0.0
+            for j in T.serial(seg):
+                vals[r, sg, h, j] = st[at(0, r * q_ + sg * seg + j, h)]
+                acc[r, sg, h] += vals[r, sg, h, j] * _head_value(A, bh * bh_ + h, p.H, p.masked)
+                part[r, sg, h, j] = acc[r, sg, h]
+            aux[0, r, sg, h] = acc[r, sg, h]
+        offsets(aux, acc)  # C
+        for r, sg, h in T.Parallel(r_, nseg, bh_):  # D: each thread stores its own segment
+            if not p.masked or bh * bh_ + h < p.H:
+                for j in T.vectorized(seg):
+                    dt_out[bb, bh * bh_ + h, bc * r_ + r, sg * seg + j] = vals[r, sg, h, j]
+                    dA_cumsum[bb, bh * bh_ + h, bc * r_ + r, sg * seg + j] = part[r, sg, h, j] + offset_of(
+                        aux, r, sg, h
+                    )
+
+    return direct
+
+
+def _offsets_macro(p: CumsumPlan) -> tuple[Any, Callable[..., Any]]:
+    """Phase C and the offset of a segment in phase D, for ``p.prefix`` (the totals are in ``aux[0]``).
+
+    ``serial``: each thread sums the totals before its segment (segments - 1 shared loads), into aux[1].
+    ``tree``: log2(segments) Hillis-Steele rounds over all segments, ping-ponging aux[0] and aux[1]; the
+    exclusive offset of segment s is then the inclusive sum of segment s - 1.
+    """
+    import tilelang.language as T
+
+    r_, nseg, bh_ = p.rows, p.segments, p.block_h
+    rounds = [1 << k for k in range(max(nseg - 1, 0).bit_length())]
+
+    if nseg == 1:
+
+        @T.macro
+        def no_offsets(aux, acc):
+            T.evaluate(0)
+
+        return no_offsets, lambda aux, r, s, h: T.float32(0.0)
+
+    if p.prefix == "serial":
+
+        @T.macro
+        def serial_offsets(aux, acc):
+            for r, sg, h in T.Parallel(r_, nseg, bh_):
+                acc[r, sg, h] = 0.0
+                for k in T.serial(nseg):
+                    if k < sg:
+                        acc[r, sg, h] += aux[0, r, k, h]
+                aux[1, r, sg, h] = acc[r, sg, h]
+
+        return serial_offsets, lambda aux, r, s, h: aux[1, r, s, h]
+
+    @T.macro
+    def tree_offsets(aux, acc):
+        for k, d in enumerate(rounds):  # unrolled when traced: one T.Parallel (and barrier) per round
+            for r, sg, h in T.Parallel(r_, nseg, bh_):
+                aux[(k + 1) % 2, r, sg, h] = aux[k % 2, r, sg, h] + T.if_then_else(
+                    sg >= d, aux[k % 2, r, T.max(sg - d, 0), h], T.float32(0.0)
+                )
+
+    last = len(rounds) % 2
+    return tree_offsets, lambda aux, r, s, h: T.if_then_else(
+        s > 0, aux[last, r, T.max(s - 1, 0), h], T.float32(0.0)
+    )
+
+
+def _load_x(dt: Any, dt_bias: Any, b: Any, s: Any, h: Any, n_heads: int, masked: bool) -> Any:
+    """dt[b, s, h] (+ dt_bias[h]); 0 for the masked heads past H (their loads are not issued)."""
+    import tilelang.language as T
+
+    x = dt[b, s, h] if dt_bias is None else dt[b, s, h] + dt_bias[h]
+    return T.if_then_else(h < n_heads, x, T.float32(0.0)) if masked else x
+
+
+def _softplus(x: Any, fast: bool) -> Any:
+    """log1p(exp(x)); ``fast``: log(1 + exp(x)), which --use_fast_math turns into two MUFU ops.
+
+    The fast form loses the relative accuracy of log1p for tiny results (absolute error ~1e-7, so ~1e-4
+    relative at 1e-3, the usual dt_min); log1pf is a ~20-instruction polynomial per element, about half of
+    the kernel's instructions. The correctness gate decides whether the fast form is good enough.
+    """
+    import tilelang.language as T
+
+    return T.log(T.float32(1.0) + T.exp(x)) if fast else T.log1p(T.exp(x))
+
+
+def _head_value(A: Any, h: Any, n_heads: int, masked: bool) -> Any:
+    import tilelang.language as T
+
+    return T.if_then_else(h < n_heads, A[h], T.float32(0.0)) if masked else A[h]

@@ -1,0 +1,42 @@
+"""The CUDA kernels compile (TileLang lowering + nvcc for sm_90) on a host without a GPU; nothing runs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernels.mamba2_chunk_cumsum_tilelang import Mamba2ChunkCumsumTileLang
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(), reason="no nvcc"
+    ),
+]
+TEMPLATE = Mamba2ChunkCumsumTileLang()
+
+CASES = [
+    ("mamba2-2p7b-b2-s32k-dt-bias", {}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"store": "direct", "sweep": "chunks"}),
+    ("mamba2-1p3b-b8-s2k-dt-bias", {"layout": "hq", "vec": 4, "pad": 4, "rows": 2, "threads": 128}),
+    ("mamba2-1p3b-b8-s2k", {"fast_math": False, "prefix": "serial", "store": "direct"}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"block_h": 32, "threads": 512, "vec": 4, "pad": 0, "fast_math": True}),
+    ("mamba2-780m-b1-s4k", {"scan": "serial", "prefix": "serial", "block_h": 4, "threads": 128}),
+]
+
+
+@pytest.mark.parametrize(("workload", "changes"), CASES)
+def test_compiles_for_sm90(
+    session_home: Path, monkeypatch: pytest.MonkeyPatch, workload: str, changes: dict
+) -> None:
+    monkeypatch.setenv("TUNER_TILELANG_TARGET", "cuda:sm_90")
+    shape = TEMPLATE.workload(workload)
+    config = TEMPLATE.space().default.replace(**changes)
+    assert TEMPLATE.space().check(config, shape) is None
+    kernel, plan = TEMPLATE.compile(config, shape)  # raises CompileFailed on a lowering or nvcc error
+    source = kernel.get_kernel_source()
+    assert f"__launch_bounds__({plan.threads}, 1)" in source
+    if shape["dtype"] == "bfloat16":
+        assert "bfloat16" in source

@@ -1,0 +1,81 @@
+"""On a CUDA device: every workload once (default config), a few variants, no allocation, torch's stream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels.mamba2_chunk_cumsum_tilelang import Mamba2ChunkCumsumTileLang
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+TEMPLATE = Mamba2ChunkCumsumTileLang()
+
+
+@pytest.fixture(autouse=True)
+def _cuda_target(session_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNER_TILELANG_TARGET", "auto")  # the visible GPU
+
+
+def _run_and_check(config, shape, *, seed: int = 0, stream: torch.cuda.Stream | None = None) -> None:  # type: ignore[no-untyped-def]
+    fn = TEMPLATE.build(config, shape)
+    inputs = TEMPLATE.make_inputs(shape, "cuda", seed)
+    outputs = TEMPLATE.allocate_outputs(shape, inputs)
+    for out in outputs.values():
+        out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    allocated = torch.cuda.memory_allocated()
+    if stream is None:
+        fn(inputs, outputs)
+    else:
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn(inputs, outputs)
+        stream.synchronize()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == allocated  # the launch allocates nothing
+    ref = TEMPLATE.reference(shape, inputs)
+    for spec in TEMPLATE.output_specs(shape):
+        out = outputs[spec.name]
+        assert not torch.isnan(out).any(), spec.name
+        error = ((out.double() - ref[spec.name]).norm() / ref[spec.name].norm()).item()
+        assert error <= spec.rtol, (spec.name, error, config.key(), shape.key())
+
+
+@pytest.mark.parametrize("workload", [w.name for w in TEMPLATE.workloads])
+def test_every_workload_with_the_default_config(workload: str) -> None:
+    _run_and_check(TEMPLATE.space().default, TEMPLATE.workload(workload))
+
+
+VARIANTS = [
+    ("mamba2-1p3b-b8-s2k-dt-bias", {"layout": "hq", "vec": 4, "pad": 4, "rows": 2, "threads": 128}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"vec": 4, "pad": 0, "block_h": 16, "threads": 512, "fast_math": True}),
+    # masked last head block: 80 = 2·32 + 16
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"block_h": 32, "threads": 512}),
+    ("mamba2-780m-b1-s4k", {"scan": "serial", "prefix": "serial", "block_h": 4, "threads": 128}),
+    ("mamba2-1p3b-b8-s2k", {"fast_math": False, "prefix": "serial"}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"store": "direct", "sweep": "chunks"}),
+    (
+        "mamba2-1p3b-b8-s2k-dt-bias",
+        {"store": "direct", "vec": 4, "pad": 0, "rows": 2, "block_h": 4, "threads": 128},
+    ),
+    ("mamba2-780m-b1-s4k", {"store": "direct", "layout": "hq", "pad": 4, "block_h": 16, "threads": 1024}),
+    ("mamba2-780m-b1-s4k-dt-bias", {"block_h": 2, "rows": 4, "threads": 512, "pad": 2}),
+]
+
+
+@pytest.mark.parametrize(("workload", "changes"), VARIANTS)
+def test_variants(workload: str, changes: dict) -> None:
+    shape = TEMPLATE.workload(workload)
+    config = TEMPLATE.space().default.replace(**changes)
+    assert TEMPLATE.space().check(config, shape) is None
+    _run_and_check(config, shape, seed=5)
+
+
+def test_runs_on_the_current_stream() -> None:
+    shape = TEMPLATE.workload("mamba2-2p7b-b2-s32k-dt-bias")
+    _run_and_check(TEMPLATE.space().default, shape, seed=9, stream=torch.cuda.Stream())

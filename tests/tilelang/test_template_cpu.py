@@ -1,0 +1,88 @@
+"""The TileLang kernels on TileLang's C target (CPU) at reduced sizes, against the float64 reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tuner.compile_cache import CompileFailed, default_cache
+from tuner.frozen import Shape
+
+
+def _check(template, config, shape: Shape, seed: int = 0) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Build, run on NaN-poisoned outputs, compare; returns the relative L2 errors."""
+    assert template.space().check(config, shape) is None
+    fn = template.build(config, shape)
+    inputs = template.make_inputs(shape, "cpu", seed)
+    outputs = template.allocate_outputs(shape, inputs)
+    for out in outputs.values():
+        out.fill_(float("nan"))
+    pointers = {k: v.data_ptr() for k, v in outputs.items()}
+    fn(inputs, outputs)
+    assert {k: v.data_ptr() for k, v in outputs.items()} == pointers  # written in place
+    ref = template.reference(shape, inputs)
+    errors = {}
+    for spec in template.output_specs(shape):
+        out = outputs[spec.name]
+        assert not torch.isnan(out).any(), spec.name
+        errors[spec.name] = ((out.double() - ref[spec.name]).norm() / ref[spec.name].norm()).item()
+        assert errors[spec.name] <= spec.rtol, (spec.name, errors[spec.name], config.key())
+    return errors
+
+
+@pytest.mark.parametrize("workload", [0, 1, 2, 3, 4])
+def test_default_config_on_every_reduced_workload(cpu_template, workload: int) -> None:  # type: ignore[no-untyped-def]
+    shape = cpu_template.reduced(cpu_template.workload(cpu_template.workloads[workload].name))
+    if shape["dtype"] == "bfloat16":
+        shape = shape.replace(dtype="float16")  # the C target has no bfloat16 (see test_bfloat16_...)
+    _check(cpu_template, cpu_template.space().default, shape, seed=workload)
+
+
+VARIANTS = [
+    # serial scan, masked heads (H=12, block_h=8), float32 output
+    ({"scan": "serial", "prefix": "serial", "threads": 64}, {"H": 12, "dtype": "float32"}),
+    # hq staging with vectorised stores, two chunks per CTA, no softplus, serial segment offsets
+    (
+        {"layout": "hq", "vec": 4, "pad": 4, "rows": 2, "threads": 128, "prefix": "serial"},
+        {"H": 16, "softplus": False},
+    ),
+    # direct stores from registers: qh with vectorised loads, 2 chunks per CTA, masked heads (20 = 16 + 4),
+    # chunk groups as blockIdx.x
+    (
+        {"store": "direct", "vec": 4, "pad": 0, "rows": 2, "block_h": 16, "threads": 512, "sweep": "chunks"},
+        {"H": 20},
+    ),
+    # direct stores, hq staging, serial offsets, float32 output
+    ({"store": "direct", "layout": "hq", "pad": 4, "prefix": "serial"}, {"H": 16, "dtype": "float32"}),
+    # accurate softplus (log1p), float32 output (the tightest dt_out bound)
+    ({"fast_math": False}, {"H": 16, "dtype": "float32"}),
+    # qh staging with vectorised loads, no padding, 16 heads per CTA, bias
+    ({"vec": 4, "pad": 0, "block_h": 16, "threads": 256}, {"H": 20, "has_bias": True}),
+    # one head per CTA, two-level scan with 64 segments of the Q=256 chunk, 4 chunks per CTA
+    ({"block_h": 1, "rows": 4, "threads": 256, "pad": 2}, {"H": 3, "Q": 256, "S": 1024}),
+]
+
+
+@pytest.mark.parametrize(("changes", "dims"), VARIANTS)
+def test_variants(cpu_template, changes: dict, dims: dict) -> None:  # type: ignore[no-untyped-def]
+    base = {"B": 2, "S": 256, "H": 16, "Q": 64, "has_bias": False, "dtype": "float16", "softplus": True}
+    shape = cpu_template.make_shape({**base, **dims})
+    _check(cpu_template, cpu_template.space().default.replace(**changes), shape, seed=11)
+
+
+def test_rebuild_is_served_from_memory(cpu_template) -> None:  # type: ignore[no-untyped-def]
+    shape = cpu_template.reduced(cpu_template.workload("mamba2-780m-b1-s4k"))
+    config = cpu_template.space().default
+    cpu_template.build(config, shape)
+    before = dict(default_cache().stats)
+    cpu_template.build(config, shape)
+    assert default_cache().stats["memory_hits"] == before["memory_hits"] + 1
+    assert default_cache().stats["compiles"] == before["compiles"]
+
+
+def test_bfloat16_does_not_compile_for_the_c_target(cpu_template) -> None:  # type: ignore[no-untyped-def]
+    shape = cpu_template.reduced(cpu_template.workload("mamba2-1p3b-b8-s2k"))
+    assert shape["dtype"] == "bfloat16"
+    with pytest.raises(CompileFailed, match="bfloat16") as info:
+        cpu_template.build(cpu_template.space().default, shape)
+    assert cpu_template.is_compile_error(info.value)

@@ -1,0 +1,346 @@
+"""Compiled-kernel cache and a parallel pre-compiler.
+
+Key: template name + version, config, shape, backend and the toolchain fingerprint (compiler, its version,
+target; see kernels/tilelang_toolchain.py). Everything lives under ``$TUNER_HOME/kernel-cache`` (TUNER_HOME
+defaults to ``~/.local/share/tuner``)::
+
+    kernel-cache/entries/<2 hex>/<digest>.json   one record per key: ok, or the compile error it raised
+    kernel-cache/<backend>/<toolchain digest>/   the backend's own artifact cache (TileLang: its cache dir)
+
+Why wrap TileLang's cache rather than replace it: TileLang already stores each compiled library atomically
+(staging directory + rename, with an integrity manifest) under a content key (TIR script + target + pass
+configs), and loading a library back needs its adapter internals; copying that would break with each
+TileLang release. What it lacks, this module adds: (1) our semantic key, so that a config known to fail is
+answered without tracing or compiling it again (negative entries), (2) the toolchain in the key — TileLang's
+key has its own version and the target but not the nvcc/compiler version, so each toolchain gets its own
+artifact directory, (3) an in-process dict keyed by our key (TileLang's in-memory cache needs a trace and
+warns on hits), (4) one documented root. An ``ok`` entry means "compiled here before": the next build still
+traces the program (~0.2 s) and TileLang loads the library from its disk cache instead of compiling.
+
+Concurrency: entries are written to a temporary file in the same directory and renamed into place
+(``os.replace`` is atomic on POSIX), so readers see a whole record or none; two writers of one key both
+write complete records. Within a process, a :class:`CompileCache` is thread-safe and compiles one key once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import hashlib
+import json
+import multiprocessing
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tuner.frozen import Config, Shape
+
+if TYPE_CHECKING:
+    from tuner.template import KernelTemplate
+
+T = TypeVar("T")
+
+TUNER_HOME_ENV = "TUNER_HOME"
+DEFAULT_TUNER_HOME = "~/.local/share/tuner"
+MAX_ERROR_CHARS = 8000
+_TRANSIENT_MARKERS = ("timed out", "timeout", "killed", "out of memory", "no space left")
+
+
+def tuner_home() -> Path:
+    """``$TUNER_HOME``, or ``~/.local/share/tuner``."""
+    return Path(os.environ.get(TUNER_HOME_ENV) or DEFAULT_TUNER_HOME).expanduser()
+
+
+def kernel_cache_dir() -> Path:
+    return tuner_home() / "kernel-cache"
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Everything that changes a compiled kernel. Immutable; :meth:`digest` is stable across processes."""
+
+    template: str
+    version: str
+    config: Config
+    shape: Shape
+    backend: str
+    toolchain: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "template": self.template,
+            "version": self.version,
+            "config": self.config.to_dict(),
+            "shape": self.shape.to_dict(),
+            "backend": self.backend,
+            "toolchain": dict(sorted(self.toolchain.items())),
+        }
+
+    def toolchain_digest(self) -> str:
+        text = json.dumps(dict(sorted(self.toolchain.items())), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def digest(self) -> str:
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """The on-disk record of one key: ``status`` is ``ok`` or ``compile_error`` (then ``error`` says why)."""
+
+    status: str
+    error: str | None
+    compile_s: float
+    created: float
+    key: Mapping[str, Any]
+
+
+class CompileFailed(Exception):
+    """The kernel does not compile; ``error`` is the compiler's message, ``cached`` whether it was recorded
+    earlier (then nothing was compiled this time)."""
+
+    def __init__(self, error: str, *, cached: bool) -> None:
+        super().__init__(error)
+        self.error = error
+        self.cached = cached
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message``, cut to MAX_ERROR_CHARS (compiler errors can quote whole sources)."""
+    text = exc.error if isinstance(exc, CompileFailed) else f"{type(exc).__name__}: {exc}"
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    half = MAX_ERROR_CHARS // 2
+    return f"{text[:half]}\n… [{len(text) - MAX_ERROR_CHARS} chars cut] …\n{text[-half:]}"
+
+
+class CompileCache:
+    """Cache of compiled kernels under ``root`` (default ``$TUNER_HOME/kernel-cache``) plus a memory layer.
+
+    :meth:`get_or_compile` returns the in-process object for a key, else raises :class:`CompileFailed` for a
+    key recorded as failing, else compiles (once per key per process, even across threads) and records the
+    outcome. ``stats`` counts ``memory_hits``, ``failed_hits`` (negative entries answered without compiling)
+    and ``compiles``. Thread-safe. The memory layer keeps every kernel built in the process (measurement
+    subprocesses are short-lived; call :meth:`forget_memory` in a long-lived one).
+    """
+
+    def __init__(self, root: Path | str | None = None) -> None:
+        self.root = Path(root) if root is not None else kernel_cache_dir()
+        self._lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
+        self._memory: dict[str, Any] = {}
+        self.stats = {"memory_hits": 0, "failed_hits": 0, "compiles": 0}
+
+    def artifact_dir(self, key: CacheKey) -> Path:
+        """Where the backend keeps its own artifacts for this key's toolchain (created on demand)."""
+        return self.root / key.backend / key.toolchain_digest()
+
+    def entry_path(self, key: CacheKey) -> Path:
+        digest = key.digest()
+        return self.root / "entries" / digest[:2] / f"{digest}.json"
+
+    def entry(self, key: CacheKey) -> CacheEntry | None:
+        """The record of ``key`` on disk, or None (also for an unreadable or foreign file)."""
+        try:
+            data = json.loads(self.entry_path(key).read_text())
+            return CacheEntry(data["status"], data["error"], data["compile_s"], data["created"], data["key"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def get_or_compile(
+        self,
+        key: CacheKey,
+        compile_fn: Callable[[Path], T],
+        *,
+        is_compile_error: Callable[[BaseException], bool],
+    ) -> T:
+        """The compiled object for ``key``; ``compile_fn(artifact_dir)`` runs on a miss.
+
+        Raises CompileFailed for a failing key (recorded now or before); other exceptions of
+        ``compile_fn`` (``is_compile_error`` false, or transient: timeouts, OOM) propagate unrecorded.
+        """
+        digest = key.digest()
+        with self._lock:
+            lock = self._key_locks.setdefault(digest, threading.Lock())
+        with lock:
+            return self._get_or_compile_locked(key, digest, compile_fn, is_compile_error)
+
+    def _get_or_compile_locked(
+        self,
+        key: CacheKey,
+        digest: str,
+        compile_fn: Callable[[Path], T],
+        is_compile_error: Callable[[BaseException], bool],
+    ) -> T:
+        if digest in self._memory:
+            self._count("memory_hits")
+            return self._memory[digest]
+        recorded = self.entry(key)
+        if recorded is not None and recorded.status == "compile_error":
+            self._count("failed_hits")
+            raise CompileFailed(recorded.error or "compile error", cached=True)
+        self._count("compiles")
+        start = time.perf_counter()
+        try:
+            artifact_dir = self.artifact_dir(key)
+            artifact_dir.mkdir(parents=True, exist_ok=True)
+            compiled = compile_fn(artifact_dir)
+        except Exception as exc:
+            if not is_compile_error(exc) or _transient(exc):
+                raise
+            error = describe(exc)
+            self._record(key, "compile_error", error, time.perf_counter() - start)
+            raise CompileFailed(error, cached=False) from exc
+        if recorded is None:
+            self._record(key, "ok", None, time.perf_counter() - start)
+        self._memory[digest] = compiled
+        return compiled
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self.stats[name] += 1
+
+    def _record(self, key: CacheKey, status: str, error: str | None, seconds: float) -> None:
+        record = {
+            "status": status,
+            "error": error,
+            "compile_s": round(seconds, 3),
+            "created": time.time(),
+            "key": key.to_dict(),
+        }
+        _atomic_write_text(self.entry_path(key), json.dumps(record, sort_keys=True, indent=1))
+
+    def forget_memory(self) -> None:
+        """Drop the in-process layer (the disk stays)."""
+        with self._lock:
+            self._memory.clear()
+
+
+def _transient(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return any(marker in text for marker in _TRANSIENT_MARKERS)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Write via a same-directory temporary file and os.replace: readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# -- the process-wide default cache ------------------------------------------------------------------------
+_default_lock = threading.Lock()
+_default: CompileCache | None = None
+
+
+def default_cache() -> CompileCache:
+    """The cache templates build through: ``$TUNER_HOME/kernel-cache`` unless :func:`set_default_cache`."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = CompileCache()
+        return _default
+
+
+def set_default_cache(cache: CompileCache | None) -> None:
+    """Replace the process-wide cache (None: back to ``$TUNER_HOME`` at the next use)."""
+    global _default
+    with _default_lock:
+        _default = cache
+
+
+# -- parallel pre-compilation ------------------------------------------------------------------------------
+def precompile(
+    template: KernelTemplate,
+    configs: Iterable[Config],
+    shape: Shape,
+    *,
+    workers: int = 1,
+    cache: CompileCache | None = None,
+) -> dict[Config, str | None]:
+    """Build every config for ``shape`` so that later builds load from the cache.
+
+    Returns config → None when it built, else the error (``Type: message``). ``workers`` > 1 builds in that
+    many spawned processes (TVM and torch do not survive fork reliably); ``workers`` <= 1 builds here, one
+    after another. A worker that dies (segfault in a compiler) fails only the configs it was building: they
+    are retried one by one in fresh processes, and a config that kills its process again is reported as such.
+    Builds go through ``cache`` (default: :func:`default_cache`); invalid configs simply fail to build.
+    With ``workers`` <= 1 the process-wide default cache is swapped for ``cache`` meanwhile: not thread-safe.
+    Spawned workers import the caller's main module: call it under ``if __name__ == "__main__":`` (else
+    every worker dies and every config is reported as crashed).
+    """
+    configs = list(dict.fromkeys(configs))
+    if not configs:
+        return {}
+    cache = cache if cache is not None else default_cache()
+    ref = f"{type(template).__module__}:{type(template).__qualname__}"
+    if workers <= 1:
+        previous = _default
+        set_default_cache(cache)
+        try:
+            return {c: _build_one(template, c, shape) for c in configs}
+        finally:
+            set_default_cache(previous)
+    results, crashed = _run_pool(ref, configs, shape, cache.root, workers)
+    for config in crashed:  # isolate the culprit(s): one config per fresh process
+        retry, still_crashed = _run_pool(ref, [config], shape, cache.root, 1)
+        results.update(retry)
+        for c in still_crashed:
+            results[c] = "compile worker died (the compiler crashed the process twice)"
+    return {c: results[c] for c in configs}
+
+
+def _run_pool(
+    ref: str, configs: list[Config], shape: Shape, root: Path, workers: int
+) -> tuple[dict[Config, str | None], list[Config]]:
+    results: dict[Config, str | None] = {}
+    crashed: list[Config] = []
+    context = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(
+        max_workers=min(workers, len(configs)) or 1,
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(str(root),),
+    ) as pool:
+        futures = {pool.submit(_worker_build, ref, c.to_json(), shape.to_json()): c for c in configs}
+        for future in cf.as_completed(futures):
+            config = futures[future]
+            try:
+                results[config] = future.result()
+            except cf.process.BrokenProcessPool:
+                crashed.append(config)
+    return results, crashed
+
+
+def _init_worker(root: str) -> None:
+    set_default_cache(CompileCache(root))
+
+
+def _worker_build(ref: str, config_json: str, shape_json: str) -> str | None:
+    from tuner import registry
+
+    template = registry.load(ref)
+    return _build_one(template, Config.from_json(config_json), Shape.from_json(shape_json))
+
+
+def _build_one(template: KernelTemplate, config: Config, shape: Shape) -> str | None:
+    try:
+        template.build(config, shape)
+    except Exception as exc:  # every failure of a candidate is a value here
+        return describe(exc)
+    return None
