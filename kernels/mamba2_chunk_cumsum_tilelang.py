@@ -1,7 +1,7 @@
 """Mamba2 chunk cumsum forward as a TileLang template (``mamba2_chunk_cumsum_tilelang``).
 
 Same operator and contract as the Triton template ``mamba2_chunk_cumsum`` (see
-kernels/mamba2_chunk_cumsum_op_tilelang.py); the kernel family is described in
+kernels/mamba2_chunk_cumsum_op.py); the kernel family is described in
 kernels/mamba2_chunk_cumsum_tilelang_program.py and its search space in
 search_spaces/mamba2_chunk_cumsum_tilelang.yaml.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kernels.mamba2_chunk_cumsum_op_tilelang import Mamba2ChunkCumsumOp
+from kernels.mamba2_chunk_cumsum_op import Mamba2ChunkCumsumOp
 from tuner.compile_cache import CacheKey, default_cache
 from tuner.frozen import Config, Shape
 from tuner.template import Backend, Kernel, KernelTemplate, Tensors

@@ -20,6 +20,7 @@ from tuner.template import KernelTemplate
 
 BUILTIN_TEMPLATES: dict[str, str] = {
     "mamba2_chunk_cumsum": "kernels.mamba2_chunk_cumsum:Mamba2ChunkCumsum",
+    "mamba2_chunk_cumsum_tilelang": "kernels.mamba2_chunk_cumsum_tilelang:Mamba2ChunkCumsumTileLang",
 }
 
 _lock = threading.Lock()

@@ -11,7 +11,8 @@ import warnings
 import pytest
 import torch
 
-from kernels.mamba2_chunk_cumsum import DA_CUMSUM_RTOL, DT_OUT_RTOL, Mamba2ChunkCumsum
+from kernels.mamba2_chunk_cumsum import Mamba2ChunkCumsum
+from kernels.mamba2_chunk_cumsum_op import DA_CUMSUM_RTOL, DT_OUT_RTOL
 from kernels.mamba2_chunk_cumsum_launch import plan
 from tuner import registry
 from tuner.errors import ConfigError, ShapeError
