@@ -223,5 +223,39 @@ def report(
         sys.stdout.write(text)
 
 
+@app.command()
+@boundary
+def worker(
+    db_url: DbOpt = None,
+    device: DeviceOpt = "auto",
+    index: Annotated[int, typer.Option(min=0, help="Device index among devices of the kind (one worker per GPU).")] = 0,
+    backends: Annotated[str, typer.Option(help="Backends this worker runs, comma-separated.")] = "triton,tilelang",
+    heartbeat: Annotated[float, typer.Option(min=0.2, help="Heartbeat interval, seconds.")] = 5.0,
+    lease: Annotated[float, typer.Option(min=1.0, help="Seconds without heartbeat before the worker is lost.")] = 30.0,
+    exit_when_idle: Annotated[bool, typer.Option(help="Exit when no task is left instead of waiting.")] = False,
+) -> None:
+    """Serve tuning jobs from the store's queue on one device until interrupted (SIGINT/SIGTERM)."""
+    import logging
+    import signal
+    import threading
+
+    from tuner.devices.base import DeviceSpec, resolve
+    from tuner.worker import Worker, WorkerOptions, parse_backends
+
+    if device not in ("auto", "cuda", "npu", "cpu"):
+        raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
+    if lease <= 2 * heartbeat:
+        raise UserInputError(f"--lease ({lease:g} s) must exceed twice --heartbeat ({heartbeat:g} s)")
+    names = parse_backends(backends)
+    spec = resolve(DeviceSpec(device, index))  # type: ignore[arg-type]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    store = _store(db_url)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    served = Worker(store, WorkerOptions(spec, names, heartbeat, lease)).run(stop, exit_when_idle=exit_when_idle)
+    err_console.print(f"worker stopped after {served} task(s)")
+
+
 if __name__ == "__main__":
     app()

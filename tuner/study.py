@@ -15,10 +15,12 @@ measurements, and the budget decides who may run the next trial.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import time
 import uuid
+import warnings
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -134,6 +136,11 @@ class StudyContext:
     seed_base: int = 0
     current_trial_id: int | None = None  # the Optuna trial being measured (for heartbeats)
 
+    @property
+    def heartbeats(self) -> bool:
+        """Whether the study's trials carry heartbeats (workers sharing the study)."""
+        return isinstance(self.storage, optuna.storages.RDBStorage) and bool(self.storage.get_heartbeat_interval())
+
 
 def open_study(
     template_name: str,
@@ -227,10 +234,11 @@ def run_trials(
     records: list[TrialRecord] = []
     skips = 0
     limit = 200 if max_skips is None else max_skips
-    heartbeats = isinstance(ctx.storage, optuna.storages.RDBStorage) and bool(ctx.storage.get_heartbeat_interval())
     while not (should_stop and should_stop()):
-        if heartbeats:
-            optuna.storages.fail_stale_trials(ctx.study)
+        if ctx.heartbeats:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(ctx.study)
         if exhausted(ctx.sampler, ctx.study) or not budget.reserve():
             break
         record = _one_trial(ctx, budget)
@@ -250,7 +258,13 @@ def run_trials(
 
 def _one_trial(ctx: StudyContext, budget: TrialBudget) -> TrialRecord:
     started = time.perf_counter()
-    trial = ctx.study.ask()
+    with warnings.catch_warnings():
+        # Optuna warns that heartbeats are meant for Study.optimize; tuner records them itself (worker).
+        warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
+        trial = ctx.study.ask()
+    if ctx.heartbeats:
+        # Beat at once: a trial without any heartbeat is never found stale if its process dies early.
+        ctx.storage.record_heartbeat(trial._trial_id)  # type: ignore[union-attr]
     config = ctx.space.suggest(trial)
     reason = ctx.space.check(config, ctx.shape)
     if reason is not None:
@@ -258,6 +272,15 @@ def _one_trial(ctx: StudyContext, budget: TrialBudget) -> TrialRecord:
         measurement_id = _store_result(ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=trial.number)
         _tell(ctx, trial, result, measurement_id)
         return _record(trial.number, result, None, started)
+    twin = _in_flight_twin(ctx, trial.number, config)
+    if twin is not None:
+        # Another worker sharing the study measures this config right now: do not measure it twice.
+        result = MeasureResult(Status.INVALID, config, reason=f"config in flight in trial {twin}")
+        trial.set_user_attr("duplicate_of", twin)
+        trial.set_user_attr("status", "DUPLICATE")
+        trial.set_user_attr("reason", result.reason)
+        ctx.study.tell(trial, state=TrialState.PRUNED)
+        return _record(trial.number, result, twin, started)
     previous = _previous_measurement(ctx, config)
     if previous is not None:
         trial.set_user_attr("duplicate_of", previous.trial_number)
@@ -324,6 +347,15 @@ def _store_result(
     return row.id
 
 
+def _in_flight_twin(ctx: StudyContext, number: int, config: Config) -> int | None:
+    """The number of another RUNNING trial of the study with the same parameters, if any."""
+    params = config.to_dict()
+    for other in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if other.number != number and other.params == params:
+            return other.number
+    return None
+
+
 def _previous_measurement(ctx: StudyContext, config: Config) -> db.MeasurementRecord | None:
     with ctx.store.session(readonly=True) as session:
         rows = db.list_measurements(
@@ -356,10 +388,14 @@ def optuna_storage(store: db.Store, *, heartbeat_s: float | None = None) -> optu
     """
     extra: dict[str, object] = {}
     if heartbeat_s is not None:
+        # Optuna 4.9 renamed the stale-trial callback argument; older releases know only the old name.
+        params = inspect.signature(optuna.storages.RDBStorage).parameters
+        callback = "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params \
+            else "failed_trial_callback"
         extra = {
             "heartbeat_interval": max(1, round(heartbeat_s)),
             "grace_period": max(4, round(4 * heartbeat_s)),
-            "failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=3),
+            callback: optuna.storages.RetryFailedTrialCallback(max_retry=3),
         }
     storage = optuna.storages.RDBStorage(store.optuna_url, **extra)  # type: ignore[arg-type]
     if store.dialect == "sqlite":

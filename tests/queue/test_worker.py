@@ -1,0 +1,143 @@
+"""The job queue with real workers: in-process, two processes sharing a job, and a worker killed mid-job.
+
+Trials run on the CPU backend (Triton interpreter) with the fault-injection template, whose space has
+invalid and failing configs, so slots are released and failures counted as in real sweeps.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import optuna
+import pytest
+
+import db
+from tests.fixtures.fault_templates import TUNABLE_REF
+from tests.fixtures.processes import start_worker, wait_for
+from tuner import registry
+from tuner.devices.base import DeviceSpec
+from tuner.frozen import Shape
+from tuner.results import Status
+from tuner.worker import Worker, WorkerOptions
+
+NAME = "fault_vector_scale_tunable"
+
+
+def _submit(store: db.Store, shapes: list[Shape], trials: int, **kw: object) -> int:
+    with store.session() as session:
+        job = db.create_job(
+            session, template=NAME, template_version="1", backend="triton", device_kind="cpu", device_name=None,
+            trials=trials, sampler=str(kw.get("sampler", "random")), seed=kw.get("seed", 7),  # type: ignore[arg-type]
+            samples=3, candidate_timeout_s=60.0, finalists=2, comparators=False,
+            tasks=[(s.key(), s.key(), s.to_json()) for s in shapes],
+        )
+    return job.id
+
+
+def _measured_trials(store: db.Store, study_id: int) -> list[db.MeasurementRecord]:
+    with store.session() as session:
+        rows = db.list_measurements(session, study_id=study_id, role="trial")
+    return [r for r in rows if r.status is not Status.INVALID]
+
+
+def _job(store: db.Store, job_id: int) -> db.JobRecord:
+    with store.session() as session:
+        job = db.get_job(session, job_id=job_id)
+    assert job is not None
+    return job
+
+
+def test_a_worker_runs_a_job_to_the_end(db_url: str) -> None:
+    registry.register(NAME, TUNABLE_REF)
+    store = db.Store.open(db_url)
+    job_id = _submit(store, [Shape(n=256), Shape(n=512)], trials=5)
+    worker = Worker(store, WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=10))
+    assert worker.run(exit_when_idle=True) == 2
+    job = _job(store, job_id)
+    assert job.state == "done" and job.finished_at is not None and job.workers == ()
+    for task in job.tasks:
+        assert task.state == "done" and task.trials_done == task.trials_reserved == 5
+        assert task.study_id is not None and task.best_us is not None
+        assert len(_measured_trials(store, task.study_id)) == 5
+        with store.session() as session:
+            best = db.get_study_best(session, study_id=task.study_id)
+        assert best is not None and json.loads(best.config_json) == json.loads(task.best_config_json or "{}")
+    with store.session() as session:
+        (w,) = db.list_workers(session, include_stopped=True)
+    assert w.state == "stopped" and w.device_kind == "cpu" and w.backends == ["tilelang", "triton"]
+
+
+def test_cancelled_jobs_are_not_claimed_and_bad_templates_fail_the_task(tmp_path: Path) -> None:
+    registry.register(NAME, TUNABLE_REF)
+    store = db.Store.open(db.sqlite_url(tmp_path / "q.db"))
+    cancelled = _submit(store, [Shape(n=256)], trials=3)
+    with store.session() as session:
+        db.cancel_job(session, job_id=cancelled)
+        bad = db.create_job(
+            session, template="no_such_template", template_version="1", backend="triton", device_kind="cpu",
+            device_name=None, trials=3, sampler="tpe", samples=3, candidate_timeout_s=10,
+            tasks=[("n=1", "n=1", '{"n":1}')],
+        )
+    Worker(store, WorkerOptions(DeviceSpec("cpu"))).run(exit_when_idle=True)
+    assert _job(store, cancelled).state == "cancelled"
+    failed = _job(store, bad.id)
+    assert failed.state == "failed" and "unknown template 'no_such_template'" in (failed.error or "")
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_two_worker_processes_share_one_job_and_counts_add_up(postgres_sandbox, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    url = postgres_sandbox.new_url()
+    store = db.Store.open(url)
+    target = 24
+    job_id = _submit(store, [Shape(n=32768)], trials=target, sampler="tpe")
+    first = start_worker(url, "--exit-when-idle", "--heartbeat", "0.5", "--lease", "10", log=tmp_path / "a.log")
+    wait_for(lambda: _job(store, job_id).trials_done >= 2, 180, "the first worker's first trials")
+    second = start_worker(url, "--exit-when-idle", "--heartbeat", "0.5", "--lease", "10", log=tmp_path / "b.log")
+    assert first.wait(timeout=600) == 0 and second.wait(timeout=600) == 0
+    job = _job(store, job_id)
+    (task,) = job.tasks
+    assert job.state == "done" and task.trials_done == task.trials_reserved == target
+    rows = _measured_trials(store, task.study_id or -1)
+    assert len(rows) == target  # every measured trial stored once, none lost
+    assert len({r.config_json for r in rows}) == target  # and no config measured twice
+    assert len({r.worker for r in rows}) == 2, "both workers measured trials"
+    study = optuna.load_study(study_name=_study_name(store, task.study_id), storage=url)
+    counted = [t for t in study.trials if t.user_attrs.get("status") not in (None, "INVALID")
+               and "duplicate_of" not in t.user_attrs]
+    assert len(counted) == target
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_replaced_and_no_trial_is_lost_or_duplicated(tmp_path: Path) -> None:
+    url = db.sqlite_url(tmp_path / "q.db")
+    store = db.Store.open(url)
+    target = 12
+    job_id = _submit(store, [Shape(n=32768)], trials=target)
+    victim = start_worker(url, "--heartbeat", "0.5", "--lease", "3", log=tmp_path / "victim.log")
+    wait_for(lambda: _job(store, job_id).trials_done >= 3, 180, "the first trials")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=30)
+    done_at_kill = _job(store, job_id).trials_done
+    assert done_at_kill < target
+    heir = start_worker(url, "--exit-when-idle", "--heartbeat", "0.5", "--lease", "3", log=tmp_path / "heir.log")
+    assert heir.wait(timeout=600) == 0
+    job = _job(store, job_id)
+    (task,) = job.tasks
+    assert job.state == "done" and task.trials_done == task.trials_reserved == target
+    rows = _measured_trials(store, task.study_id or -1)
+    assert len(rows) == target and len({r.config_json for r in rows}) == target
+    with store.session() as session:
+        workers = {w.id: w.state for w in db.list_workers(session, include_stopped=True)}
+    assert sorted(workers.values()) == ["lost", "stopped"]
+    study = optuna.load_study(study_name=_study_name(store, task.study_id), storage=url)
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+
+
+def _study_name(store: db.Store, study_id: int | None) -> str:
+    with store.session() as session:
+        study = db.get_study(session, study_id=study_id)
+    assert study is not None
+    return study.name
