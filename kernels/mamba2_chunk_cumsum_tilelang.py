@@ -34,6 +34,7 @@ class Mamba2ChunkCumsumTileLang(Mamba2ChunkCumsumOp, KernelTemplate):
     version: ClassVar[str] = "1"
     backend: ClassVar[Backend] = "tilelang"
     doc: ClassVar[str] = __doc__ or ""
+    compile_in_parallel: ClassVar[bool] = True
 
     def build(self, config: Config, shape: Shape) -> Kernel:
         """Compile (or load) the kernel of (config, shape) and wrap it as ``fn(inputs, outputs)``.

@@ -93,6 +93,8 @@ def tune(
     finalists: Annotated[int, typer.Option(min=1, max=50, help="Configs re-measured in the final round.")] = 3,
     comparators: Annotated[bool, typer.Option(help="Measure the template's comparators in the final round.")] = True,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    compile_workers: Annotated[int, typer.Option(
+        min=0, help="Parallel compile processes (0: all cores for templates that compile slowly, else 1).")] = 0,
 ) -> None:
     """Sweep TEMPLATE for each shape, publish the best verified config, and print the report."""
     from tuner import registry
@@ -116,7 +118,7 @@ def tune(
     with Measurer(spec, options) as measurer:
         tune_shapes(
             t.name, selected, store=store, measurer=measurer, trials=trials, sampler=sampler, seed=seed,
-            finalists=finalists, comparators=comparators, console=console,
+            finalists=finalists, comparators=comparators, compile_workers=compile_workers, console=console,
         )
     console.print()
     console.print(render_markdown(collect(store, t.name, device_kind=spec.kind)), markup=False, highlight=False)

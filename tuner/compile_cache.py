@@ -308,23 +308,73 @@ def precompile(
 def _run_pool(
     ref: str, configs: list[Config], shape: Shape, root: Path, workers: int
 ) -> tuple[dict[Config, str | None], list[Config]]:
-    results: dict[Config, str | None] = {}
-    crashed: list[Config] = []
-    context = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(
-        max_workers=min(workers, len(configs)) or 1,
-        mp_context=context,
+    with _executor(min(workers, len(configs)) or 1, root) as pool:
+        return _submit_all(pool, ref, configs, shape)
+
+
+def _executor(workers: int, root: Path) -> cf.ProcessPoolExecutor:
+    return cf.ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
         initializer=_init_worker,
         initargs=(str(root),),
-    ) as pool:
-        futures = {pool.submit(_worker_build, ref, c.to_json(), shape.to_json()): c for c in configs}
-        for future in cf.as_completed(futures):
-            config = futures[future]
-            try:
-                results[config] = future.result()
-            except cf.process.BrokenProcessPool:
-                crashed.append(config)
+    )
+
+
+def _submit_all(
+    pool: cf.ProcessPoolExecutor, ref: str, configs: list[Config], shape: Shape
+) -> tuple[dict[Config, str | None], list[Config]]:
+    results: dict[Config, str | None] = {}
+    crashed: list[Config] = []
+    futures = {pool.submit(_worker_build, ref, c.to_json(), shape.to_json()): c for c in configs}
+    for future in cf.as_completed(futures):
+        config = futures[future]
+        try:
+            results[config] = future.result()
+        except cf.process.BrokenProcessPool:
+            crashed.append(config)
     return results, crashed
+
+
+class CompilePool:
+    """A pool of compile processes kept warm across batches (their torch/TileLang imports cost seconds).
+
+    ``compile(template, configs, shape)`` behaves as :func:`precompile` with this pool's workers; a batch
+    in which a compiler crashed a worker restarts the pool and isolates the culprit. Not thread-safe; use
+    as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, workers: int, cache: CompileCache | None = None) -> None:
+        self.workers = max(1, workers)
+        self.cache = cache if cache is not None else default_cache()
+        self._pool: cf.ProcessPoolExecutor | None = None
+
+    def compile(self, template: KernelTemplate, configs: Iterable[Config], shape: Shape) -> dict[Config, str | None]:
+        configs = list(dict.fromkeys(configs))
+        if not configs:
+            return {}
+        ref = f"{type(template).__module__}:{type(template).__qualname__}"
+        if self._pool is None:
+            self._pool = _executor(self.workers, self.cache.root)
+        results, crashed = _submit_all(self._pool, ref, configs, shape)
+        if crashed:
+            self.close()  # a broken pool cannot be reused
+            for config in crashed:
+                retry, still = _run_pool(ref, [config], shape, self.cache.root, 1)
+                results.update(retry)
+                results.update({c: "compile worker died (the compiler crashed the process twice)" for c in still})
+        return {c: results[c] for c in configs}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> CompilePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _init_worker(root: str) -> None:

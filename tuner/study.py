@@ -1,12 +1,9 @@
 """The study driver: one Optuna study per key, trials measured and stored, finalists re-measured, best published.
 
-Flow of one trial (:func:`run_trials`): reserve a slot in the budget → ``ask`` → ``space.suggest`` →
-``space.check`` (a violation is recorded as INVALID and the trial pruned: no compile) → a config already
-measured in this study is not measured again (the trial reuses its value, ``duplicate_of``) → measure in
-the isolated pool → store the measurement → ``tell`` (value = median device time; failures are FAIL with
-``status`` and ``reason`` user attributes). :func:`finalize` re-measures the top-k configs, the default
-config (the incumbent) and the template's comparators interleaved in one round, stores the round and
-publishes the fastest verified template config as the key's best.
+:func:`open_study` creates or loads the study of a key (with its warm starts); the trial loop lives in
+:mod:`tuner.trials`; :func:`finalize` re-measures the top-k configs, the default config (the incumbent) and
+the template's comparators interleaved in one round, stores the round and publishes the fastest verified
+template config as the key's best.
 
 The driver knows Optuna, the store and the measurer; it knows nothing of HTTP. Several processes may drive
 the same study at once (the job queue does): Optuna's storage shares the trials, the store shares the
@@ -16,18 +13,13 @@ measurements, and the budget decides who may run the next trial.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
-import time
 import uuid
-import warnings
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import optuna
-from optuna.trial import TrialState
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
@@ -36,8 +28,8 @@ from tuner import registry
 from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
 from tuner.measure import Candidate, Measurer
-from tuner.results import MeasureResult, SampleSummary, Status, Timer
-from tuner.samplers import exhausted, make_sampler
+from tuner.results import MeasureResult, Status
+from tuner.samplers import make_sampler
 from tuner.space import SearchSpace
 from tuner.template import KernelTemplate
 
@@ -47,59 +39,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 DEFAULT_LABEL = "default"
 CONFIG_LABEL = "config"
 COMPARATOR_PREFIX = "comparator:"
-
-
-class TrialBudget(Protocol):
-    """Decides whether one more measured trial may run. Implementations must be safe across processes
-    when several workers share a study (the job queue reserves slots in the database)."""
-
-    def reserve(self) -> bool:
-        """Take one slot; False when the budget is spent."""
-
-    def release(self) -> None:
-        """Give back a slot taken by :meth:`reserve` that did not lead to a measurement."""
-
-    def record(self, session: Session, *, trial_number: int, measurement_id: int, result: MeasureResult) -> None:
-        """Spend the reserved slot on this measurement, in the transaction that stores it (so that a
-        measurement is stored if and only if its slot is spent). May raise to roll the measurement back."""
-
-
-@dataclass
-class CountBudget:
-    """A local budget of ``n`` measured trials (the CLI's ``--trials``)."""
-
-    n: int
-    used: int = 0
-
-    def reserve(self) -> bool:
-        if self.used >= self.n:
-            return False
-        self.used += 1
-        return True
-
-    def release(self) -> None:
-        self.used -= 1
-
-    def record(self, session: Session, *, trial_number: int, measurement_id: int, result: MeasureResult) -> None:
-        return None
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    """What one trial did; passed to progress callbacks and returned by :func:`run_trials`."""
-
-    number: int
-    config: Config
-    status: Status
-    median_us: float | None
-    reason: str | None
-    duplicate_of: int | None
-    wall_s: float
-    overhead_s: float  # wall time outside build, verification and timing (ask/tell, store, IPC)
-
-    @property
-    def measured(self) -> bool:
-        return self.status is not Status.INVALID and self.duplicate_of is None
 
 
 @dataclass(frozen=True)
@@ -134,7 +73,7 @@ class StudyContext:
     storage: optuna.storages.BaseStorage | None = None
     worker: str = field(default_factory=db.worker_id)
     seed_base: int = 0
-    current_trial_id: int | None = None  # the Optuna trial being measured (for heartbeats)
+    in_flight: set[int] = field(default_factory=set)  # Optuna trial ids asked and not yet told (heartbeats)
 
     @property
     def heartbeats(self) -> bool:
@@ -220,162 +159,21 @@ def warm_starts(store: db.Store, space: SearchSpace, key: StudyKey, limit: int =
     return chosen
 
 
-def run_trials(
-    ctx: StudyContext,
-    budget: TrialBudget,
-    *,
-    on_trial: Callable[[TrialRecord], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    max_skips: int | None = None,
-) -> list[TrialRecord]:
-    """Run trials while the budget grants slots. Invalid and duplicate configs cost no slot; at most
-    ``max_skips`` of them in a row (default 200) end the loop, as does an exhausted grid. With trial
-    heartbeats on, trials of workers that stopped beating are failed (and so retried) before each trial."""
-    records: list[TrialRecord] = []
-    skips = 0
-    limit = 200 if max_skips is None else max_skips
-    while not (should_stop and should_stop()):
-        if ctx.heartbeats:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-                optuna.storages.fail_stale_trials(ctx.study)
-        if exhausted(ctx.sampler, ctx.study) or not budget.reserve():
-            break
-        record = _one_trial(ctx, budget)
-        records.append(record)
-        if on_trial:
-            on_trial(record)
-        if record.measured:
-            skips = 0
-            continue
-        budget.release()
-        skips += 1
-        if skips >= limit:
-            log.info("stopping %s: %d invalid or duplicate configs in a row", ctx.key.study_name(), skips)
-            break
-    return records
-
-
-def _one_trial(ctx: StudyContext, budget: TrialBudget) -> TrialRecord:
-    started = time.perf_counter()
-    with warnings.catch_warnings():
-        # Optuna warns that heartbeats are meant for Study.optimize; tuner records them itself (worker).
-        warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
-        trial = ctx.study.ask()
-    if ctx.heartbeats:
-        # Beat at once: a trial without any heartbeat is never found stale if its process dies early.
-        ctx.storage.record_heartbeat(trial._trial_id)  # type: ignore[union-attr]
-    config = ctx.space.suggest(trial)
-    reason = ctx.space.check(config, ctx.shape)
-    if reason is not None:
-        result = MeasureResult(Status.INVALID, config, reason=reason)
-        measurement_id = _store_result(ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=trial.number)
-        _tell(ctx, trial, result, measurement_id)
-        return _record(trial.number, result, None, started)
-    twin = _in_flight_twin(ctx, trial.number, config)
-    if twin is not None:
-        # Another worker sharing the study measures this config right now: do not measure it twice.
-        result = MeasureResult(Status.INVALID, config, reason=f"config in flight in trial {twin}")
-        trial.set_user_attr("duplicate_of", twin)
-        trial.set_user_attr("status", "DUPLICATE")
-        trial.set_user_attr("reason", result.reason)
-        ctx.study.tell(trial, state=TrialState.PRUNED)
-        return _record(trial.number, result, twin, started)
-    previous = _previous_measurement(ctx, config)
-    if previous is not None:
-        trial.set_user_attr("duplicate_of", previous.trial_number)
-        result = _result_of(previous)
-        _tell(ctx, trial, result, previous.id)
-        return _record(trial.number, result, previous.trial_number, started)
-    ctx.current_trial_id = trial._trial_id
-    try:
-        result = ctx.measurer.measure(
-            ctx.template_ref, ctx.shape, Candidate(config=config), seed=ctx.seed_base + trial.number
-        )
-        measurement_id = _store_result(
-            ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=trial.number, budget=budget
-        )
-    except BaseException as exc:
-        # The measurement was not stored (store down, slot lost, interrupted): fail the trial so that
-        # the study does not keep a RUNNING trial, and let the caller decide what to do.
-        trial.set_user_attr("reason", f"not recorded: {type(exc).__name__}: {exc}"[:2000])
-        ctx.study.tell(trial, state=TrialState.FAIL)
-        raise
-    finally:
-        ctx.current_trial_id = None
-    record = _record(trial.number, result, None, started)
-    trial.set_user_attr("overhead_s", round(record.overhead_s, 6))
-    _tell(ctx, trial, result, measurement_id)
-    return record
-
-
-def _record(number: int, result: MeasureResult, duplicate_of: int | None, started: float) -> TrialRecord:
-    wall = time.perf_counter() - started
-    phases = result.phases
-    spent = phases.build_s + phases.verify_s + phases.measure_s
-    return TrialRecord(
-        number, result.config, result.status, result.median_us, result.reason, duplicate_of, wall,
-        max(0.0, wall - spent),
-    )
-
-
-def _tell(ctx: StudyContext, trial: optuna.Trial, result: MeasureResult, measurement_id: int) -> None:
-    trial.set_user_attr("status", result.status.value)
-    trial.set_user_attr("measurement_id", measurement_id)
-    if result.reason:
-        trial.set_user_attr("reason", result.reason[:2000])
-    if result.status is Status.INVALID:
-        ctx.study.tell(trial, state=TrialState.PRUNED)
-    elif result.ok and result.summary is not None:
-        # Spread and phase times live in the store (measurement_id): each Optuna attribute costs a commit.
-        ctx.study.tell(trial, result.summary.median_us)
-    else:
-        ctx.study.tell(trial, state=TrialState.FAIL)
-
-
-def _store_result(
+def store_result(
     ctx: StudyContext, result: MeasureResult, *, role: str, candidate: str,
-    trial_number: int | None = None, round_id: str | None = None, budget: TrialBudget | None = None,
+    trial_number: int | None = None, round_id: str | None = None,
+    spend: Callable[[Session, int], None] | None = None,
 ) -> int:
+    """Store one measurement of the study; ``spend(session, measurement_id)`` runs in the same transaction
+    (the trial budget spends its slot there, so a measurement is stored if and only if its slot is spent)."""
     with ctx.store.session() as session:
         row = db.add_result(
             session, study_id=ctx.study_id, role=role, candidate=candidate, result=result,
             trial_number=trial_number, round_id=round_id, worker=ctx.worker,
         )
-        if budget is not None and trial_number is not None:
-            budget.record(session, trial_number=trial_number, measurement_id=row.id, result=result)
+        if spend is not None:
+            spend(session, row.id)
     return row.id
-
-
-def _in_flight_twin(ctx: StudyContext, number: int, config: Config) -> int | None:
-    """The number of another RUNNING trial of the study with the same parameters, if any."""
-    params = config.to_dict()
-    for other in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if other.number != number and other.params == params:
-            return other.number
-    return None
-
-
-def _previous_measurement(ctx: StudyContext, config: Config) -> db.MeasurementRecord | None:
-    with ctx.store.session(readonly=True) as session:
-        rows = db.list_measurements(
-            session, study_id=ctx.study_id, role="trial", config_json=config.to_json(), limit=1
-        )
-    return rows[0] if rows else None
-
-
-def _result_of(row: db.MeasurementRecord) -> MeasureResult:
-    """The stored outcome of an earlier trial, as the value a duplicate trial reports."""
-    summary = None
-    if row.median_us is not None:
-        summary = SampleSummary(
-            row.median_us, row.p20_us or row.median_us, row.p80_us or row.median_us, row.mean_us or row.median_us,
-            row.min_us or row.median_us, row.max_us or row.median_us, row.n_samples or 0,
-        )
-    return MeasureResult(
-        row.status, Config.from_json(row.config_json), summary, json.loads(row.errors_json), row.reason,
-        Timer(row.timer) if row.timer else None,
-    )
 
 
 def optuna_storage(store: db.Store, *, heartbeat_s: float | None = None) -> optuna.storages.RDBStorage:
@@ -453,7 +251,7 @@ def finalize(
         ctx.template_ref, ctx.shape, [c for _, c in labelled], seed=ctx.seed_base + 1_000_003
     )
     entries = tuple(
-        FinalEntry(label, result, _store_result(ctx, result, role="final", candidate=label, round_id=round_id))
+        FinalEntry(label, result, store_result(ctx, result, role="final", candidate=label, round_id=round_id))
         for (label, _), result in zip(labelled, results, strict=True)
     )
     winners = [e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok]

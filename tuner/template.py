@@ -130,6 +130,9 @@ class KernelTemplate(abc.ABC):
     outputs: ClassVar[tuple[OutputSpec, ...]]
     workloads: ClassVar[tuple[Workload, ...]] = ()
     doc: ClassVar[str] = ""
+    # Builds are slow and land in the cross-process compile cache (tuner.compile_cache): the driver then
+    # asks trials in batches and compiles each batch in parallel across the host's cores before measuring.
+    compile_in_parallel: ClassVar[bool] = False
 
     # -- shapes ------------------------------------------------------------------------------------
     def make_shape(self, raw: Mapping[str, object]) -> Shape:

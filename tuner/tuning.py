@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,9 +13,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 import db
+from tuner import registry
+from tuner.budget import CountBudget
+from tuner.compile_cache import CompilePool
 from tuner.frozen import Shape
 from tuner.measure import Measurer
-from tuner.study import CountBudget, FinalRound, TrialRecord, finalize, open_study, run_trials
+from tuner.study import FinalRound, finalize, open_study
+from tuner.trials import TrialRecord, run_trials
 
 
 @dataclass(frozen=True)
@@ -36,31 +42,48 @@ def tune_shapes(
     seed: int | None = None,
     finalists: int = 3,
     comparators: bool = True,
+    compile_workers: int = 0,
     console: Console | None = None,
 ) -> list[ShapeSummary]:
-    """Tune each shape: ``trials`` measured trials, then the final round; returns one summary per shape."""
+    """Tune each shape: ``trials`` measured trials, then the final round; returns one summary per shape.
+
+    ``compile_workers`` (0: the host's cores when the template compiles in parallel, else 1): above 1,
+    trials are asked in batches of that size and each batch compiled in a pool of that many processes.
+    """
     console = console or Console(quiet=True)
-    summaries = []
-    for label, shape in shapes:
-        ctx = open_study(template, shape, store=store, measurer=measurer, sampler=sampler, seed=seed)
-        with _progress(console) as progress:
-            task = progress.add_task(label, total=trials, best="–")
-            best = [float("inf")]
+    workers = compile_workers or (os.cpu_count() or 1 if registry.get(template).compile_in_parallel else 1)
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(CompilePool(workers)) if workers > 1 else None
+        return [
+            _tune_one(template, label, shape, store=store, measurer=measurer, trials=trials, sampler=sampler,
+                      seed=seed, finalists=finalists, comparators=comparators, pool=pool, console=console)
+            for label, shape in shapes
+        ]
 
-            def on_trial(record: TrialRecord, task: int = task, best: list[float] = best) -> None:
-                if record.median_us is not None and record.median_us < best[0]:
-                    best[0] = record.median_us
-                    progress.update(task, best=f"{best[0]:.2f} µs")
-                if record.measured:
-                    progress.advance(task)
 
-            records = run_trials(ctx, CountBudget(trials), on_trial=on_trial)
-            progress.update(task, description=f"{label}: final round")
-            final = finalize(ctx, finalists=finalists, comparators=comparators)
-        summary = ShapeSummary(label, shape, ctx.key.study_name(), tuple(records), final)
-        _print_summary(console, summary)
-        summaries.append(summary)
-    return summaries
+def _tune_one(
+    template: str, label: str, shape: Shape, *, store: db.Store, measurer: Measurer, trials: int, sampler: str,
+    seed: int | None, finalists: int, comparators: bool, pool: CompilePool | None, console: Console,
+) -> ShapeSummary:
+    ctx = open_study(template, shape, store=store, measurer=measurer, sampler=sampler, seed=seed)
+    with _progress(console) as progress:
+        task = progress.add_task(label, total=trials, best="–")
+        best = [float("inf")]
+
+        def on_trial(record: TrialRecord, task: int = task, best: list[float] = best) -> None:
+            if record.median_us is not None and record.median_us < best[0]:
+                best[0] = record.median_us
+                progress.update(task, best=f"{best[0]:.2f} µs")
+            if record.measured:
+                progress.advance(task)
+
+        records = run_trials(ctx, CountBudget(trials), on_trial=on_trial,
+                             batch=pool.workers if pool else 1, compile_pool=pool)
+        progress.update(task, description=f"{label}: final round")
+        final = finalize(ctx, finalists=finalists, comparators=comparators)
+    summary = ShapeSummary(label, shape, ctx.key.study_name(), tuple(records), final)
+    _print_summary(console, summary)
+    return summary
 
 
 def _progress(console: Console) -> Progress:

@@ -24,11 +24,14 @@ from sqlalchemy.orm import Session
 
 import db
 from tuner import registry
+from tuner.compile_cache import CompilePool
 from tuner.devices.base import DeviceSpec
 from tuner.errors import DeviceError, StoreError, TunerError, UserInputError
 from tuner.measure import MeasureOptions, Measurer
 from tuner.results import MeasureResult
-from tuner.study import StudyContext, finalize, open_study, run_trials
+from tuner.study import StudyContext, finalize, open_study
+from tuner.template import KernelTemplate
+from tuner.trials import run_trials
 
 log = logging.getLogger(__name__)
 BACKENDS = ("triton", "tilelang")
@@ -43,33 +46,31 @@ class WorkerOptions:
     heartbeat_s: float = 5.0  # lease renewal and Optuna trial heartbeat interval
     lease_s: float = 30.0  # a worker silent this long is declared lost
     poll_s: float = 1.0  # idle wait between claims
+    compile_workers: int = 0  # parallel compile processes for slow-compiling templates (0: the host's cores)
 
 
 class SlotBudget:
-    """The trial budget of one task, shared by every worker on it through slots in the store."""
+    """The trial budget of one task, shared by every worker on it through slots in the store (tokens are
+    slot ids). Reserved slots of a worker that dies go back to the task when its lease is reaped."""
 
     def __init__(self, store: db.Store, task_id: int, worker_id: str) -> None:
         self.store, self.task_id, self.worker_id = store, task_id, worker_id
-        self.slot: int | None = None
 
-    def reserve(self) -> bool:
+    def reserve(self) -> object | None:
         with self.store.session() as session:
-            self.slot = db.reserve_slot(session, task_id=self.task_id, worker_id=self.worker_id)
-        return self.slot is not None
+            return db.reserve_slot(session, task_id=self.task_id, worker_id=self.worker_id)
 
-    def release(self) -> None:
-        if self.slot is not None:
-            with self.store.session() as session:
-                db.release_slot(session, slot_id=self.slot)
-            self.slot = None
+    def release(self, token: object) -> None:
+        with self.store.session() as session:
+            db.release_slot(session, slot_id=int(token))  # type: ignore[call-overload]
 
-    def record(self, session: Session, *, trial_number: int, measurement_id: int, result: MeasureResult) -> None:
-        assert self.slot is not None, "record() without a reserved slot"
+    def record(
+        self, session: Session, token: object, *, trial_number: int, measurement_id: int, result: MeasureResult
+    ) -> None:
         db.complete_slot(
-            session, slot_id=self.slot, trial_number=trial_number, measurement_id=measurement_id, ok=result.ok,
-            median_us=result.median_us, config_json=result.config.to_json(),
+            session, slot_id=int(token), trial_number=trial_number, measurement_id=measurement_id,  # type: ignore[call-overload]
+            ok=result.ok, median_us=result.median_us, config_json=result.config.to_json(),
         )
-        self.slot = None
 
 
 class Worker:
@@ -82,6 +83,7 @@ class Worker:
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._lost = threading.Event()
         self._ctx: StudyContext | None = None
+        self._pool: CompilePool | None = None
 
     def run(self, stop: threading.Event | None = None, *, exit_when_idle: bool = False) -> int:
         """Serve tasks; returns how many tasks this worker worked on. Raises DeviceError when the device
@@ -115,6 +117,8 @@ class Worker:
             finally:
                 beat_stop.set()
                 beat.join(timeout=self.options.heartbeat_s + 5)
+                if self._pool is not None:
+                    self._pool.close()
                 self._leave()
         return served
 
@@ -148,7 +152,7 @@ class Worker:
             self._ctx = ctx
             with self.store.session() as session:
                 db.attach_study(session, task_id=task.id, study_id=ctx.study_id)
-            self._trials(ctx, task.id, job.id, stop)
+            self._trials(ctx, task.id, job.id, stop, self._compile_pool(template))
             if not (stop.is_set() or self._lost.is_set()):
                 self._finalize(ctx, job, task.id)
         except UserInputError as exc:  # this task cannot run anywhere: say why, once
@@ -171,7 +175,18 @@ class Worker:
             except StoreError as exc:
                 log.error("could not release task %s: %s", task.id, exc)
 
-    def _trials(self, ctx: StudyContext, task_id: int, job_id: int, stop: threading.Event) -> None:
+    def _compile_pool(self, template: KernelTemplate) -> CompilePool | None:
+        """The worker's compile pool (kept warm across tasks) when the template compiles slowly."""
+        workers = self.options.compile_workers or os.cpu_count() or 1
+        if not template.compile_in_parallel or workers <= 1:
+            return None
+        if self._pool is None:
+            self._pool = CompilePool(workers)
+        return self._pool
+
+    def _trials(
+        self, ctx: StudyContext, task_id: int, job_id: int, stop: threading.Event, pool: CompilePool | None
+    ) -> None:
         budget = SlotBudget(self.store, task_id, self.id)
 
         def should_stop() -> bool:
@@ -180,10 +195,7 @@ class Worker:
             with self.store.session(readonly=True) as session:
                 return db.job_state(session, job_id=job_id) not in ("queued", "running")
 
-        try:
-            run_trials(ctx, budget, should_stop=should_stop)
-        finally:
-            budget.release()  # a slot reserved when the loop was interrupted
+        run_trials(ctx, budget, should_stop=should_stop, batch=pool.workers if pool else 1, compile_pool=pool)
 
     def _finalize(self, ctx: StudyContext, job: db.JobRecord, task_id: int) -> None:
         with self.store.session() as session:
@@ -210,9 +222,9 @@ class Worker:
                     self._lost.set()
                     return
                 ctx = self._ctx
-                trial_id = ctx.current_trial_id if ctx is not None else None
-                if ctx is not None and trial_id is not None and ctx.storage is not None:
-                    ctx.storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]
+                if ctx is not None and ctx.heartbeats:
+                    for trial_id in list(ctx.in_flight):
+                        ctx.storage.record_heartbeat(trial_id)  # type: ignore[union-attr]
             except StoreError as exc:
                 log.error("heartbeat failed: %s", exc)
 

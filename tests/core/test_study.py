@@ -11,11 +11,13 @@ import pytest
 import db
 from tests.fixtures.fault_templates import TUNABLE_REF
 from tuner import registry
+from tuner.budget import CountBudget
 from tuner.devices.base import DeviceSpec
 from tuner.frozen import Config, Shape
 from tuner.measure import MeasureOptions, Measurer
 from tuner.results import Status
-from tuner.study import CountBudget, finalize, open_study, run_trials
+from tuner.study import finalize, open_study
+from tuner.trials import run_trials
 
 NAME = "fault_vector_scale_tunable"
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from kernels.mamba2_chunk_cumsum import Mamba2ChunkCumsum
-from kernels.mamba2_chunk_cumsum_op import DA_CUMSUM_RTOL, DT_OUT_RTOL
 from kernels.mamba2_chunk_cumsum_launch import plan
+from kernels.mamba2_chunk_cumsum_op import DA_CUMSUM_RTOL, DT_OUT_RTOL
 from tuner import registry
 from tuner.errors import ConfigError, ShapeError
 from tuner.frozen import Config, Shape

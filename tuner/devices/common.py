@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import platform
+import re
 import subprocess
 from collections.abc import Sequence
 
@@ -41,6 +43,30 @@ def library_versions(extra: Sequence[str] = ()) -> dict[str, str]:
         if version is not None:
             versions[name] = version
     return versions
+
+
+# Libraries of comparators: recorded beside the fingerprint (reports print them), never part of the key.
+COMPARATOR_LIBRARIES = ("mamba_ssm",)
+
+
+def comparator_versions() -> dict[str, str]:
+    """Versions of the comparator libraries found on the path, read from package metadata or else from the
+    ``__version__`` line of the package's ``__init__.py`` (source copies without metadata): no import."""
+    found: dict[str, str] = {}
+    for name in COMPARATOR_LIBRARIES:
+        version = package_version(name, name.replace("_", "-"))
+        if version is None:
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.origin:
+                try:
+                    text = open(spec.origin, encoding="utf-8").read()  # noqa: SIM115
+                except OSError:
+                    text = ""
+                match = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", text)
+                version = match.group(1) if match else "unknown"
+        if version is not None:
+            found[name] = version
+    return found
 
 
 def run_quiet(argv: Sequence[str], timeout_s: float = 10.0) -> str | None:

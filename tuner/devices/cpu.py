@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from tuner.devices.base import DeviceBackend, DeviceKind, Fingerprint
-from tuner.devices.common import check_counts, library_versions
+from tuner.devices.common import check_counts, comparator_versions, library_versions
 from tuner.results import Timer
 
 
@@ -44,7 +44,7 @@ class CpuBackend(DeviceBackend):
             driver="",
             runtime="triton-interpreter",
             libraries=library_versions(),
-            info={"logical_cpus": os.cpu_count() or 0, "machine": platform.machine()},
+            info={"logical_cpus": os.cpu_count() or 0, "machine": platform.machine(), **comparator_versions()},
         )
 
     def synchronize(self) -> None:

@@ -39,7 +39,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tuner.devices.base import DeviceBackend, DeviceKind, Fingerprint
-from tuner.devices.common import FLUSH_MIN_BYTES, check_counts, library_versions, run_quiet
+from tuner.devices.common import (
+    FLUSH_MIN_BYTES,
+    check_counts,
+    comparator_versions,
+    library_versions,
+    run_quiet,
+)
 from tuner.errors import DeviceError
 from tuner.results import Timer
 
@@ -151,6 +157,7 @@ class CudaBackend(DeviceBackend):
         if clock is not None:
             info["sm_clock_mhz_at_start"] = clock
         info["copy_bw_bytes_per_s"] = self.copy_bandwidth()
+        info.update(comparator_versions())
         return Fingerprint(
             kind="cuda",
             device_name=str(props.name),
