@@ -1,0 +1,173 @@
+"""Launching the Triton MIMO backward: a plan from (config, shape), scratch buffers, kernel launches.
+
+:func:`run` is the kernel of the template (``fn(inputs, outputs)`` once bound to a plan): it reads the forward
+inputs, the saved angle cumsum ``AnglesCS`` and ``dOut``, and writes every gradient in place. Scratch is
+allocated per call from torch's caching allocator (no device work); accumulators are zeroed on the device.
+Plans are immutable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels import mamba3_mimo_bwd_triton as kern
+from tuner.frozen import Config, Shape
+
+PRECISIONS = {"lowp": 0, "tf32": 1, "tf32x3": 2, "lowp3": 3}
+VARIANTS = ("fused", "split")
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Problem sizes; A is the number of rotary angles per head (N / rotary divisor)."""
+
+    B: int
+    S: int
+    H: int
+    G: int
+    N: int
+    P: int
+    R: int
+    A: int
+    lowp: torch.dtype
+
+    @classmethod
+    def of(cls, shape: Shape) -> Dims:
+        return cls(
+            B=int(shape["B"]), S=int(shape["S"]), H=int(shape["H"]), G=int(shape["G"]), N=int(shape["N"]),
+            P=int(shape["P"]), R=int(shape["R"]), A=int(shape["N"]) // int(shape["rotary_divisor"]),
+            lowp=getattr(torch, str(shape["dtype"])),
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A config resolved for launching: variant, chunk size, matmul precision and launch settings."""
+
+    variant: str
+    chunk: int
+    prec: int
+    prec_rot: int
+    num_warps: int
+    num_stages: int
+    heads_per_prog: int
+    scan_block: int
+    scan_chunks: int
+
+    @classmethod
+    def of(cls, config: Config) -> Plan:
+        variant = str(config["variant"])
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        return cls(
+            variant=variant, chunk=int(config["C"]), prec=PRECISIONS[str(config["prec"])],
+            prec_rot=PRECISIONS[str(config["prec_rot"])],
+            num_warps=int(config["num_warps"]), num_stages=int(config["num_stages"]),
+            heads_per_prog=int(config["heads_per_prog"]), scan_block=int(config["scan_block"]),
+            scan_chunks=int(config["scan_chunks"]),
+        )
+
+
+def _interpret() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _tl_dtype(dtype: torch.dtype) -> tl.dtype:
+    return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dtype]
+
+
+class _Scratch:
+    """Per-call buffers: per-step gradients for the epilogue, fp32 accumulators (zeroed in one fill)."""
+
+    def __init__(self, d: Dims, device: torch.device, qk_atomic: bool) -> None:
+        f32 = torch.float32
+        self.dth = torch.empty(d.B, d.S, d.H, d.A, device=device, dtype=f32)
+        self.dfac = torch.empty(d.B, d.H, d.S, device=device, dtype=f32)
+        self.dgam = torch.empty(d.B, d.H, d.S, device=device, dtype=f32)
+        sizes = [d.H * d.R * d.P] * 3 + [d.H] + [d.H * d.R * d.N] * 2
+        if qk_atomic:
+            sizes += [d.B * d.S * d.R * d.G * d.N] * 2
+        flat = torch.zeros(sum(sizes), device=device, dtype=f32)
+        parts = list(torch.split(flat, sizes))
+        self.dphi, self.dzeta, self.dpsi, self.dd, self.dqb, self.dkb = parts[:6]
+        self.dq = parts[6] if qk_atomic else None
+        self.dk = parts[7] if qk_atomic else None
+
+
+def run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor]) -> None:
+    """Compute every gradient into ``outputs`` (see the module docstring)."""
+    bad = sorted(k for k, v in outputs.items() if not v.is_contiguous())
+    if bad:
+        raise ValueError(f"outputs must be contiguous: {', '.join(bad)}")
+    t = {k: v.contiguous() for k, v in inputs.items()}
+    interp = _interpret()
+    heads_per_prog = 1 if plan.variant == "fused" else plan.heads_per_prog
+    qk_atomic = heads_per_prog < d.H // d.G  # several programs add into the same dq/dk rows
+    sc = _Scratch(d, t["V"].device, qk_atomic)
+    dq = sc.dq if qk_atomic else outputs["dQ"]
+    dk = sc.dk if qk_atomic else outputs["dK"]
+    consts = dict(S=d.S, H=d.H, G=d.G, N=d.N, P=d.P, R=d.R, A=d.A, C=plan.chunk, PREC=plan.prec,
+                  PREC_ROT=plan.prec_rot, LOWP=_tl_dtype(d.lowp), INTERP=interp)
+    launch = dict(num_warps=plan.num_warps, num_stages=plan.num_stages)
+    common = (t["Q"], t["K"], t["V"], t["Z"], t["dOut"], t["ADT"], t["DT"], t["Trap"], t["Q_bias"],
+              t["K_bias"], t["MIMO_V"], t["MIMO_Z"], t["MIMO_O"], t["D"], t["AnglesCS"])
+    outs = (outputs["dV"], outputs["dZ"], outputs["dADT"], sc.dth, sc.dfac, sc.dgam, dq, dk,
+            sc.dphi, sc.dzeta, sc.dpsi, sc.dd, sc.dqb, sc.dkb)
+    nc = d.S // plan.chunk
+    if plan.variant == "fused":
+        states = torch.empty(d.B, d.H, nc, d.N, d.P, device=t["V"].device, dtype=torch.float32)
+        kern.fwd_states_kernel[(d.B * d.H,)](
+            t["K"], t["V"], t["ADT"], t["DT"], t["Trap"], t["K_bias"], t["MIMO_V"], t["AnglesCS"], states,
+            **consts, **launch)
+        kern.fused_bwd_kernel[(d.B * d.H,)](*common, states, *outs, **consts, **launch)
+    else:
+        _split(plan, d, t, common, outs, consts, launch)
+    kern.epilogue_kernel[(d.B * d.H,)](
+        t["Angles"], t["DT"], t["Trap"], sc.dth, sc.dfac, sc.dgam, outputs["dAngles"], outputs["dDT"],
+        outputs["dTrap"], S=d.S, H=d.H, A=d.A, BT=_epilogue_block(d.S), INTERP=interp)
+    _finish(d, sc, outputs, qk_atomic)
+
+
+def _split(plan: Plan, d: Dims, t: Mapping[str, torch.Tensor], common: tuple, outs: tuple,
+           consts: dict, launch: dict) -> None:
+    nc = d.S // plan.chunk
+    dev = t["V"].device
+    buf_h = torch.empty(d.B, d.H, nc, d.N, d.P, device=dev, dtype=torch.float32)
+    buf_d = torch.empty_like(buf_h)
+    decay = torch.empty(d.B, d.H, nc, device=dev, dtype=torch.float32)
+    no_d = tuple(x for i, x in enumerate(common) if i != 13)  # chunk_local_kernel takes no D
+    kern.chunk_local_kernel[(nc, d.B * d.H)](*no_d, buf_h, buf_d, decay, **consts, **launch)
+    np_ = d.N * d.P
+    block = min(plan.scan_block, triton.next_power_of_2(np_))
+    kern.state_scan_kernel[(d.B * d.H, triton.cdiv(np_, block))](
+        buf_h, buf_d, decay, NC=nc, NP=np_, KC=min(plan.scan_chunks, triton.next_power_of_2(nc)),
+        BLOCK=block, num_warps=4)
+    kern.split_bwd_kernel[(nc, d.B * d.H // plan.heads_per_prog)](
+        *common, buf_h, buf_d, *outs, HB=plan.heads_per_prog, **consts, **launch)
+
+
+def _epilogue_block(seqlen: int) -> int:
+    block = 1
+    while block < 64 and seqlen % (block * 2) == 0:
+        block *= 2
+    return block
+
+
+def _finish(d: Dims, sc: _Scratch, outputs: Mapping[str, torch.Tensor], qk_atomic: bool) -> None:
+    """Move the fp32 accumulators into the outputs (casting where the output is 16-bit)."""
+    outputs["dMIMO_O"].copy_(sc.dphi.view(d.H, d.R, d.P))
+    outputs["dMIMO_Z"].copy_(sc.dzeta.view(d.H, d.R, d.P))
+    outputs["dMIMO_V"].copy_(sc.dpsi.view(d.H, d.R, d.P))
+    outputs["dD"].copy_(sc.dd)
+    outputs["dQ_bias"].copy_(sc.dqb.view(d.H, d.R, d.N))
+    outputs["dK_bias"].copy_(sc.dkb.view(d.H, d.R, d.N))
+    if qk_atomic:
+        assert sc.dq is not None and sc.dk is not None
+        outputs["dQ"].copy_(sc.dq.view(outputs["dQ"].shape))
+        outputs["dK"].copy_(sc.dk.view(outputs["dK"].shape))
