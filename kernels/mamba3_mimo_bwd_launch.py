@@ -48,7 +48,10 @@ class Dims:
 
 @dataclass(frozen=True)
 class Plan:
-    """A config resolved for launching: variant, chunk size, matmul precision and launch settings."""
+    """A config resolved for launching: variant, chunk size C (time steps), matmul precisions, launch settings.
+
+    The config gives ``chunk_rows`` = C·R, the rows of the MIMO chunk tiles (tl.dot needs at least 16).
+    """
 
     variant: str
     chunk: int
@@ -61,12 +64,16 @@ class Plan:
     scan_chunks: int
 
     @classmethod
-    def of(cls, config: Config) -> Plan:
+    def of(cls, config: Config, dims: Dims) -> Plan:
+        """ValueError when the config cannot run on these dims (the search space's constraints say why)."""
         variant = str(config["variant"])
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        rows = int(config["chunk_rows"])
+        if rows % dims.R or rows < 16 or dims.S % (rows // dims.R):
+            raise ValueError(f"chunk_rows={rows} needs R | chunk_rows, chunk_rows >= 16 and C | S")
         return cls(
-            variant=variant, chunk=int(config["C"]), prec=PRECISIONS[str(config["prec"])],
+            variant=variant, chunk=rows // dims.R, prec=PRECISIONS[str(config["prec"])],
             prec_rot=PRECISIONS[str(config["prec_rot"])],
             num_warps=int(config["num_warps"]), num_stages=int(config["num_stages"]),
             heads_per_prog=int(config["heads_per_prog"]), scan_block=int(config["scan_block"]),

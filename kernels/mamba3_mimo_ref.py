@@ -37,8 +37,13 @@ GRAD_NAMES = tuple(f"d{name}" for name in INPUT_NAMES)
 
 
 def angle_cumsum(angles: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
-    """θ (B, S, H, N/div): running sum over S of π·tanh(Angles)·DT (DT is (B, H, S))."""
-    return torch.cumsum(torch.tanh(angles) * math.pi * dt.transpose(1, 2)[..., None], dim=1)
+    """θ (B, S, H, N/div): running sum over S of π·tanh(Angles)·DT (DT is (B, H, S)), in angles' dtype.
+
+    The sum runs in float64: over thousands of steps θ grows to hundreds of radians, where float32 rounding
+    would shift the rotary angles (and every gradient) by more than the error bounds being checked.
+    """
+    steps = torch.tanh(angles) * math.pi * dt.transpose(1, 2)[..., None]
+    return torch.cumsum(steps.double(), dim=1).to(angles.dtype)
 
 
 def rotate(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
