@@ -104,7 +104,7 @@ class Mamba3MimoBwd(KernelTemplate):
 
     # -- math -----------------------------------------------------------------------------------------
     def make_inputs(self, shape: Shape, device: str, seed: int) -> dict[str, torch.Tensor]:
-        """Distributions of mamba_ssm's tests; drawn on the CPU so that a seed means the same on any device."""
+        """Distributions of mamba_ssm's tests, drawn on the CPU so that a seed means the same everywhere."""
         b, s, h, g = (int(shape[k]) for k in ("B", "S", "H", "G"))
         n, p, r = (int(shape[k]) for k in ("N", "P", "R"))
         low = getattr(torch, str(shape["dtype"]))
@@ -118,7 +118,8 @@ class Mamba3MimoBwd(KernelTemplate):
 
         dt = F.softplus(randn(b, h, s) - 3.0)
         t = {
-            "Q": randn(b, s, r, g, n).to(low), "K": randn(b, s, r, g, n).to(low), "V": randn(b, s, h, p).to(low),
+            "Q": randn(b, s, r, g, n).to(low), "K": randn(b, s, r, g, n).to(low),
+            "V": randn(b, s, h, p).to(low),
             "ADT": -dt * rand(b, h, s), "DT": dt, "Trap": rand(b, h, s).to(low),
             "Q_bias": randn(h, r, n), "K_bias": randn(h, r, n), "MIMO_V": randn(h, r, p, scale=1 / r),
             "MIMO_Z": randn(h, r, p), "MIMO_O": randn(h, r, p, scale=1 / r),

@@ -48,7 +48,7 @@ class Dims:
 
 @dataclass(frozen=True)
 class Plan:
-    """A config resolved for launching: variant, chunk size C (time steps), matmul precisions, launch settings.
+    """A config resolved for launching: variant, chunk size C (steps), matmul precisions, launch settings.
 
     The config gives ``chunk_rows`` = C·R, the rows of the MIMO chunk tiles (tl.dot needs at least 16).
     """

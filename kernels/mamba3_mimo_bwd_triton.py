@@ -467,7 +467,7 @@ def _scan_one(BUF, DECAY, pid, e, REVERSE: tl.constexpr, NC: tl.constexpr, NP: t
     """In place: x_c <- a_c * x_{c-1} + x_c over chunks (or from the last chunk down when REVERSE)."""
     k = tl.arange(0, KC)
     carry = tl.zeros((BLOCK,), dtype=tl.float32)
-    for i in range(tl.cdiv(NC, KC)):
+    for i in range((NC + KC - 1) // KC):
         if REVERSE:
             cidx = NC - 1 - (i * KC + k)
             ok = cidx >= 0
@@ -513,8 +513,9 @@ def split_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG
     h0 = (pid % (H // HB)) * HB
     g = h0 // (H // G)
     np_off = _np_offsets(N, P)
-    first = tl.full((N, P), c, tl.int32) > 0
-    last = tl.full((N, P), c, tl.int32) < NC - 1
+    c_np = tl.zeros((N, P), dtype=tl.int32) + c
+    first = c_np > 0
+    last = c_np < NC - 1
     dq_lo = tl.zeros((CR, N // 2), dtype=tl.float32)
     dq_hi = tl.zeros((CR, N // 2), dtype=tl.float32)
     dk_lo = tl.zeros((CR, N // 2), dtype=tl.float32)

@@ -52,13 +52,13 @@ def unavailable(shape: Shape) -> str | None:
         return "needs a CUDA device"
     try:
         import tilelang
-
         from mamba_ssm import __version__ as mamba_version
         from mamba_ssm.ops.tilelang.mamba3 import mamba3_mimo_bwd  # noqa: F401
     except Exception as exc:  # any import failure (missing package, broken build) makes it unavailable
         return f"mamba_ssm TileLang kernels not importable: {type(exc).__name__}: {exc}"
     if not str(tilelang.__version__).startswith(TILELANG_VERSION):
-        return f"needs tilelang {TILELANG_VERSION} (mamba_ssm {MAMBA_VERSION} pins it), found {tilelang.__version__}"
+        found = tilelang.__version__
+        return f"needs tilelang {TILELANG_VERSION} (mamba_ssm {MAMBA_VERSION} pins it), found {found}"
     if str(mamba_version) != MAMBA_VERSION:
         return f"needs mamba_ssm {MAMBA_VERSION}, found {mamba_version}"
     heads, groups = int(shape["H"]), int(shape["G"])
