@@ -9,7 +9,8 @@ is mamba_ssm's TileLang backward (:mod:`kernels.mamba3_mimo_tilelang`).
 Config parameters (``search_spaces/mamba3_mimo_bwd.yaml``): ``variant`` (fused: one program per
 (batch, head) walking chunks like the TileLang kernel; split: chunk-parallel passes around a scan),
 ``chunk_rows`` (C·R rows per MIMO chunk, so C = chunk_rows / R), ``prec`` and ``prec_rot`` (matmul operand
-precision), ``num_warps``, ``num_stages``, ``heads_per_prog``, ``scan_block``, ``scan_chunks``.
+precision), ``block_n`` (rotary pairs per block of N), ``num_warps``, ``num_stages``, ``scan_block``,
+``scan_chunks``.
 """
 
 from __future__ import annotations

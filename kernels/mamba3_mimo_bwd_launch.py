@@ -50,16 +50,18 @@ class Dims:
 class Plan:
     """A config resolved for launching: variant, chunk size C (steps), matmul precisions, launch settings.
 
-    The config gives ``chunk_rows`` = C·R, the rows of the MIMO chunk tiles (tl.dot needs at least 16).
+    The config gives ``chunk_rows`` = C·R, the rows of the MIMO chunk tiles (tl.dot needs at least 16), and
+    ``block_n``, the rotary pairs per block of the N axis (at least 16, also for tl.dot; padded when N/2 is
+    smaller).
     """
 
     variant: str
     chunk: int
     prec: int
     prec_rot: int
+    block_n: int
     num_warps: int
     num_stages: int
-    heads_per_prog: int
     scan_block: int
     scan_chunks: int
 
@@ -75,8 +77,8 @@ class Plan:
         return cls(
             variant=variant, chunk=rows // dims.R, prec=PRECISIONS[str(config["prec"])],
             prec_rot=PRECISIONS[str(config["prec_rot"])],
-            num_warps=int(config["num_warps"]), num_stages=int(config["num_stages"]),
-            heads_per_prog=int(config["heads_per_prog"]), scan_block=int(config["scan_block"]),
+            block_n=int(config["block_n"]), num_warps=int(config["num_warps"]),
+            num_stages=int(config["num_stages"]), scan_block=int(config["scan_block"]),
             scan_chunks=int(config["scan_chunks"]),
         )
 
@@ -108,18 +110,19 @@ class _Scratch:
 
 
 def run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor]) -> None:
-    """Compute every gradient into ``outputs`` (see the module docstring)."""
+    """Compute every gradient into ``outputs`` (see the module docstring); ValueError on strided outputs."""
     bad = sorted(k for k, v in outputs.items() if not v.is_contiguous())
     if bad:
         raise ValueError(f"outputs must be contiguous: {', '.join(bad)}")
     t = {k: v.contiguous() for k, v in inputs.items()}
+    dev = t["V"].device
     interp = _interpret()
-    heads_per_prog = 1 if plan.variant == "fused" else plan.heads_per_prog
-    qk_atomic = heads_per_prog < d.H // d.G  # several programs add into the same dq/dk rows
-    sc = _Scratch(d, t["V"].device, qk_atomic)
+    qk_atomic = d.H // d.G > 1  # the heads of a q/k group add into the same dq/dk rows
+    sc = _Scratch(d, dev, qk_atomic)
     dq = sc.dq if qk_atomic else outputs["dQ"]
     dk = sc.dk if qk_atomic else outputs["dK"]
-    consts = dict(S=d.S, H=d.H, G=d.G, N=d.N, P=d.P, R=d.R, A=d.A, C=plan.chunk, PREC=plan.prec,
+    nb = max(16, min(plan.block_n, d.N // 2))
+    consts = dict(S=d.S, H=d.H, G=d.G, N=d.N, P=d.P, R=d.R, A=d.A, C=plan.chunk, NB=nb, PREC=plan.prec,
                   PREC_ROT=plan.prec_rot, LOWP=_tl_dtype(d.lowp), INTERP=interp)
     launch = dict(num_warps=plan.num_warps, num_stages=plan.num_stages)
     common = (t["Q"], t["K"], t["V"], t["Z"], t["dOut"], t["ADT"], t["DT"], t["Trap"], t["Q_bias"],
@@ -128,17 +131,24 @@ def run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mappin
             sc.dphi, sc.dzeta, sc.dpsi, sc.dd, sc.dqb, sc.dkb)
     nc = d.S // plan.chunk
     if plan.variant == "fused":
-        states = torch.empty(d.B, d.H, nc, d.N, d.P, device=t["V"].device, dtype=torch.float32)
+        states = torch.empty(d.B, d.H, nc, d.N, d.P, device=dev, dtype=torch.float32)
         kern.fwd_states_kernel[(d.B * d.H,)](
             t["K"], t["V"], t["ADT"], t["DT"], t["Trap"], t["K_bias"], t["MIMO_V"], t["AnglesCS"], states,
-            **consts, **launch)
-        kern.fused_bwd_kernel[(d.B * d.H,)](*common, states, *outs, **consts, **launch)
+            **_only(consts, kern.fwd_states_kernel), **launch)
+        dstate = torch.empty(d.B * d.H, 2, d.N, d.P, device=dev, dtype=torch.float32)
+        kern.fused_bwd_kernel[(d.B * d.H,)](*common, states, dstate, *outs, **consts, **launch)
     else:
         _split(plan, d, t, common, outs, consts, launch)
     kern.epilogue_kernel[(d.B * d.H,)](
         t["Angles"], t["DT"], t["Trap"], sc.dth, sc.dfac, sc.dgam, outputs["dAngles"], outputs["dDT"],
         outputs["dTrap"], S=d.S, H=d.H, A=d.A, BT=_epilogue_block(d.S), INTERP=interp)
     _finish(d, sc, outputs, qk_atomic)
+
+
+def _only(consts: dict, kernel: object) -> dict:
+    """The constants a kernel declares (kernels take different subsets)."""
+    names = set(kernel.arg_names)  # type: ignore[attr-defined]
+    return {k: v for k, v in consts.items() if k in names}
 
 
 def _split(plan: Plan, d: Dims, t: Mapping[str, torch.Tensor], common: tuple, outs: tuple,
@@ -149,14 +159,14 @@ def _split(plan: Plan, d: Dims, t: Mapping[str, torch.Tensor], common: tuple, ou
     buf_d = torch.empty_like(buf_h)
     decay = torch.empty(d.B, d.H, nc, device=dev, dtype=torch.float32)
     no_d = tuple(x for i, x in enumerate(common) if i != 13)  # chunk_local_kernel takes no D
-    kern.chunk_local_kernel[(nc, d.B * d.H)](*no_d, buf_h, buf_d, decay, **consts, **launch)
+    kern.chunk_local_kernel[(nc, d.B * d.H)](
+        *no_d, buf_h, buf_d, decay, **_only(consts, kern.chunk_local_kernel), **launch)
     np_ = d.N * d.P
     block = min(plan.scan_block, triton.next_power_of_2(np_))
     kern.state_scan_kernel[(d.B * d.H, triton.cdiv(np_, block))](
         buf_h, buf_d, decay, NC=nc, NP=np_, KC=min(plan.scan_chunks, triton.next_power_of_2(nc)),
         BLOCK=block, num_warps=4)
-    kern.split_bwd_kernel[(nc, d.B * d.H // plan.heads_per_prog)](
-        *common, buf_h, buf_d, *outs, HB=plan.heads_per_prog, **consts, **launch)
+    kern.split_bwd_kernel[(nc, d.B * d.H)](*common, buf_h, buf_d, *outs, **consts, **launch)
 
 
 def _epilogue_block(seqlen: int) -> int:

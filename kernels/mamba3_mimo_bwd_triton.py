@@ -100,19 +100,6 @@ def _out(x, ptr, INTERP: tl.constexpr):
 
 # -- shape helpers -----------------------------------------------------------------------------------------
 @triton.jit
-def _halves(x, M: tl.constexpr, N: tl.constexpr):
-    """(M, N) -> x[:, :N/2], x[:, N/2:]."""
-    lo, hi = tl.split(tl.permute(tl.reshape(x, (M, 2, N // 2)), (0, 2, 1)))
-    return lo, hi
-
-
-@triton.jit
-def _join(lo, hi, M: tl.constexpr, N: tl.constexpr):
-    """Inverse of _halves."""
-    return tl.reshape(tl.permute(tl.join(lo, hi), (0, 2, 1)), (M, N))
-
-
-@triton.jit
 def _fold_rank(x, C: tl.constexpr, R: tl.constexpr, X: tl.constexpr):
     """(C*R, X) -> (C, X): sum over the rank of each time step."""
     return tl.sum(tl.reshape(x, (C, R, X)), axis=1)
@@ -153,32 +140,6 @@ def _scalars(ADT, DT, TRAP, b, h, t0,
 
 
 @triton.jit
-def _cos_sin(ANG, b, h, t0, S: tl.constexpr, H: tl.constexpr, N: tl.constexpr, R: tl.constexpr,
-             A: tl.constexpr, C: tl.constexpr):
-    """cos/sin of the rotary angles per row, (C*R, N/2); columns j >= A do not rotate (cos 1, sin 0)."""
-    ti = tl.arange(0, C * R) // R
-    j = tl.arange(0, N // 2)
-    off = ((b * S + t0 + ti) * H + h)[:, None] * A + j[None, :]
-    th = tl.load(ANG + off, mask=(j < A)[None, :], other=0.0)
-    return tl.cos(th), tl.sin(th)
-
-
-@triton.jit
-def _rotated(X, XB, cos, sin, b, h, g, t0,
-             S: tl.constexpr, G: tl.constexpr, N: tl.constexpr, R: tl.constexpr, C: tl.constexpr):
-    """Biased, rotated q or k rows as fp32 halves (C*R, N/2): pairs (j, N/2+j) turn by the angle of j."""
-    rows = tl.arange(0, C * R)
-    ti = rows // R
-    ri = rows % R
-    j = tl.arange(0, N // 2)
-    off = (((b * S + t0 + ti) * R + ri) * G + g)[:, None] * N + j[None, :]
-    boff = (h * R + ri)[:, None] * N + j[None, :]
-    lo = tl.load(X + off).to(tl.float32) + tl.load(XB + boff)
-    hi = tl.load(X + off + N // 2).to(tl.float32) + tl.load(XB + boff + N // 2)
-    return cos * lo - sin * hi, sin * lo + cos * hi
-
-
-@triton.jit
 def _rows_p(X, b, h, t0, S: tl.constexpr, H: tl.constexpr, P: tl.constexpr, R: tl.constexpr,
             C: tl.constexpr):
     """A (B,S,H,P) tensor's chunk repeated over rank rows: (C*R, P) fp32."""
@@ -207,149 +168,74 @@ def _dy(DOUT, Z, MO, MZ, b, h, t0, S: tl.constexpr, H: tl.constexpr, P: tl.const
     return do * silu, do, dout, z, zeta, silu, dsilu
 
 
+# -- blocked q/k and state loads ----------------------------------------------------------------------------
 @triton.jit
-def _state_delta(kr, vt, cs, cs_last, factor, PREC_ROT: tl.constexpr, LOWP: tl.constexpr,
-                 INTERP: tl.constexpr):
-    """The chunk's own contribution to the state at its end: Σ_i e^{cs_last-cs_i} factor_i k_i ⊗ v_i."""
-    wf = tl.exp(cs_last - cs) * factor
-    return _mm(tl.trans(kr * wf[:, None]), vt, PREC_ROT, LOWP, INTERP)
+def _cs_block(ANG, b, h, t0, jb, S: tl.constexpr, H: tl.constexpr, R: tl.constexpr, A: tl.constexpr,
+              C: tl.constexpr, NB: tl.constexpr):
+    """cos/sin (C*R, NB) of pair columns j = jb*NB + [0, NB); columns j >= A do not rotate (cos 1, sin 0)."""
+    ti = tl.arange(0, C * R) // R
+    j = jb * NB + tl.arange(0, NB)
+    off = ((b * S + t0 + ti) * H + h)[:, None] * A + j[None, :]
+    th = tl.load(ANG + off, mask=(j < A)[None, :], other=0.0)
+    return tl.cos(th), tl.sin(th)
 
 
-# -- the per-chunk backward --------------------------------------------------------------------------------
 @triton.jit
-def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG,
-               DV, DZ, DADT, DTH, DFAC, DGAM,
-               Hp, dH, b, h, c,
-               S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
-               R: tl.constexpr, A: tl.constexpr, C: tl.constexpr,
-               PREC: tl.constexpr, PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
-    """Every gradient of chunk c of (b, h), given the state before it (Hp) and the state gradient after it.
+def _rot_block(X, XB, cos, sin, b, h, g, t0, jb, S: tl.constexpr, G: tl.constexpr, N: tl.constexpr,
+               R: tl.constexpr, C: tl.constexpr, NB: tl.constexpr):
+    """Biased, rotated q or k columns j (lo) and N/2 + j (hi) for the pair block jb: two (C*R, NB) tiles.
 
-    Stores dV, dZ, dADT (chunk-local reverse sum of the decay gradient) and the per-step scratch (angle,
-    factor, gamma gradients). Returns dq and dk halves of this head (input space), the per-chunk partial
-    sums of dMIMO_O, dMIMO_Z, dMIMO_V, dD, the chunk's contribution to the previous state gradient and the
-    chunk's total log-decay.
+    Pairs (j, N/2+j) turn by the angle of j. Columns past N/2 (blocks wider than N/2) load as 0.
     """
-    CR: tl.constexpr = C * R
-    t0 = c * C
-    g = h // (H // G)
-    rows = tl.arange(0, CR)
-    ti = rows // R
-    u = tl.arange(0, C)
-    p = tl.arange(0, P)
-    j = tl.arange(0, N // 2)
-    d_h = tl.load(D + h)
-
-    cs, cs_last, gamma, factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
-    cos, sin = _cos_sin(ANG, b, h, t0, S, H, N, R, A, C)
-    qlo, qhi = _rotated(Q, QB, cos, sin, b, h, g, t0, S, G, N, R, C)
-    klo, khi = _rotated(K, KB, cos, sin, b, h, g, t0, S, G, N, R, C)
-    qr = _join(qlo, qhi, CR, N)
-    kr = _join(klo, khi, CR, N)
-    v = _rows_p(V, b, h, t0, S, H, P, R, C)
-    psi = _param_rows(MV, h, P, R, C)
-    vt = v * psi
-    dy, do, dout, z, zeta, silu, dsilu = _dy(DOUT, Z, MO, MZ, b, h, t0, S, H, P, R, C)
-
-    e = tl.exp(cs)
-    w = tl.exp(cs_last - cs)
-    wf = w * factor
-    lt = ti[:, None] > ti[None, :]
-    eq = ti[:, None] == ti[None, :]
-    dm = tl.exp(tl.where(lt, cs[:, None] - cs[None, :], -float("inf")))
-    coef = dm * factor[None, :] + tl.where(eq, gamma[:, None], 0.0)
-    a = _mm(qr, tl.trans(kr), PREC, LOWP, INTERP)
-    lf = a * coef
-
-    # Recompute y (needed by the gate and MIMO_O gradients).
-    y = e[:, None] * _mm(qr, Hp, PREC, LOWP, INTERP) + _mm(lf, vt, PREC, LOWP, INTERP) + d_h * vt
-    dphi = _fold_time(dout * y * silu, C, R, P)
-    dzt = do * y * dsilu
-    dzeta = _fold_time(dzt * z, C, R, P)
-    vp = ((b * S + t0 + u) * H + h)[:, None] * P + p[None, :]
-    dz = _fold_rank(dzt * zeta, C, R, P)
-    tl.store(DZ + vp, _out(dz, DZ, INTERP))
-    d_d = tl.sum(tl.sum(dy * vt, axis=1), axis=0)
-
-    # Values: intra-chunk, state and D paths.
-    dlf = _mm(dy, tl.trans(vt), PREC_ROT, LOWP, INTERP)
-    kdh = _mm(kr, dH, PREC, LOWP, INTERP)
-    dvt = d_h * dy + _mm(tl.trans(lf), dy, PREC, LOWP, INTERP) + wf[:, None] * kdh
-    dv = _fold_rank(dvt * psi, C, R, P)
-    tl.store(DV + vp, _out(dv, DV, INTERP))
-    dpsi = _fold_time(dvt * v, C, R, P)
-
-    # Rotated q and k.
-    da = dlf * coef
-    dq_inter = e[:, None] * _mm(dy, tl.trans(Hp), PREC_ROT, LOWP, INTERP)
-    dqr = dq_inter + _mm(da, kr, PREC_ROT, LOWP, INTERP)
-    vdh = _mm(vt, tl.trans(dH), PREC_ROT, LOWP, INTERP)
-    dkr = _mm(tl.trans(da), qr, PREC_ROT, LOWP, INTERP) + wf[:, None] * vdh
-
-    # Decay, factor and gamma gradients.
-    pm = dlf * a
-    kvd = tl.sum(kr * vdh, axis=1)
-    x = pm * dm * factor[None, :]
-    xs = wf * kvd
-    g_row = tl.sum(x, axis=1) - tl.sum(x, axis=0) + tl.sum(dq_inter * qr, axis=1) - xs
-    g_t = tl.sum(tl.reshape(g_row, (C, R)), axis=1)
-    g_last = tl.sum(xs, axis=0) + tl.exp(cs_last) * tl.sum(tl.sum(Hp * dH, axis=1), axis=0)
-    g_t = g_t + tl.where(u == C - 1, g_last, 0.0)
-    dadt = tl.sum(tl.where(u[None, :] >= u[:, None], g_t[None, :], 0.0), axis=1)
-    sp = (b * H + h) * S + t0 + u
-    tl.store(DADT + sp, dadt)
-    dfac_row = tl.sum(pm * dm, axis=0) + w * kvd
-    tl.store(DFAC + sp, tl.sum(tl.reshape(dfac_row, (C, R)), axis=1))
-    dgam_row = tl.sum(tl.where(eq, pm, 0.0), axis=1)
-    tl.store(DGAM + sp, tl.sum(tl.reshape(dgam_row, (C, R)), axis=1))
-    dh_prev = _mm(tl.trans(qr * e[:, None]), dy, PREC_ROT, LOWP, INTERP)
-
-    # Undo the rotation; the angle gradient of each pair is Σ (d hi · lo − d lo · hi) over q and k.
-    dqlo, dqhi = _halves(dqr, CR, N)
-    dklo, dkhi = _halves(dkr, CR, N)
-    dth = _fold_rank(dqhi * qlo - dqlo * qhi + dkhi * klo - dklo * khi, C, R, N // 2)
-    ap = ((b * S + t0 + u) * H + h)[:, None] * A + j[None, :]
-    tl.store(DTH + ap, dth, mask=(j < A)[None, :])
-    dq_lo = cos * dqlo + sin * dqhi
-    dq_hi = cos * dqhi - sin * dqlo
-    dk_lo = cos * dklo + sin * dkhi
-    dk_hi = cos * dkhi - sin * dklo
-    return dq_lo, dq_hi, dk_lo, dk_hi, dphi, dzeta, dpsi, d_d, dh_prev, cs_last
-
-
-# -- accumulation helpers ----------------------------------------------------------------------------------
-@triton.jit
-def _put_qk(OUT, lo, hi, b, g, t0, S: tl.constexpr, G: tl.constexpr, N: tl.constexpr, R: tl.constexpr,
-            C: tl.constexpr, ATOMIC: tl.constexpr, INTERP: tl.constexpr):
-    """Write (or add, when several programs share the rows) dq/dk halves into a (B,S,R,G,N) tensor."""
     rows = tl.arange(0, C * R)
-    j = tl.arange(0, N // 2)
+    j = jb * NB + tl.arange(0, NB)
+    jm = (j < N // 2)[None, :]
+    ri = rows % R
+    off = (((b * S + t0 + rows // R) * R + ri) * G + g)[:, None] * N + j[None, :]
+    boff = (h * R + ri)[:, None] * N + j[None, :]
+    lo = tl.load(X + off, mask=jm, other=0.0).to(tl.float32) + tl.load(XB + boff, mask=jm, other=0.0)
+    hi = tl.load(X + off + N // 2, mask=jm, other=0.0).to(tl.float32) + tl.load(XB + boff + N // 2, mask=jm,
+                                                                               other=0.0)
+    return cos * lo - sin * hi, sin * lo + cos * hi
+
+
+@triton.jit
+def _state_rows(PTR, lim, jb, N: tl.constexpr, P: tl.constexpr, NB: tl.constexpr):
+    """Rows j and N/2 + j of an N×P fp32 state at PTR, (NB, P) each, for j < lim (N/2, or 0: all zeros)."""
+    j = jb * NB + tl.arange(0, NB)
+    p = tl.arange(0, P)
+    off = j[:, None] * P + p[None, :]
+    m = (j < lim)[:, None] & (p < P)[None, :]
+    return tl.load(PTR + off, mask=m, other=0.0), tl.load(PTR + off + (N // 2) * P, mask=m, other=0.0)
+
+
+@triton.jit
+def _store_rows(PTR, lo, hi, jb, N: tl.constexpr, P: tl.constexpr, NB: tl.constexpr):
+    j = jb * NB + tl.arange(0, NB)
+    off = j[:, None] * P + tl.arange(0, P)[None, :]
+    m = (j < N // 2)[:, None]
+    tl.store(PTR + off, lo, mask=m)
+    tl.store(PTR + off + (N // 2) * P, hi, mask=m)
+
+
+@triton.jit
+def _put_qk(OUT, BIAS, lo, hi, b, h, g, t0, jb, S: tl.constexpr, G: tl.constexpr, N: tl.constexpr,
+            R: tl.constexpr, C: tl.constexpr, NB: tl.constexpr, ATOMIC: tl.constexpr, INTERP: tl.constexpr):
+    """Write (or add, where several heads share a q/k group) a block of dq/dk into (B,S,R,G,N), and add
+    its sum over the chunk's steps into the head's fp32 bias gradient (H,R,N)."""
+    rows = tl.arange(0, C * R)
+    j = jb * NB + tl.arange(0, NB)
+    jm = (j < N // 2)[None, :]
     off = (((b * S + t0 + rows // R) * R + rows % R) * G + g)[:, None] * N + j[None, :]
     if ATOMIC:
-        tl.atomic_add(OUT + off, lo, sem="relaxed")
-        tl.atomic_add(OUT + off + N // 2, hi, sem="relaxed")
+        tl.atomic_add(OUT + off, lo, mask=jm, sem="relaxed")
+        tl.atomic_add(OUT + off + N // 2, hi, mask=jm, sem="relaxed")
     else:
-        tl.store(OUT + off, _out(lo, OUT, INTERP))
-        tl.store(OUT + off + N // 2, _out(hi, OUT, INTERP))
-
-
-@triton.jit
-def _add_params(DPHI, DZETA, DPSI, DDD, DQB, DKB, h, dphi, dzeta, dpsi, d_d, qb_lo, qb_hi, kb_lo, kb_hi,
-                N: tl.constexpr, P: tl.constexpr, R: tl.constexpr):
-    """Add one program's partial sums of the per-head parameter gradients (fp32 accumulators)."""
-    r = tl.arange(0, R)
-    p = tl.arange(0, P)
-    j = tl.arange(0, N // 2)
-    rp = (h * R + r)[:, None] * P + p[None, :]
-    rn = (h * R + r)[:, None] * N + j[None, :]
-    tl.atomic_add(DPHI + rp, dphi, sem="relaxed")
-    tl.atomic_add(DZETA + rp, dzeta, sem="relaxed")
-    tl.atomic_add(DPSI + rp, dpsi, sem="relaxed")
-    tl.atomic_add(DDD + h, d_d, sem="relaxed")
-    tl.atomic_add(DQB + rn, qb_lo, sem="relaxed")
-    tl.atomic_add(DQB + rn + N // 2, qb_hi, sem="relaxed")
-    tl.atomic_add(DKB + rn, kb_lo, sem="relaxed")
-    tl.atomic_add(DKB + rn + N // 2, kb_hi, sem="relaxed")
+        tl.store(OUT + off, _out(lo, OUT, INTERP), mask=jm)
+        tl.store(OUT + off + N // 2, _out(hi, OUT, INTERP), mask=jm)
+    boff = (h * R + tl.arange(0, R))[:, None] * N + j[None, :]
+    tl.atomic_add(BIAS + boff, _fold_time(lo, C, R, NB), mask=jm, sem="relaxed")
+    tl.atomic_add(BIAS + boff + N // 2, _fold_time(hi, C, R, NB), mask=jm, sem="relaxed")
 
 
 @triton.jit
@@ -357,82 +243,250 @@ def _np_offsets(N: tl.constexpr, P: tl.constexpr):
     return tl.arange(0, N)[:, None] * P + tl.arange(0, P)[None, :]
 
 
+# -- the per-chunk backward --------------------------------------------------------------------------------
+@triton.jit
+def _coef(cs, gamma, factor, ti):
+    """Score weights of row pairs: decay·factor of the key step (earlier steps), gamma on the same step."""
+    lt = ti[:, None] > ti[None, :]
+    dm = tl.exp(tl.where(lt, cs[:, None] - cs[None, :], -float("inf")))
+    return dm, dm * factor[None, :] + tl.where(ti[:, None] == ti[None, :], gamma[:, None], 0.0)
+
+
+@triton.jit
+def _gate_bwd(y, vt, DOUT, Z, MO, MZ, DZ, b, h, t0, S: tl.constexpr, H: tl.constexpr,
+              P: tl.constexpr, R: tl.constexpr, C: tl.constexpr, INTERP: tl.constexpr):
+    """Through the SiLU gate and MIMO_O: dy and the partials of dMIMO_O, dMIMO_Z, dD; stores dZ."""
+    dy, do, dout, z, zeta, silu, dsilu = _dy(DOUT, Z, MO, MZ, b, h, t0, S, H, P, R, C)
+    dphi = _fold_time(dout * y * silu, C, R, P)
+    dzt = do * y * dsilu
+    dzeta = _fold_time(dzt * z, C, R, P)
+    u = tl.arange(0, C)
+    vp = ((b * S + t0 + u) * H + h)[:, None] * P + tl.arange(0, P)[None, :]
+    tl.store(DZ + vp, _out(_fold_rank(dzt * zeta, C, R, P), DZ, INTERP))
+    return dy, dphi, dzeta, tl.sum(tl.sum(dy * vt, axis=1), axis=0)
+
+
+@triton.jit
+def _v_bwd(dvt, V, MV, DV, b, h, t0, S: tl.constexpr, H: tl.constexpr, P: tl.constexpr, R: tl.constexpr,
+           C: tl.constexpr, INTERP: tl.constexpr):
+    """Through ṽ = V ⊙ MIMO_V: stores dV, returns the dMIMO_V partial (V, MIMO_V reloaded, not kept live)."""
+    u = tl.arange(0, C)
+    vp = ((b * S + t0 + u) * H + h)[:, None] * P + tl.arange(0, P)[None, :]
+    tl.store(DV + vp, _out(_fold_rank(dvt * _param_rows(MV, h, P, R, C), C, R, P), DV, INTERP))
+    return _fold_time(dvt * _rows_p(V, b, h, t0, S, H, P, R, C), C, R, P)
+
+
+@triton.jit
+def _scores_and_reads(Q, K, QB, KB, ANG, HP, hp_lim, DH, dh_lim, b, h, g, t0,
+                      S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+                      R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+                      PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """Pass 1 over pair blocks: scores q·k, q·Hp, k·dH (C*R rows) and Σ Hp⊙dH."""
+    CR: tl.constexpr = C * R
+    a = tl.zeros((CR, CR), dtype=tl.float32)
+    qh = tl.zeros((CR, P), dtype=tl.float32)
+    kdh = tl.zeros((CR, P), dtype=tl.float32)
+    hdh = tl.zeros((NB, P), dtype=tl.float32)
+    for jb in range((N // 2 + NB - 1) // NB):
+        cos, sin = _cs_block(ANG, b, h, t0, jb, S, H, R, A, C, NB)
+        qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+        klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+        a += _mm(qlo, tl.trans(klo), PREC, LOWP, INTERP) + _mm(qhi, tl.trans(khi), PREC, LOWP, INTERP)
+        hp_lo, hp_hi = _state_rows(HP, hp_lim, jb, N, P, NB)
+        qh += _mm(qlo, hp_lo, PREC, LOWP, INTERP) + _mm(qhi, hp_hi, PREC, LOWP, INTERP)
+        dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
+        kdh += _mm(klo, dh_lo, PREC, LOWP, INTERP) + _mm(khi, dh_hi, PREC, LOWP, INTERP)
+        hdh += hp_lo * dh_lo + hp_hi * dh_hi
+    return a, qh, kdh, tl.sum(tl.sum(hdh, axis=1), axis=0)
+
+
+@triton.jit
+def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG,
+               DV, DZ, DADT, DTH, DFAC, DGAM, DQ, DK, DQB, DKB,
+               HP, hp_lim, DH, dh_lim, DH_OUT, b, h, c,
+               S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+               R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+               ATOMIC: tl.constexpr, WRITE_DH: tl.constexpr,
+               PREC: tl.constexpr, PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """Every gradient of chunk c of (b, h), given the state before it and the state gradient after it.
+
+    HP and DH point at N×P fp32 row-major tiles: the state before the chunk and the gradient of the state
+    after it (rows of pairs j >= ``hp_lim`` / ``dh_lim`` read as 0: pass N/2, or 0 for a zero tile).
+    With WRITE_DH the gradient of the state before the chunk goes to DH_OUT. Stores dV, dZ, dADT
+    (chunk-local reverse sum of the decay gradient), dq/dk (stored, or added when ATOMIC) with their bias
+    gradients, and the per-step scratch (angle, factor, gamma gradients).
+    Returns the chunk's partials of dMIMO_O, dMIMO_Z, dMIMO_V, dD and its total log-decay.
+
+    The N axis is walked in blocks of NB rotary pairs, twice (scores first, q/k gradients second), so that
+    only C*R x NB tiles of q and k are live at a time: registers, not flops, limit this kernel.
+    """
+    CR: tl.constexpr = C * R
+    t0 = c * C
+    g = h // (H // G)
+    ti = tl.arange(0, CR) // R
+    u = tl.arange(0, C)
+    d_h = tl.load(D + h)
+
+    cs, cs_last, gamma, factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
+    e = tl.exp(cs)
+    w = tl.exp(cs_last - cs)
+    wf = w * factor
+    a, qh, kdh, hdh = _scores_and_reads(Q, K, QB, KB, ANG, HP, hp_lim, DH, dh_lim, b, h, g, t0,
+                                        S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP)
+    vt = _rows_p(V, b, h, t0, S, H, P, R, C) * _param_rows(MV, h, P, R, C)
+
+    # Recompute y (the gate and MIMO_O gradients need it), then the gradient reaching y.
+    _dm, coef = _coef(cs, gamma, factor, ti)
+    lf = a * coef
+    y = e[:, None] * qh + _mm(lf, vt, PREC, LOWP, INTERP) + d_h * vt
+    dy, dphi, dzeta, d_d = _gate_bwd(y, vt, DOUT, Z, MO, MZ, DZ, b, h, t0, S, H, P, R, C, INTERP)
+
+    # Values: intra-chunk, state and D paths.
+    dvt = d_h * dy + _mm(tl.trans(lf), dy, PREC, LOWP, INTERP) + wf[:, None] * kdh
+    dpsi = _v_bwd(dvt, V, MV, DV, b, h, t0, S, H, P, R, C, INTERP)
+
+    # Score gradient; factor, gamma and decay gradients of the intra-chunk scores.
+    dlf = _mm(dy, tl.trans(vt), PREC_ROT, LOWP, INTERP)
+    dm, coef = _coef(cs, gamma, factor, ti)
+    pm = dlf * a
+    x = pm * dm * factor[None, :]
+    g_row = tl.sum(x, axis=1) - tl.sum(x, axis=0)
+    dfac_row = tl.sum(pm * dm, axis=0)
+    dgam_row = tl.sum(tl.where(ti[:, None] == ti[None, :], pm, 0.0), axis=1)
+    da = dlf * coef
+
+    # Pass 2 over pair blocks: rotated q/k gradients, their inverse rotation, angle gradients.
+    kvd = tl.zeros((CR,), dtype=tl.float32)
+    for jb in range((N // 2 + NB - 1) // NB):
+        cos, sin = _cs_block(ANG, b, h, t0, jb, S, H, R, A, C, NB)
+        qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+        klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+        hp_lo, hp_hi = _state_rows(HP, hp_lim, jb, N, P, NB)
+        dq_lo = e[:, None] * _mm(dy, tl.trans(hp_lo), PREC_ROT, LOWP, INTERP)
+        dq_hi = e[:, None] * _mm(dy, tl.trans(hp_hi), PREC_ROT, LOWP, INTERP)
+        g_row += tl.sum(dq_lo * qlo + dq_hi * qhi, axis=1)
+        dq_lo += _mm(da, klo, PREC_ROT, LOWP, INTERP)
+        dq_hi += _mm(da, khi, PREC_ROT, LOWP, INTERP)
+        dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
+        vdh_lo = _mm(vt, tl.trans(dh_lo), PREC_ROT, LOWP, INTERP)
+        vdh_hi = _mm(vt, tl.trans(dh_hi), PREC_ROT, LOWP, INTERP)
+        kvd += tl.sum(klo * vdh_lo + khi * vdh_hi, axis=1)
+        dk_lo = _mm(tl.trans(da), qlo, PREC_ROT, LOWP, INTERP) + wf[:, None] * vdh_lo
+        dk_hi = _mm(tl.trans(da), qhi, PREC_ROT, LOWP, INTERP) + wf[:, None] * vdh_hi
+        if WRITE_DH:
+            eq = e[:, None] * dy
+            eL = tl.exp(cs_last)
+            _store_rows(DH_OUT, eL * dh_lo + _mm(tl.trans(qlo), eq, PREC_ROT, LOWP, INTERP),
+                        eL * dh_hi + _mm(tl.trans(qhi), eq, PREC_ROT, LOWP, INTERP), jb, N, P, NB)
+        dth = _fold_rank(dq_hi * qlo - dq_lo * qhi + dk_hi * klo - dk_lo * khi, C, R, NB)
+        j = jb * NB + tl.arange(0, NB)
+        tl.store(DTH + ((b * S + t0 + u) * H + h)[:, None] * A + j[None, :], dth, mask=(j < A)[None, :])
+        _put_qk(DQ, DQB, cos * dq_lo + sin * dq_hi, cos * dq_hi - sin * dq_lo, b, h, g, t0, jb,
+                S, G, N, R, C, NB, ATOMIC, INTERP)
+        _put_qk(DK, DKB, cos * dk_lo + sin * dk_hi, cos * dk_hi - sin * dk_lo, b, h, g, t0, jb,
+                S, G, N, R, C, NB, ATOMIC, INTERP)
+
+    # Per-step outputs: dADT (reverse sum of the decay gradient within the chunk), factor and gamma.
+    xs = wf * kvd
+    g_t = tl.sum(tl.reshape(g_row - xs, (C, R)), axis=1)
+    g_t += tl.where(u == C - 1, tl.exp(cs_last) * hdh + tl.sum(xs, axis=0), 0.0)
+    sp = (b * H + h) * S + t0 + u
+    tl.store(DADT + sp, tl.sum(tl.where(u[None, :] >= u[:, None], g_t[None, :], 0.0), axis=1))
+    tl.store(DFAC + sp, tl.sum(tl.reshape(dfac_row + w * kvd, (C, R)), axis=1))
+    tl.store(DGAM + sp, tl.sum(tl.reshape(dgam_row, (C, R)), axis=1))
+    return dphi, dzeta, dpsi, d_d, cs_last
+
+
+@triton.jit
+def _add_params(DPHI, DZETA, DPSI, DDD, h, dphi, dzeta, dpsi, d_d, P: tl.constexpr, R: tl.constexpr):
+    """Add one program's partial sums of the per-head MIMO and D gradients (fp32 accumulators)."""
+    rp = (h * R + tl.arange(0, R))[:, None] * P + tl.arange(0, P)[None, :]
+    tl.atomic_add(DPHI + rp, dphi, sem="relaxed")
+    tl.atomic_add(DZETA + rp, dzeta, sem="relaxed")
+    tl.atomic_add(DPSI + rp, dpsi, sem="relaxed")
+    tl.atomic_add(DDD + h, d_d, sem="relaxed")
+
+
 # -- fused variant -----------------------------------------------------------------------------------------
 @triton.jit
 def fwd_states_kernel(K, V, ADT, DT, TRAP, KB, MV, ANG, STATES,
                       S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
-                      R: tl.constexpr, A: tl.constexpr, C: tl.constexpr,
-                      PREC: tl.constexpr, PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
-    """One program per (b, h): the state before every chunk, walking the chunks forward."""
+                      R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+                      PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """One program per (b, h): the state before every chunk, walking the chunks forward.
+
+    The running state lives in STATES itself (row blocks are read back, updated and written as the next
+    chunk's entry), so that no N×P tile is held in registers.
+    """
     NC: tl.constexpr = S // C
     pid = tl.program_id(0)
     b = pid // H
     h = pid % H
     g = h // (H // G)
-    np_off = _np_offsets(N, P)
     psi = _param_rows(MV, h, P, R, C)
-    state = tl.zeros((N, P), dtype=tl.float32)
-    for c in range(NC):
-        tl.store(STATES + (pid * NC + c) * N * P + np_off, state)
+    np_off = _np_offsets(N, P)
+    tl.store(STATES + pid * NC * N * P + np_off, tl.zeros((N, P), dtype=tl.float32))
+    for c in range(NC - 1):
         t0 = c * C
+        here = STATES + (pid * NC + c) * N * P
         cs, cs_last, _gamma, factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
-        cos, sin = _cos_sin(ANG, b, h, t0, S, H, N, R, A, C)
-        klo, khi = _rotated(K, KB, cos, sin, b, h, g, t0, S, G, N, R, C)
         vt = _rows_p(V, b, h, t0, S, H, P, R, C) * psi
-        kr = _join(klo, khi, C * R, N)
-        state = tl.exp(cs_last) * state + _state_delta(kr, vt, cs, cs_last, factor, PREC_ROT, LOWP, INTERP)
+        wf = tl.exp(cs_last - cs) * factor
+        eL = tl.exp(cs_last)
+        tl.debug_barrier()  # the previous step's writes of `here` are read by other threads
+        for jb in range((N // 2 + NB - 1) // NB):
+            cos, sin = _cs_block(ANG, b, h, t0, jb, S, H, R, A, C, NB)
+            klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+            h_lo, h_hi = _state_rows(here, N // 2, jb, N, P, NB)
+            new_lo = eL * h_lo + _mm(tl.trans(klo * wf[:, None]), vt, PREC_ROT, LOWP, INTERP)
+            new_hi = eL * h_hi + _mm(tl.trans(khi * wf[:, None]), vt, PREC_ROT, LOWP, INTERP)
+            _store_rows(here + N * P, new_lo, new_hi, jb, N, P, NB)
 
 
 @triton.jit
-def fused_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG, STATES,
+def fused_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG, STATES, DSTATE,
                      DV, DZ, DADT, DTH, DFAC, DGAM, DQ, DK, DPHI, DZETA, DPSI, DDD, DQB, DKB,
                      S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
-                     R: tl.constexpr, A: tl.constexpr, C: tl.constexpr,
+                     R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
                      PREC: tl.constexpr, PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
-    """One program per (b, h): walks the chunks backward carrying the state gradient."""
+    """One program per (b, h): walks the chunks backward carrying the state gradient.
+
+    The state gradient alternates between two N×P slots of DSTATE (B*H, 2, N, P): each chunk reads one and
+    writes the other, with a barrier between chunks.
+    """
     NC: tl.constexpr = S // C
     ATOMIC: tl.constexpr = H // G > 1
     pid = tl.program_id(0)
     b = pid // H
     h = pid % H
-    g = h // (H // G)
-    np_off = _np_offsets(N, P)
-    d_state = tl.zeros((N, P), dtype=tl.float32)
     dphi = tl.zeros((R, P), dtype=tl.float32)
     dzeta = tl.zeros((R, P), dtype=tl.float32)
     dpsi = tl.zeros((R, P), dtype=tl.float32)
-    qb_lo = tl.zeros((R, N // 2), dtype=tl.float32)
-    qb_hi = tl.zeros((R, N // 2), dtype=tl.float32)
-    kb_lo = tl.zeros((R, N // 2), dtype=tl.float32)
-    kb_hi = tl.zeros((R, N // 2), dtype=tl.float32)
     d_d = tl.sum(tl.zeros((1,), dtype=tl.float32), axis=0)
+    slots = DSTATE + pid * 2 * N * P
     for i in range(NC):
         c = NC - 1 - i
-        hp = tl.load(STATES + (pid * NC + c) * N * P + np_off)
-        dq_lo, dq_hi, dk_lo, dk_hi, cphi, czeta, cpsi, cd, dh_prev, cs_last = _chunk_bwd(
+        cur = slots + (i % 2) * N * P
+        nxt = slots + ((i + 1) % 2) * N * P
+        tl.debug_barrier()  # the previous chunk's writes of `cur` are read by other threads
+        cphi, czeta, cpsi, cd, _cs_last = _chunk_bwd(
             Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG, DV, DZ, DADT, DTH, DFAC, DGAM,
-            hp, d_state, b, h, c, S, H, G, N, P, R, A, C, PREC, PREC_ROT, LOWP, INTERP)
-        _put_qk(DQ, dq_lo, dq_hi, b, g, c * C, S, G, N, R, C, ATOMIC, INTERP)
-        _put_qk(DK, dk_lo, dk_hi, b, g, c * C, S, G, N, R, C, ATOMIC, INTERP)
+            DQ, DK, DQB, DKB, STATES + (pid * NC + c) * N * P, N // 2, cur, tl.where(i > 0, N // 2, 0), nxt,
+            b, h, c,
+            S, H, G, N, P, R, A, C, NB, ATOMIC, True, PREC, PREC_ROT, LOWP, INTERP)
         dphi += cphi
         dzeta += czeta
         dpsi += cpsi
         d_d += cd
-        qb_lo += _fold_time(dq_lo, C, R, N // 2)
-        qb_hi += _fold_time(dq_hi, C, R, N // 2)
-        kb_lo += _fold_time(dk_lo, C, R, N // 2)
-        kb_hi += _fold_time(dk_hi, C, R, N // 2)
-        d_state = tl.exp(cs_last) * d_state + dh_prev
-    _add_params(DPHI, DZETA, DPSI, DDD, DQB, DKB, h, dphi, dzeta, dpsi, d_d, qb_lo, qb_hi, kb_lo, kb_hi,
-                N, P, R)
+    _add_params(DPHI, DZETA, DPSI, DDD, h, dphi, dzeta, dpsi, d_d, P, R)
 
 
 # -- split variant -----------------------------------------------------------------------------------------
 @triton.jit
 def chunk_local_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, ANG, BUF_H, BUF_D, DECAY,
                        S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
-                       R: tl.constexpr, A: tl.constexpr, C: tl.constexpr,
-                       PREC: tl.constexpr, PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+                       R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+                       PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
     """Grid (NC, B*H): each chunk's own increments of the state (forward) and state gradient (backward)."""
     NC: tl.constexpr = S // C
     c = tl.program_id(0)
@@ -442,17 +496,19 @@ def chunk_local_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, ANG,
     g = h // (H // G)
     t0 = c * C
     cs, cs_last, _gamma, factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
-    cos, sin = _cos_sin(ANG, b, h, t0, S, H, N, R, A, C)
-    qlo, qhi = _rotated(Q, QB, cos, sin, b, h, g, t0, S, G, N, R, C)
-    klo, khi = _rotated(K, KB, cos, sin, b, h, g, t0, S, G, N, R, C)
-    qr = _join(qlo, qhi, C * R, N)
-    kr = _join(klo, khi, C * R, N)
     vt = _rows_p(V, b, h, t0, S, H, P, R, C) * _param_rows(MV, h, P, R, C)
     dy = _dy(DOUT, Z, MO, MZ, b, h, t0, S, H, P, R, C)[0]
-    np_off = _np_offsets(N, P)
-    dst = (pid * NC + c) * N * P + np_off
-    tl.store(BUF_H + dst, _state_delta(kr, vt, cs, cs_last, factor, PREC_ROT, LOWP, INTERP))
-    tl.store(BUF_D + dst, _mm(tl.trans(qr * tl.exp(cs)[:, None]), dy, PREC_ROT, LOWP, INTERP))
+    kw = tl.exp(cs_last - cs) * factor
+    qw = tl.exp(cs)
+    dst = (pid * NC + c) * N * P
+    for jb in range((N // 2 + NB - 1) // NB):
+        cos, sin = _cs_block(ANG, b, h, t0, jb, S, H, R, A, C, NB)
+        klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+        _store_rows(BUF_H + dst, _mm(tl.trans(klo * kw[:, None]), vt, PREC_ROT, LOWP, INTERP),
+                    _mm(tl.trans(khi * kw[:, None]), vt, PREC_ROT, LOWP, INTERP), jb, N, P, NB)
+        qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+        _store_rows(BUF_D + dst, _mm(tl.trans(qlo * qw[:, None]), dy, PREC_ROT, LOWP, INTERP),
+                    _mm(tl.trans(qhi * qw[:, None]), dy, PREC_ROT, LOWP, INTERP), jb, N, P, NB)
     tl.store(DECAY + pid * NC + c, tl.exp(cs_last))
 
 
@@ -498,45 +554,22 @@ def state_scan_kernel(BUF_H, BUF_D, DECAY, NC: tl.constexpr, NP: tl.constexpr, K
 def split_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG, BUF_H, BUF_D,
                      DV, DZ, DADT, DTH, DFAC, DGAM, DQ, DK, DPHI, DZETA, DPSI, DDD, DQB, DKB,
                      S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
-                     R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, HB: tl.constexpr,
+                     R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
                      PREC: tl.constexpr, PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
-    """Grid (NC, B*H/HB): chunk c of HB heads (of one q/k group), dq and dk summed over them in registers.
-
-    BUF_H holds the state after each chunk and BUF_D the state gradient before each chunk (scanned).
-    """
+    """Grid (NC, B*H): chunk c of one (b, h). BUF_H holds the state after each chunk and BUF_D the state
+    gradient before each chunk (both scanned)."""
     NC: tl.constexpr = S // C
-    CR: tl.constexpr = C * R
-    ATOMIC: tl.constexpr = HB < H // G
     c = tl.program_id(0)
     pid = tl.program_id(1)
-    b = pid // (H // HB)
-    h0 = (pid % (H // HB)) * HB
-    g = h0 // (H // G)
-    np_off = _np_offsets(N, P)
-    c_np = tl.zeros((N, P), dtype=tl.int32) + c
-    first = c_np > 0
-    last = c_np < NC - 1
-    dq_lo = tl.zeros((CR, N // 2), dtype=tl.float32)
-    dq_hi = tl.zeros((CR, N // 2), dtype=tl.float32)
-    dk_lo = tl.zeros((CR, N // 2), dtype=tl.float32)
-    dk_hi = tl.zeros((CR, N // 2), dtype=tl.float32)
-    for hh in range(HB):
-        h = h0 + hh
-        base = (b * H + h) * NC
-        hp = tl.load(BUF_H + (base + c - 1) * N * P + np_off, mask=first, other=0.0)
-        dh = tl.load(BUF_D + (base + c + 1) * N * P + np_off, mask=last, other=0.0)
-        hq_lo, hq_hi, hk_lo, hk_hi, cphi, czeta, cpsi, cd, _dh_prev, _cs_last = _chunk_bwd(
-            Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG, DV, DZ, DADT, DTH, DFAC, DGAM,
-            hp, dh, b, h, c, S, H, G, N, P, R, A, C, PREC, PREC_ROT, LOWP, INTERP)
-        dq_lo += hq_lo
-        dq_hi += hq_hi
-        dk_lo += hk_lo
-        dk_hi += hk_hi
-        _add_params(DPHI, DZETA, DPSI, DDD, DQB, DKB, h, cphi, czeta, cpsi, cd,
-                    _fold_time(hq_lo, C, R, N // 2), _fold_time(hq_hi, C, R, N // 2),
-                    _fold_time(hk_lo, C, R, N // 2), _fold_time(hk_hi, C, R, N // 2), N, P, R)
-    _put_qk(DQ, dq_lo, dq_hi, b, g, c * C, S, G, N, R, C, ATOMIC, INTERP)
-    _put_qk(DK, dk_lo, dk_hi, b, g, c * C, S, G, N, R, C, ATOMIC, INTERP)
+    b = pid // H
+    h = pid % H
+    base = pid * NC
+    dphi, dzeta, dpsi, d_d, _cs_last = _chunk_bwd(
+        Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG, DV, DZ, DADT, DTH, DFAC, DGAM,
+        DQ, DK, DQB, DKB, BUF_H + (base + c - 1) * N * P, tl.where(c > 0, N // 2, 0),
+        BUF_D + (base + c + 1) * N * P, tl.where(c < NC - 1, N // 2, 0), BUF_D, b, h, c,
+        S, H, G, N, P, R, A, C, NB, H // G > 1, False, PREC, PREC_ROT, LOWP, INTERP)
+    _add_params(DPHI, DZETA, DPSI, DDD, h, dphi, dzeta, dpsi, d_d, P, R)
 
 
 # -- epilogue ----------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from kernels.mamba3_mimo_bwd import FP32_RTOL, LOWP_OUTPUTS, LOWP_RTOL
 from tests.kernels.mimo.mimo_helpers import TEMPLATE, errors, tiny
 from tuner.frozen import Config
 
-BASE = {"variant": "split", "chunk_rows": 16, "prec": "tf32x3", "prec_rot": "tf32x3", "num_warps": 4,
-        "num_stages": 1, "heads_per_prog": 1, "scan_block": 128, "scan_chunks": 4}
+BASE = {"variant": "split", "chunk_rows": 16, "block_n": 16, "prec": "tf32x3", "prec_rot": "tf32x3",
+        "num_warps": 4, "num_stages": 1, "scan_block": 512, "scan_chunks": 8}
 
 
 def _run(shape, device, seed=0, strong=False, **overrides):
@@ -44,10 +44,12 @@ def _split_bounds(errs, fp32_bound, lowp_bound):
 CASES = [
     ("fused", tiny(), {"chunk_rows": 16}),
     ("split", tiny(), {"chunk_rows": 16}),
-    ("split", tiny(), {"chunk_rows": 32, "heads_per_prog": 2}),  # dq/dk summed in registers, stored once
+    ("split", tiny(), {"chunk_rows": 32}),
     ("fused", tiny(R=1), {"chunk_rows": 16}),
-    ("split", tiny(R=1), {"chunk_rows": 16, "heads_per_prog": 2}),
+    ("split", tiny(R=1, N=64, S=16), {"chunk_rows": 16, "block_n": 32}),
     ("fused", tiny(H=4, G=4, S=16), {"chunk_rows": 16}),  # one head per group: plain stores
+    ("split", tiny(H=2, G=2, S=16, N=32), {"chunk_rows": 16}),
+    ("fused", tiny(R=2, N=64, S=16), {"chunk_rows": 16}),  # two N blocks: the first rotates, not the second
     ("split", tiny(H=4, G=2, S=16), {"chunk_rows": 16}),
     ("fused", tiny(rotary_divisor=2, S=24), {"chunk_rows": 16}),
     ("split", tiny(R=4, S=16, N=32), {"chunk_rows": 32}),
@@ -83,7 +85,7 @@ def test_plain_16bit_operands_miss_the_float32_bound(device):
 
 def test_scan_blocks_smaller_than_the_state(device):
     errs = _run(tiny(S=64, H=1), device, variant="split", chunk_rows=16, scan_block=128,
-                scan_chunks=4)
+                scan_chunks=4)  # N*P = 256 state elements over two scan blocks, 8 chunks in two steps
     _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
 
 

@@ -40,7 +40,8 @@ def test_space_prunes_chunks_that_do_not_fit():
     assert "C = chunk_rows / R" in (space.check(space.default.replace(chunk_rows=128), shape) or "")
     assert "register" in (space.check(space.default.replace(num_warps=2), TEMPLATE.workload(
         "mimo-n256-p64-r4")) or "")
-    assert space.check(space.default.replace(variant="fused", heads_per_prog=2), shape) is not None
+    assert space.check(space.default.replace(variant="fused", scan_block=1024), shape) is not None
+    assert space.check(space.default.replace(block_n=32), TEMPLATE.workload("mimo-n32-p64-r4")) is not None
 
 
 def test_inputs_are_reproducible_nonzero_and_typed():
