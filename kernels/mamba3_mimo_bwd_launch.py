@@ -125,15 +125,16 @@ def run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mappin
     consts = dict(S=d.S, H=d.H, G=d.G, N=d.N, P=d.P, R=d.R, A=d.A, C=plan.chunk, NB=nb, PREC=plan.prec,
                   PREC_ROT=plan.prec_rot, LOWP=_tl_dtype(d.lowp), INTERP=interp)
     launch = dict(num_warps=plan.num_warps, num_stages=plan.num_stages)
+    cos, sin = _rotary_tables(t["AnglesCS"])
     common = (t["Q"], t["K"], t["V"], t["Z"], t["dOut"], t["ADT"], t["DT"], t["Trap"], t["Q_bias"],
-              t["K_bias"], t["MIMO_V"], t["MIMO_Z"], t["MIMO_O"], t["D"], t["AnglesCS"])
+              t["K_bias"], t["MIMO_V"], t["MIMO_Z"], t["MIMO_O"], t["D"], cos, sin)
     outs = (outputs["dV"], outputs["dZ"], outputs["dADT"], sc.dth, sc.dfac, sc.dgam, dq, dk,
             sc.dphi, sc.dzeta, sc.dpsi, sc.dd, sc.dqb, sc.dkb)
     nc = d.S // plan.chunk
     if plan.variant == "fused":
         states = torch.empty(d.B, d.H, nc, d.N, d.P, device=dev, dtype=torch.float32)
         kern.fwd_states_kernel[(d.B * d.H,)](
-            t["K"], t["V"], t["ADT"], t["DT"], t["Trap"], t["K_bias"], t["MIMO_V"], t["AnglesCS"], states,
+            t["K"], t["V"], t["ADT"], t["DT"], t["Trap"], t["K_bias"], t["MIMO_V"], cos, sin, states,
             **_only(consts, kern.fwd_states_kernel), **launch)
         dstate = torch.empty(d.B * d.H, 2, d.N, d.P, device=dev, dtype=torch.float32)
         kern.fused_bwd_kernel[(d.B * d.H,)](*common, states, dstate, *outs, **consts, **launch)
@@ -143,6 +144,14 @@ def run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mappin
         t["Angles"], t["DT"], t["Trap"], sc.dth, sc.dfac, sc.dgam, outputs["dAngles"], outputs["dDT"],
         outputs["dTrap"], S=d.S, H=d.H, A=d.A, BT=_epilogue_block(d.S), INTERP=interp)
     _finish(d, sc, outputs, qk_atomic)
+
+
+def _rotary_tables(angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    cos = torch.empty_like(angles)
+    sin = torch.empty_like(angles)
+    n = angles.numel()
+    kern.rotary_table_kernel[(triton.cdiv(n, 1024),)](angles, cos, sin, n, BLOCK=1024, num_warps=4)
+    return cos, sin
 
 
 def _only(consts: dict, kernel: object) -> dict:

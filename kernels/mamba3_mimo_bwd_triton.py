@@ -58,8 +58,8 @@ def _round(x, PREC: tl.constexpr, LOWP: tl.constexpr):
 
 
 @triton.jit
-def _mm(a, b, PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
-    """a @ b with fp32 accumulation; operand precision PREC: 0 LOWP, 1 tf32, 2 tf32x3, 3 LOWP hi+lo split.
+def _mma(a, b, acc, PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """acc + a @ b (acc None: a @ b) in fp32; operand precision PREC: 0 LOWP, 1 tf32, 2 tf32x3, 3 LOWP hi+lo.
 
     PREC 3 writes each operand as hi + lo in LOWP and sums hi·hi + hi·lo + lo·hi: about 16 mantissa bits
     with 16-bit tensor-core instructions only (for hardware without tf32).
@@ -69,17 +69,23 @@ def _mm(a, b, PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
         b_hi = _mm_operand(b, LOWP, INTERP)
         a_lo = _mm_operand(a - a_hi.to(tl.float32), LOWP, INTERP)
         b_lo = _mm_operand(b - b_hi.to(tl.float32), LOWP, INTERP)
-        acc = tl.dot(a_hi, b_lo)
+        acc = tl.dot(a_hi, b_lo, acc)
         acc = tl.dot(a_lo, b_hi, acc)
         return tl.dot(a_hi, b_hi, acc)
     if INTERP:
-        return tl.dot(_round(a, PREC, LOWP), _round(b, PREC, LOWP))
+        return tl.dot(_round(a, PREC, LOWP), _round(b, PREC, LOWP), acc)
     if PREC == 0:
-        return tl.dot(a.to(LOWP), b.to(LOWP))
+        return tl.dot(a.to(LOWP), b.to(LOWP), acc)
     elif PREC == 1:
-        return tl.dot(a, b, input_precision="tf32")
+        return tl.dot(a, b, acc, input_precision="tf32")
     else:
-        return tl.dot(a, b, input_precision="tf32x3")
+        return tl.dot(a, b, acc, input_precision="tf32x3")
+
+
+@triton.jit
+def _mm(a, b, PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """a @ b in fp32 (see _mma)."""
+    return _mma(a, b, None, PREC, LOWP, INTERP)
 
 
 @triton.jit
@@ -113,7 +119,9 @@ def _fold_time(x, C: tl.constexpr, R: tl.constexpr, X: tl.constexpr):
 
 @triton.jit
 def _silu_parts(x):
-    sg = tl.sigmoid(x)
+    """silu(x) and its derivative; the sigmoid divides with the fast (non-IEEE) division, whose precise
+    form costs many registers per element on large tiles."""
+    sg = tl.math.fdiv(1.0, 1.0 + tl.exp(-x))
     return x * sg, sg * (1.0 + x * (1.0 - sg))
 
 
@@ -142,42 +150,51 @@ def _scalars(ADT, DT, TRAP, b, h, t0,
 @triton.jit
 def _rows_p(X, b, h, t0, S: tl.constexpr, H: tl.constexpr, P: tl.constexpr, R: tl.constexpr,
             C: tl.constexpr):
-    """A (B,S,H,P) tensor's chunk repeated over rank rows: (C*R, P) fp32."""
-    ti = tl.arange(0, C * R) // R
+    """A (B,S,H,P) tensor's chunk repeated over rank rows: (C*R, P) fp32.
+
+    Loaded once per step and broadcast over the rank (R x fewer addresses than loading every row)."""
+    u = tl.arange(0, C)
     p = tl.arange(0, P)
-    return tl.load(X + ((b * S + t0 + ti) * H + h)[:, None] * P + p[None, :]).to(tl.float32)
+    x = tl.load(X + ((b * S + t0 + u) * H + h)[:, None] * P + p[None, :]).to(tl.float32)
+    return tl.reshape(tl.broadcast_to(x[:, None, :], (C, R, P)), (C * R, P))
 
 
 @triton.jit
 def _param_rows(W, h, P: tl.constexpr, R: tl.constexpr, C: tl.constexpr):
     """A (H,R,P) parameter's rows for head h, one per chunk row: (C*R, P)."""
-    ri = tl.arange(0, C * R) % R
+    r = tl.arange(0, R)
     p = tl.arange(0, P)
-    return tl.load(W + (h * R + ri)[:, None] * P + p[None, :])
+    x = tl.load(W + (h * R + r)[:, None] * P + p[None, :])
+    return tl.reshape(tl.broadcast_to(x[None, :, :], (C, R, P)), (C * R, P))
 
 
 @triton.jit
 def _dy(DOUT, Z, MO, MZ, b, h, t0, S: tl.constexpr, H: tl.constexpr, P: tl.constexpr,
         R: tl.constexpr, C: tl.constexpr):
-    """Gradient reaching y (before the gate) and the gate pieces reused by the backward."""
-    dout = _rows_p(DOUT, b, h, t0, S, H, P, R, C)
-    z = _rows_p(Z, b, h, t0, S, H, P, R, C)
-    zeta = _param_rows(MZ, h, P, R, C)
-    silu, dsilu = _silu_parts(z * zeta)
-    do = dout * _param_rows(MO, h, P, R, C)
-    return do * silu, do, dout, z, zeta, silu, dsilu
+    """Gradient reaching y (before the SiLU gate): dOut ⊙ MIMO_O ⊙ silu(Z ⊙ MIMO_Z), per chunk row."""
+    silu, _dsilu = _silu_parts(_rows_p(Z, b, h, t0, S, H, P, R, C) * _param_rows(MZ, h, P, R, C))
+    return _rows_p(DOUT, b, h, t0, S, H, P, R, C) * _param_rows(MO, h, P, R, C) * silu
 
 
 # -- blocked q/k and state loads ----------------------------------------------------------------------------
 @triton.jit
-def _cs_block(ANG, b, h, t0, jb, S: tl.constexpr, H: tl.constexpr, R: tl.constexpr, A: tl.constexpr,
+def rotary_table_kernel(ANG, COS, SIN, n, BLOCK: tl.constexpr):
+    """cos and sin of every rotary angle, computed once (the chunk kernels read them for each rank row)."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    th = tl.load(ANG + i, mask=i < n, other=0.0)
+    tl.store(COS + i, tl.cos(th), mask=i < n)
+    tl.store(SIN + i, tl.sin(th), mask=i < n)
+
+
+@triton.jit
+def _cs_block(COS, SIN, b, h, t0, jb, S: tl.constexpr, H: tl.constexpr, R: tl.constexpr, A: tl.constexpr,
               C: tl.constexpr, NB: tl.constexpr):
     """cos/sin (C*R, NB) of pair columns j = jb*NB + [0, NB); columns j >= A do not rotate (cos 1, sin 0)."""
     ti = tl.arange(0, C * R) // R
     j = jb * NB + tl.arange(0, NB)
     off = ((b * S + t0 + ti) * H + h)[:, None] * A + j[None, :]
-    th = tl.load(ANG + off, mask=(j < A)[None, :], other=0.0)
-    return tl.cos(th), tl.sin(th)
+    m = (j < A)[None, :]
+    return tl.load(COS + off, mask=m, other=1.0), tl.load(SIN + off, mask=m, other=0.0)
 
 
 @triton.jit
@@ -255,14 +272,23 @@ def _coef(cs, gamma, factor, ti):
 @triton.jit
 def _gate_bwd(y, vt, DOUT, Z, MO, MZ, DZ, b, h, t0, S: tl.constexpr, H: tl.constexpr,
               P: tl.constexpr, R: tl.constexpr, C: tl.constexpr, INTERP: tl.constexpr):
-    """Through the SiLU gate and MIMO_O: dy and the partials of dMIMO_O, dMIMO_Z, dD; stores dZ."""
-    dy, do, dout, z, zeta, silu, dsilu = _dy(DOUT, Z, MO, MZ, b, h, t0, S, H, P, R, C)
+    """Through the SiLU gate and MIMO_O: dy and the partials of dMIMO_O, dMIMO_Z, dD; stores dZ.
+
+    Two passes over the gate, each reading what it needs, so that few C*R x P tiles are live at once."""
+    dout = _rows_p(DOUT, b, h, t0, S, H, P, R, C)
+    zz = _rows_p(Z, b, h, t0, S, H, P, R, C) * _param_rows(MZ, h, P, R, C)
+    silu, _dsilu = _silu_parts(zz)
     dphi = _fold_time(dout * y * silu, C, R, P)
-    dzt = do * y * dsilu
-    dzeta = _fold_time(dzt * z, C, R, P)
+    dy = dout * _param_rows(MO, h, P, R, C) * silu
+    tl.debug_barrier()  # keeps the second pass's loads from being hoisted into the first
+    zeta = _param_rows(MZ, h, P, R, C)
+    z = _rows_p(Z, b, h, t0, S, H, P, R, C)
+    _silu, dsilu = _silu_parts(z * zeta)
+    dzt = _rows_p(DOUT, b, h, t0, S, H, P, R, C) * _param_rows(MO, h, P, R, C) * y * dsilu
     u = tl.arange(0, C)
     vp = ((b * S + t0 + u) * H + h)[:, None] * P + tl.arange(0, P)[None, :]
     tl.store(DZ + vp, _out(_fold_rank(dzt * zeta, C, R, P), DZ, INTERP))
+    dzeta = _fold_time(dzt * z, C, R, P)
     return dy, dphi, dzeta, tl.sum(tl.sum(dy * vt, axis=1), axis=0)
 
 
@@ -277,7 +303,7 @@ def _v_bwd(dvt, V, MV, DV, b, h, t0, S: tl.constexpr, H: tl.constexpr, P: tl.con
 
 
 @triton.jit
-def _scores_and_reads(Q, K, QB, KB, ANG, HP, hp_lim, DH, dh_lim, b, h, g, t0,
+def _scores_and_reads(Q, K, QB, KB, COS, SIN, HP, hp_lim, DH, dh_lim, b, h, g, t0,
                       S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
                       R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
                       PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
@@ -288,20 +314,20 @@ def _scores_and_reads(Q, K, QB, KB, ANG, HP, hp_lim, DH, dh_lim, b, h, g, t0,
     kdh = tl.zeros((CR, P), dtype=tl.float32)
     hdh = tl.zeros((NB, P), dtype=tl.float32)
     for jb in range((N // 2 + NB - 1) // NB):
-        cos, sin = _cs_block(ANG, b, h, t0, jb, S, H, R, A, C, NB)
+        cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
         qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
         klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
-        a += _mm(qlo, tl.trans(klo), PREC, LOWP, INTERP) + _mm(qhi, tl.trans(khi), PREC, LOWP, INTERP)
+        a = _mma(qhi, tl.trans(khi), _mma(qlo, tl.trans(klo), a, PREC, LOWP, INTERP), PREC, LOWP, INTERP)
         hp_lo, hp_hi = _state_rows(HP, hp_lim, jb, N, P, NB)
-        qh += _mm(qlo, hp_lo, PREC, LOWP, INTERP) + _mm(qhi, hp_hi, PREC, LOWP, INTERP)
+        qh = _mma(qhi, hp_hi, _mma(qlo, hp_lo, qh, PREC, LOWP, INTERP), PREC, LOWP, INTERP)
         dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
-        kdh += _mm(klo, dh_lo, PREC, LOWP, INTERP) + _mm(khi, dh_hi, PREC, LOWP, INTERP)
+        kdh = _mma(khi, dh_hi, _mma(klo, dh_lo, kdh, PREC, LOWP, INTERP), PREC, LOWP, INTERP)
         hdh += hp_lo * dh_lo + hp_hi * dh_hi
     return a, qh, kdh, tl.sum(tl.sum(hdh, axis=1), axis=0)
 
 
 @triton.jit
-def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG,
+def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN,
                DV, DZ, DADT, DTH, DFAC, DGAM, DQ, DK, DQB, DKB,
                HP, hp_lim, DH, dh_lim, DH_OUT, b, h, c,
                S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
@@ -331,18 +357,18 @@ def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG,
     e = tl.exp(cs)
     w = tl.exp(cs_last - cs)
     wf = w * factor
-    a, qh, kdh, hdh = _scores_and_reads(Q, K, QB, KB, ANG, HP, hp_lim, DH, dh_lim, b, h, g, t0,
+    a, qh, kdh, hdh = _scores_and_reads(Q, K, QB, KB, COS, SIN, HP, hp_lim, DH, dh_lim, b, h, g, t0,
                                         S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP)
     vt = _rows_p(V, b, h, t0, S, H, P, R, C) * _param_rows(MV, h, P, R, C)
 
     # Recompute y (the gate and MIMO_O gradients need it), then the gradient reaching y.
     _dm, coef = _coef(cs, gamma, factor, ti)
     lf = a * coef
-    y = e[:, None] * qh + _mm(lf, vt, PREC, LOWP, INTERP) + d_h * vt
+    y = _mma(lf, vt, e[:, None] * qh + d_h * vt, PREC, LOWP, INTERP)
     dy, dphi, dzeta, d_d = _gate_bwd(y, vt, DOUT, Z, MO, MZ, DZ, b, h, t0, S, H, P, R, C, INTERP)
 
     # Values: intra-chunk, state and D paths.
-    dvt = d_h * dy + _mm(tl.trans(lf), dy, PREC, LOWP, INTERP) + wf[:, None] * kdh
+    dvt = _mma(tl.trans(lf), dy, d_h * dy + wf[:, None] * kdh, PREC, LOWP, INTERP)
     dpsi = _v_bwd(dvt, V, MV, DV, b, h, t0, S, H, P, R, C, INTERP)
 
     # Score gradient; factor, gamma and decay gradients of the intra-chunk scores.
@@ -358,26 +384,26 @@ def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG,
     # Pass 2 over pair blocks: rotated q/k gradients, their inverse rotation, angle gradients.
     kvd = tl.zeros((CR,), dtype=tl.float32)
     for jb in range((N // 2 + NB - 1) // NB):
-        cos, sin = _cs_block(ANG, b, h, t0, jb, S, H, R, A, C, NB)
+        cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
         qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
         klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
         hp_lo, hp_hi = _state_rows(HP, hp_lim, jb, N, P, NB)
         dq_lo = e[:, None] * _mm(dy, tl.trans(hp_lo), PREC_ROT, LOWP, INTERP)
         dq_hi = e[:, None] * _mm(dy, tl.trans(hp_hi), PREC_ROT, LOWP, INTERP)
         g_row += tl.sum(dq_lo * qlo + dq_hi * qhi, axis=1)
-        dq_lo += _mm(da, klo, PREC_ROT, LOWP, INTERP)
-        dq_hi += _mm(da, khi, PREC_ROT, LOWP, INTERP)
+        dq_lo = _mma(da, klo, dq_lo, PREC_ROT, LOWP, INTERP)
+        dq_hi = _mma(da, khi, dq_hi, PREC_ROT, LOWP, INTERP)
         dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
         vdh_lo = _mm(vt, tl.trans(dh_lo), PREC_ROT, LOWP, INTERP)
         vdh_hi = _mm(vt, tl.trans(dh_hi), PREC_ROT, LOWP, INTERP)
         kvd += tl.sum(klo * vdh_lo + khi * vdh_hi, axis=1)
-        dk_lo = _mm(tl.trans(da), qlo, PREC_ROT, LOWP, INTERP) + wf[:, None] * vdh_lo
-        dk_hi = _mm(tl.trans(da), qhi, PREC_ROT, LOWP, INTERP) + wf[:, None] * vdh_hi
+        dk_lo = _mma(tl.trans(da), qlo, wf[:, None] * vdh_lo, PREC_ROT, LOWP, INTERP)
+        dk_hi = _mma(tl.trans(da), qhi, wf[:, None] * vdh_hi, PREC_ROT, LOWP, INTERP)
         if WRITE_DH:
             eq = e[:, None] * dy
             eL = tl.exp(cs_last)
-            _store_rows(DH_OUT, eL * dh_lo + _mm(tl.trans(qlo), eq, PREC_ROT, LOWP, INTERP),
-                        eL * dh_hi + _mm(tl.trans(qhi), eq, PREC_ROT, LOWP, INTERP), jb, N, P, NB)
+            _store_rows(DH_OUT, _mma(tl.trans(qlo), eq, eL * dh_lo, PREC_ROT, LOWP, INTERP),
+                        _mma(tl.trans(qhi), eq, eL * dh_hi, PREC_ROT, LOWP, INTERP), jb, N, P, NB)
         dth = _fold_rank(dq_hi * qlo - dq_lo * qhi + dk_hi * klo - dk_lo * khi, C, R, NB)
         j = jb * NB + tl.arange(0, NB)
         tl.store(DTH + ((b * S + t0 + u) * H + h)[:, None] * A + j[None, :], dth, mask=(j < A)[None, :])
@@ -409,7 +435,7 @@ def _add_params(DPHI, DZETA, DPSI, DDD, h, dphi, dzeta, dpsi, d_d, P: tl.constex
 
 # -- fused variant -----------------------------------------------------------------------------------------
 @triton.jit
-def fwd_states_kernel(K, V, ADT, DT, TRAP, KB, MV, ANG, STATES,
+def fwd_states_kernel(K, V, ADT, DT, TRAP, KB, MV, COS, SIN, STATES,
                       S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
                       R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
                       PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
@@ -435,16 +461,16 @@ def fwd_states_kernel(K, V, ADT, DT, TRAP, KB, MV, ANG, STATES,
         eL = tl.exp(cs_last)
         tl.debug_barrier()  # the previous step's writes of `here` are read by other threads
         for jb in range((N // 2 + NB - 1) // NB):
-            cos, sin = _cs_block(ANG, b, h, t0, jb, S, H, R, A, C, NB)
+            cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
             klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
             h_lo, h_hi = _state_rows(here, N // 2, jb, N, P, NB)
-            new_lo = eL * h_lo + _mm(tl.trans(klo * wf[:, None]), vt, PREC_ROT, LOWP, INTERP)
-            new_hi = eL * h_hi + _mm(tl.trans(khi * wf[:, None]), vt, PREC_ROT, LOWP, INTERP)
+            new_lo = _mma(tl.trans(klo * wf[:, None]), vt, eL * h_lo, PREC_ROT, LOWP, INTERP)
+            new_hi = _mma(tl.trans(khi * wf[:, None]), vt, eL * h_hi, PREC_ROT, LOWP, INTERP)
             _store_rows(here + N * P, new_lo, new_hi, jb, N, P, NB)
 
 
 @triton.jit
-def fused_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG, STATES, DSTATE,
+def fused_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, STATES, DSTATE,
                      DV, DZ, DADT, DTH, DFAC, DGAM, DQ, DK, DPHI, DZETA, DPSI, DDD, DQB, DKB,
                      S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
                      R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
@@ -470,7 +496,7 @@ def fused_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG
         nxt = slots + ((i + 1) % 2) * N * P
         tl.debug_barrier()  # the previous chunk's writes of `cur` are read by other threads
         cphi, czeta, cpsi, cd, _cs_last = _chunk_bwd(
-            Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG, DV, DZ, DADT, DTH, DFAC, DGAM,
+            Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ, DADT, DTH, DFAC, DGAM,
             DQ, DK, DQB, DKB, STATES + (pid * NC + c) * N * P, N // 2, cur, tl.where(i > 0, N // 2, 0), nxt,
             b, h, c,
             S, H, G, N, P, R, A, C, NB, ATOMIC, True, PREC, PREC_ROT, LOWP, INTERP)
@@ -483,7 +509,7 @@ def fused_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG
 
 # -- split variant -----------------------------------------------------------------------------------------
 @triton.jit
-def chunk_local_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, ANG, BUF_H, BUF_D, DECAY,
+def chunk_local_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, COS, SIN, BUF_H, BUF_D, DECAY,
                        S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
                        R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
                        PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
@@ -497,12 +523,12 @@ def chunk_local_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, ANG,
     t0 = c * C
     cs, cs_last, _gamma, factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
     vt = _rows_p(V, b, h, t0, S, H, P, R, C) * _param_rows(MV, h, P, R, C)
-    dy = _dy(DOUT, Z, MO, MZ, b, h, t0, S, H, P, R, C)[0]
+    dy = _dy(DOUT, Z, MO, MZ, b, h, t0, S, H, P, R, C)
     kw = tl.exp(cs_last - cs) * factor
     qw = tl.exp(cs)
     dst = (pid * NC + c) * N * P
     for jb in range((N // 2 + NB - 1) // NB):
-        cos, sin = _cs_block(ANG, b, h, t0, jb, S, H, R, A, C, NB)
+        cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
         klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
         _store_rows(BUF_H + dst, _mm(tl.trans(klo * kw[:, None]), vt, PREC_ROT, LOWP, INTERP),
                     _mm(tl.trans(khi * kw[:, None]), vt, PREC_ROT, LOWP, INTERP), jb, N, P, NB)
@@ -551,7 +577,7 @@ def state_scan_kernel(BUF_H, BUF_D, DECAY, NC: tl.constexpr, NP: tl.constexpr, K
 
 
 @triton.jit
-def split_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG, BUF_H, BUF_D,
+def split_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, BUF_H, BUF_D,
                      DV, DZ, DADT, DTH, DFAC, DGAM, DQ, DK, DPHI, DZETA, DPSI, DDD, DQB, DKB,
                      S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
                      R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
@@ -565,7 +591,7 @@ def split_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG
     h = pid % H
     base = pid * NC
     dphi, dzeta, dpsi, d_d, _cs_last = _chunk_bwd(
-        Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, ANG, DV, DZ, DADT, DTH, DFAC, DGAM,
+        Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ, DADT, DTH, DFAC, DGAM,
         DQ, DK, DQB, DKB, BUF_H + (base + c - 1) * N * P, tl.where(c > 0, N // 2, 0),
         BUF_D + (base + c + 1) * N * P, tl.where(c < NC - 1, N // 2, 0), BUF_D, b, h, c,
         S, H, G, N, P, R, A, C, NB, H // G > 1, False, PREC, PREC_ROT, LOWP, INTERP)
