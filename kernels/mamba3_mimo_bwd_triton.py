@@ -118,6 +118,18 @@ def _fold_time(x, C: tl.constexpr, R: tl.constexpr, X: tl.constexpr):
 
 
 @triton.jit
+def _over_rank(x, C: tl.constexpr, R: tl.constexpr, X: tl.constexpr):
+    """(C, X) per-step values -> (C*R, X) chunk rows (row t*R + r holds step t)."""
+    return tl.reshape(tl.broadcast_to(x[:, None, :], (C, R, X)), (C * R, X))
+
+
+@triton.jit
+def _time_rows(x, C: tl.constexpr, R: tl.constexpr, X: tl.constexpr):
+    """(R, X) per-rank values -> (C*R, X) chunk rows (row t*R + r holds rank r)."""
+    return tl.reshape(tl.broadcast_to(x[None, :, :], (C, R, X)), (C * R, X))
+
+
+@triton.jit
 def _silu_parts(x):
     """silu(x) and its derivative; the sigmoid divides with the fast (non-IEEE) division, whose precise
     form costs many registers per element on large tiles."""
@@ -156,7 +168,7 @@ def _rows_p(X, b, h, t0, S: tl.constexpr, H: tl.constexpr, P: tl.constexpr, R: t
     u = tl.arange(0, C)
     p = tl.arange(0, P)
     x = tl.load(X + ((b * S + t0 + u) * H + h)[:, None] * P + p[None, :]).to(tl.float32)
-    return tl.reshape(tl.broadcast_to(x[:, None, :], (C, R, P)), (C * R, P))
+    return _over_rank(x, C, R, P)
 
 
 @triton.jit
@@ -164,8 +176,7 @@ def _param_rows(W, h, P: tl.constexpr, R: tl.constexpr, C: tl.constexpr):
     """A (H,R,P) parameter's rows for head h, one per chunk row: (C*R, P)."""
     r = tl.arange(0, R)
     p = tl.arange(0, P)
-    x = tl.load(W + (h * R + r)[:, None] * P + p[None, :])
-    return tl.reshape(tl.broadcast_to(x[None, :, :], (C, R, P)), (C * R, P))
+    return _time_rows(tl.load(W + (h * R + r)[:, None] * P + p[None, :]), C, R, P)
 
 
 @triton.jit
@@ -190,11 +201,13 @@ def rotary_table_kernel(ANG, COS, SIN, n, BLOCK: tl.constexpr):
 def _cs_block(COS, SIN, b, h, t0, jb, S: tl.constexpr, H: tl.constexpr, R: tl.constexpr, A: tl.constexpr,
               C: tl.constexpr, NB: tl.constexpr):
     """cos/sin (C*R, NB) of pair columns j = jb*NB + [0, NB); columns j >= A do not rotate (cos 1, sin 0)."""
-    ti = tl.arange(0, C * R) // R
+    u = tl.arange(0, C)
     j = jb * NB + tl.arange(0, NB)
-    off = ((b * S + t0 + ti) * H + h)[:, None] * A + j[None, :]
-    m = (j < A)[None, :]
-    return tl.load(COS + off, mask=m, other=1.0), tl.load(SIN + off, mask=m, other=0.0)
+    off = ((b * S + t0 + u) * H + h)[:, None] * A + j[None, :]
+    m = (j < A)[None, :] & (u < C)[:, None]
+    cos = tl.load(COS + off, mask=m, other=1.0)
+    sin = tl.load(SIN + off, mask=m, other=0.0)
+    return _over_rank(cos, C, R, NB), _over_rank(sin, C, R, NB)
 
 
 @triton.jit
@@ -207,12 +220,14 @@ def _rot_block(X, XB, cos, sin, b, h, g, t0, jb, S: tl.constexpr, G: tl.constexp
     rows = tl.arange(0, C * R)
     j = jb * NB + tl.arange(0, NB)
     jm = (j < N // 2)[None, :]
-    ri = rows % R
-    off = (((b * S + t0 + rows // R) * R + ri) * G + g)[:, None] * N + j[None, :]
-    boff = (h * R + ri)[:, None] * N + j[None, :]
-    lo = tl.load(X + off, mask=jm, other=0.0).to(tl.float32) + tl.load(XB + boff, mask=jm, other=0.0)
-    hi = tl.load(X + off + N // 2, mask=jm, other=0.0).to(tl.float32) + tl.load(XB + boff + N // 2, mask=jm,
-                                                                               other=0.0)
+    off = (((b * S + t0 + rows // R) * R + rows % R) * G + g)[:, None] * N + j[None, :]
+    r = tl.arange(0, R)
+    boff = (h * R + r)[:, None] * N + j[None, :]
+    bm = jm & (r < R)[:, None]
+    lo = tl.load(X + off, mask=jm, other=0.0).to(tl.float32)
+    lo += _time_rows(tl.load(XB + boff, mask=bm, other=0.0), C, R, NB)
+    hi = tl.load(X + off + N // 2, mask=jm, other=0.0).to(tl.float32)
+    hi += _time_rows(tl.load(XB + boff + N // 2, mask=bm, other=0.0), C, R, NB)
     return cos * lo - sin * hi, sin * lo + cos * hi
 
 
