@@ -26,8 +26,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-PI = 3.141592653589793
-
 
 # -- precision helpers -------------------------------------------------------------------------------------
 @triton.jit
@@ -638,12 +636,12 @@ def epilogue_kernel(ANGLES, DT, TRAP, DTH, DFAC, DGAM, DANG, DDT, DTRAP,
         th = 2.0 * tl.sigmoid(2.0 * tl.load(ANGLES + ap)) - 1.0
         sp = (b * H + h) * S + t
         dt = tl.load(DT + sp)
-        tl.store(DANG + ap, rev * (PI * dt)[:, None] * (1.0 - th * th))
+        tl.store(DANG + ap, rev * (3.141592653589793 * dt)[:, None] * (1.0 - th * th))
         dfac = tl.load(DFAC + sp)
         dfac_prev = tl.load(DFAC + sp - 1, mask=t >= 1, other=0.0)
         dgt = tl.load(DGAM + sp) + dfac
         sig = tl.sigmoid(tl.load(TRAP + sp).to(tl.float32))
-        ddt = sig * dgt + (1.0 - sig) * dfac_prev + PI * tl.sum(th * rev, axis=1)
+        ddt = sig * dgt + (1.0 - sig) * dfac_prev + 3.141592653589793 * tl.sum(th * rev, axis=1)
         tl.store(DDT + sp, ddt)
         dtrap = sig * (1.0 - sig) * dt * (dgt - dfac_prev)
         tl.store(DTRAP + sp, _out(dtrap, DTRAP, INTERP))
