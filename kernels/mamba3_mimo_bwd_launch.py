@@ -121,8 +121,8 @@ def run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mappin
     sc = _Scratch(d, dev, qk_atomic)
     dq = sc.dq if qk_atomic else outputs["dQ"]
     dk = sc.dk if qk_atomic else outputs["dK"]
-    nb = max(16, min(plan.block_n, d.N // 2))
-    consts = dict(S=d.S, H=d.H, G=d.G, N=d.N, P=d.P, R=d.R, A=d.A, C=plan.chunk, NB=nb, PREC=plan.prec,
+    consts = dict(S=d.S, H=d.H, G=d.G, N=d.N, P=d.P, R=d.R, A=d.A, C=plan.chunk, NB=block_pairs(plan, d),
+                  PREC=plan.prec,
                   PREC_ROT=plan.prec_rot, LOWP=_tl_dtype(d.lowp), INTERP=interp)
     launch = dict(num_warps=plan.num_warps, num_stages=plan.num_stages)
     cos, sin = _rotary_tables(t["AnglesCS"])
@@ -142,7 +142,7 @@ def run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mappin
         _split(plan, d, t, common, outs, consts, launch)
     kern.epilogue_kernel[(d.B * d.H,)](
         t["Angles"], t["DT"], t["Trap"], sc.dth, sc.dfac, sc.dgam, outputs["dAngles"], outputs["dDT"],
-        outputs["dTrap"], S=d.S, H=d.H, A=d.A, BT=_epilogue_block(d.S), INTERP=interp)
+        outputs["dTrap"], S=d.S, H=d.H, A=d.A, BT=epilogue_block(d.S), INTERP=interp, num_warps=8)
     _finish(d, sc, outputs, qk_atomic)
 
 
@@ -178,9 +178,15 @@ def _split(plan: Plan, d: Dims, t: Mapping[str, torch.Tensor], common: tuple, ou
     kern.split_bwd_kernel[(nc, d.B * d.H)](*common, buf_h, buf_d, *outs, **consts, **launch)
 
 
-def _epilogue_block(seqlen: int) -> int:
+def block_pairs(plan: Plan, d: Dims) -> int:
+    """Rotary pairs per N block: block_n, at most N/2, at least 16 (tl.dot's minimum; padded for N=16)."""
+    return max(16, min(plan.block_n, d.N // 2))
+
+
+def epilogue_block(seqlen: int) -> int:
+    """Time steps per step of the epilogue: the largest power of two up to 32 dividing S."""
     block = 1
-    while block < 64 and seqlen % (block * 2) == 0:
+    while block < 32 and seqlen % (block * 2) == 0:
         block *= 2
     return block
 
