@@ -6,11 +6,12 @@ the gradient of every input. It recomputes what it needs of the forward; that re
 The reference is autograd of the float32 chunked form in :mod:`kernels.mamba3_mimo_ref`; the comparator
 is mamba_ssm's TileLang backward (:mod:`kernels.mamba3_mimo_tilelang`).
 
-Config parameters (``search_spaces/mamba3_mimo_bwd.yaml``): ``variant`` (fused: one program per
-(batch, head) walking chunks like the TileLang kernel; split: chunk-parallel passes around a scan),
+Config parameters (``search_spaces/mamba3_mimo_bwd.yaml``): ``variant`` (split: chunk-parallel passes
+around a scan; fused: one program per (batch, head) walking the chunks like the TileLang kernels; grouped:
+one program per ``group_chunks`` consecutive chunks, the scan over groups),
 ``chunk_rows`` (C·R rows per MIMO chunk, so C = chunk_rows / R), ``prec`` and ``prec_rot`` (matmul operand
 precision), ``block_n`` (rotary pairs per block of N), ``num_warps``, ``num_stages``, ``scan_block``,
-``scan_chunks``.
+``scan_chunks``, ``group_chunks``.
 """
 
 from __future__ import annotations

@@ -74,16 +74,16 @@ def compile_config(config: Config, shape: Shape, arch: int = 90) -> list[Resourc
         return {k: v for k, v in consts.items() if k in fn.arg_names}  # type: ignore[attr-defined]
 
     w, s = plan.num_warps, plan.num_stages
-    nc = d.S // plan.chunk
-    if plan.variant == "split":
-        out = [compile_kernel(kern.chunk_local_kernel, only(kern.chunk_local_kernel), w, s, arch),
-               compile_kernel(kern.state_scan_kernel, dict(
-                   NC=nc, NP=d.N * d.P, KC=min(plan.scan_chunks, triton.next_power_of_2(nc)),
-                   BLOCK=min(plan.scan_block, triton.next_power_of_2(d.N * d.P))), 4, 1, arch),
-               compile_kernel(kern.split_bwd_kernel, consts, w, s, arch)]
-    else:
-        out = [compile_kernel(kern.fwd_states_kernel, only(kern.fwd_states_kernel), w, s, arch),
-               compile_kernel(kern.fused_bwd_kernel, consts, w, s, arch)]
+    gc = plan.group_chunks
+    ng = d.S // plan.chunk // gc
+    out = []
+    if ng > 1:
+        out.append(compile_kernel(kern.group_local_kernel, {**only(kern.group_local_kernel), "GC": gc}, w, s,
+                                  arch))
+        out.append(compile_kernel(kern.state_scan_kernel, dict(
+            NC=ng, NP=d.N * d.P, KC=min(plan.scan_chunks, triton.next_power_of_2(ng)),
+            BLOCK=min(plan.scan_block, triton.next_power_of_2(d.N * d.P))), 4, 1, arch))
+    out.append(compile_kernel(kern.group_bwd_kernel, {**consts, "GC": gc}, w, s, arch))
     out.append(compile_kernel(kern.rotary_table_kernel, dict(BLOCK=1024), 4, 1, arch))
     out.append(compile_kernel(kern.epilogue_kernel, dict(S=d.S, H=d.H, A=d.A, BT=epilogue_block(d.S),
                                                          INTERP=False), 8, 1, arch))

@@ -20,7 +20,7 @@ from kernels import mamba3_mimo_bwd_triton as kern
 from tuner.frozen import Config, Shape
 
 PRECISIONS = {"lowp": 0, "tf32": 1, "tf32x3": 2, "lowp3": 3}
-VARIANTS = ("fused", "split")
+VARIANTS = ("split", "grouped", "fused")
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ class Plan:
     num_stages: int
     scan_block: int
     scan_chunks: int
+    group_chunks: int
 
     @classmethod
     def of(cls, config: Config, dims: Dims) -> Plan:
@@ -74,12 +75,16 @@ class Plan:
         rows = int(config["chunk_rows"])
         if rows % dims.R or rows < 16 or dims.S % (rows // dims.R):
             raise ValueError(f"chunk_rows={rows} needs R | chunk_rows, chunk_rows >= 16 and C | S")
+        nc = dims.S // (rows // dims.R)
+        group = {"split": 1, "fused": nc}.get(variant, int(config["group_chunks"]))
+        if nc % group:
+            raise ValueError(f"group_chunks={group} must divide the {nc} chunks")
         return cls(
             variant=variant, chunk=rows // dims.R, prec=PRECISIONS[str(config["prec"])],
             prec_rot=PRECISIONS[str(config["prec_rot"])],
             block_n=int(config["block_n"]), num_warps=int(config["num_warps"]),
             num_stages=int(config["num_stages"]), scan_block=int(config["scan_block"]),
-            scan_chunks=int(config["scan_chunks"]),
+            scan_chunks=int(config["scan_chunks"]), group_chunks=group,
         )
 
 
@@ -130,16 +135,7 @@ def run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mappin
               t["K_bias"], t["MIMO_V"], t["MIMO_Z"], t["MIMO_O"], t["D"], cos, sin)
     outs = (outputs["dV"], outputs["dZ"], outputs["dADT"], sc.dth, sc.dfac, sc.dgam, dq, dk,
             sc.dphi, sc.dzeta, sc.dpsi, sc.dd, sc.dqb, sc.dkb)
-    nc = d.S // plan.chunk
-    if plan.variant == "fused":
-        states = torch.empty(d.B, d.H, nc, d.N, d.P, device=dev, dtype=torch.float32)
-        kern.fwd_states_kernel[(d.B * d.H,)](
-            t["K"], t["V"], t["ADT"], t["DT"], t["Trap"], t["K_bias"], t["MIMO_V"], cos, sin, states,
-            **_only(consts, kern.fwd_states_kernel), **launch)
-        dstate = torch.empty(d.B * d.H, 2, d.N, d.P, device=dev, dtype=torch.float32)
-        kern.fused_bwd_kernel[(d.B * d.H,)](*common, states, dstate, *outs, **consts, **launch)
-    else:
-        _split(plan, d, t, common, outs, consts, launch)
+    _chunk_groups(plan, d, t, common, outs, consts, launch, sc.dfac)
     kern.epilogue_kernel[(d.B * d.H,)](
         t["Angles"], t["DT"], t["Trap"], sc.dth, sc.dfac, sc.dgam, outputs["dAngles"], outputs["dDT"],
         outputs["dTrap"], S=d.S, H=d.H, A=d.A, BT=epilogue_block(d.S), INTERP=interp, num_warps=8)
@@ -160,22 +156,32 @@ def _only(consts: dict, kernel: object) -> dict:
     return {k: v for k, v in consts.items() if k in names}
 
 
-def _split(plan: Plan, d: Dims, t: Mapping[str, torch.Tensor], common: tuple, outs: tuple,
-           consts: dict, launch: dict) -> None:
-    nc = d.S // plan.chunk
+def _chunk_groups(plan: Plan, d: Dims, t: Mapping[str, torch.Tensor], common: tuple, outs: tuple,
+                  consts: dict, launch: dict, dummy: torch.Tensor) -> None:
+    """Pass A (each group's own state increments) and the scan when there are several chunk groups, then
+    pass C (every gradient). One group (fused) needs neither: its programs start from zero states."""
+    gc = plan.group_chunks
+    ng = d.S // plan.chunk // gc
     dev = t["V"].device
-    buf_h = torch.empty(d.B, d.H, nc, d.N, d.P, device=dev, dtype=torch.float32)
-    buf_d = torch.empty_like(buf_h)
-    decay = torch.empty(d.B, d.H, nc, device=dev, dtype=torch.float32)
-    no_d = tuple(x for i, x in enumerate(common) if i != 13)  # chunk_local_kernel takes no D
-    kern.chunk_local_kernel[(nc, d.B * d.H)](
-        *no_d, buf_h, buf_d, decay, **_only(consts, kern.chunk_local_kernel), **launch)
-    np_ = d.N * d.P
-    block = min(plan.scan_block, triton.next_power_of_2(np_))
-    kern.state_scan_kernel[(d.B * d.H, triton.cdiv(np_, block))](
-        buf_h, buf_d, decay, NC=nc, NP=np_, KC=min(plan.scan_chunks, triton.next_power_of_2(nc)),
-        BLOCK=block, num_warps=4)
-    kern.split_bwd_kernel[(nc, d.B * d.H)](*common, buf_h, buf_d, *outs, **consts, **launch)
+    buf_h = buf_d = dummy
+    if ng > 1:
+        buf_h = torch.empty(d.B, d.H, ng, d.N, d.P, device=dev, dtype=torch.float32)
+        buf_d = torch.empty_like(buf_h)
+        decay = torch.empty(d.B, d.H, ng, device=dev, dtype=torch.float32)
+        no_d = tuple(x for i, x in enumerate(common) if i != 13)  # group_local_kernel takes no D
+        kern.group_local_kernel[(ng, d.B * d.H)](
+            *no_d, buf_h, buf_d, decay, GC=gc, **_only(consts, kern.group_local_kernel), **launch)
+        np_ = d.N * d.P
+        block = min(plan.scan_block, triton.next_power_of_2(np_))
+        kern.state_scan_kernel[(d.B * d.H, triton.cdiv(np_, block))](
+            buf_h, buf_d, decay, NC=ng, NP=np_, KC=min(plan.scan_chunks, triton.next_power_of_2(ng)),
+            BLOCK=block, num_warps=4)
+    local = dstate = dummy
+    if gc > 1:
+        local = torch.empty(d.B * d.H * ng * gc * d.N * d.P, device=dev, dtype=torch.float32)
+        dstate = torch.empty(d.B * d.H * ng * 2 * d.N * d.P, device=dev, dtype=torch.float32)
+    kern.group_bwd_kernel[(ng, d.B * d.H)](*common, buf_h, buf_d, local, dstate, *outs, GC=gc, **consts,
+                                           **launch)
 
 
 def block_pairs(plan: Plan, d: Dims) -> int:

@@ -2,13 +2,15 @@
 
 One chunk of ``C`` time steps of one (batch, head) is worked on as ``C*R`` rows (row ``i`` is time ``i // R``,
 rank ``i % R``). :func:`_chunk_bwd` holds every per-chunk gradient formula; it needs the state before the
-chunk (``Hp``, N×P) and the gradient of the state after it (``dH``). Two ways to supply them:
+chunk (N×P) and the gradient of the state after it. Chunks are taken in groups of GC consecutive chunks:
 
-* fused: :func:`fwd_states_kernel` walks the chunks forward per (batch, head) writing ``Hp``;
-  :func:`fused_bwd_kernel` walks them backward carrying ``dH`` (one program per (batch, head));
-* split: :func:`chunk_local_kernel` computes every chunk's own state increments in parallel,
-  :func:`state_scan_kernel` runs the two linear recurrences (multiply-adds only), and
-  :func:`split_bwd_kernel` runs :func:`_chunk_bwd` for every chunk in parallel.
+* :func:`group_local_kernel` computes every group's own state increments in parallel (pass A);
+* :func:`state_scan_kernel` runs the two linear recurrences over groups (multiply-adds only);
+* :func:`group_bwd_kernel` gives each group one program (pass C): it walks its chunks forward writing the
+  states, then backward carrying the state gradient, calling :func:`_chunk_bwd` for each.
+
+GC = 1 is the split variant (every chunk in parallel, no walk); GC = S / C the fused one (one program per
+(batch, head) walking every chunk, like mamba_ssm's TileLang kernels; no pass A, no scan).
 
 :func:`epilogue_kernel` then turns per-step scratch (angle, factor and gamma gradients) into dAngles, dDT and
 dTrap (the angle gradient needs a reverse running sum over the whole sequence).
@@ -446,109 +448,91 @@ def _add_params(DPHI, DZETA, DPSI, DDD, h, dphi, dzeta, dpsi, d_d, P: tl.constex
     tl.atomic_add(DDD + h, d_d, sem="relaxed")
 
 
-# -- fused variant -----------------------------------------------------------------------------------------
+# -- chunk groups: pass A (own increments), the scan, pass C (gradients) -------------------------------------
 @triton.jit
-def fwd_states_kernel(K, V, ADT, DT, TRAP, KB, MV, COS, SIN, STATES,
-                      S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
-                      R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
-                      PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
-    """One program per (b, h): the state before every chunk, walking the chunks forward.
-
-    The running state lives in STATES itself (row blocks are read back, updated and written as the next
-    chunk's entry), so that no N×P tile is held in registers.
-    """
-    NC: tl.constexpr = S // C
-    pid = tl.program_id(0)
-    b = pid // H
-    h = pid % H
-    g = h // (H // G)
-    psi = _param_rows(MV, h, P, R, C)
-    np_off = _np_offsets(N, P)
-    tl.store(STATES + pid * NC * N * P + np_off, tl.zeros((N, P), dtype=tl.float32))
-    for c in range(NC - 1):
-        t0 = c * C
-        here = STATES + (pid * NC + c) * N * P
-        cs, cs_last, _gamma, factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
-        vt = _rows_p(V, b, h, t0, S, H, P, R, C) * psi
-        wf = tl.exp(cs_last - cs) * factor
-        eL = tl.exp(cs_last)
-        tl.debug_barrier()  # the previous step's writes of `here` are read by other threads
-        for jb in range((N // 2 + NB - 1) // NB):
-            cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
-            klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
-            h_lo, h_hi = _state_rows(here, N // 2, jb, N, P, NB)
-            new_lo = _mma(tl.trans(klo * wf[:, None]), vt, eL * h_lo, PREC_ROT, LOWP, INTERP)
-            new_hi = _mma(tl.trans(khi * wf[:, None]), vt, eL * h_hi, PREC_ROT, LOWP, INTERP)
-            _store_rows(here + N * P, new_lo, new_hi, jb, N, P, NB)
+def _copy_state(SRC, lim, DST, N: tl.constexpr, P: tl.constexpr, NB: tl.constexpr):
+    """DST <- SRC (N×P fp32 tiles), or zeros when lim is 0."""
+    for jb in range((N // 2 + NB - 1) // NB):
+        lo, hi = _state_rows(SRC, lim, jb, N, P, NB)
+        _store_rows(DST, lo, hi, jb, N, P, NB)
 
 
 @triton.jit
-def fused_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, STATES, DSTATE,
-                     DV, DZ, DADT, DTH, DFAC, DGAM, DQ, DK, DPHI, DZETA, DPSI, DDD, DQB, DKB,
-                     S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
-                     R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
-                     PREC: tl.constexpr, PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
-    """One program per (b, h): walks the chunks backward carrying the state gradient.
-
-    The state gradient alternates between two N×P slots of DSTATE (B*H, 2, N, P): each chunk reads one and
-    writes the other, with a barrier between chunks.
-    """
-    NC: tl.constexpr = S // C
-    ATOMIC: tl.constexpr = H // G > 1
-    pid = tl.program_id(0)
-    b = pid // H
-    h = pid % H
-    dphi = tl.zeros((R, P), dtype=tl.float32)
-    dzeta = tl.zeros((R, P), dtype=tl.float32)
-    dpsi = tl.zeros((R, P), dtype=tl.float32)
-    d_d = tl.sum(tl.zeros((1,), dtype=tl.float32), axis=0)
-    slots = DSTATE + pid * 2 * N * P
-    for i in range(NC):
-        c = NC - 1 - i
-        cur = slots + (i % 2) * N * P
-        nxt = slots + ((i + 1) % 2) * N * P
-        tl.debug_barrier()  # the previous chunk's writes of `cur` are read by other threads
-        cphi, czeta, cpsi, cd, _cs_last = _chunk_bwd(
-            Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ, DADT, DTH, DFAC, DGAM,
-            DQ, DK, DQB, DKB, STATES + (pid * NC + c) * N * P, N // 2, cur, tl.where(i > 0, N // 2, 0), nxt,
-            b, h, c,
-            S, H, G, N, P, R, A, C, NB, ATOMIC, True, PREC, PREC_ROT, LOWP, INTERP)
-        dphi += cphi
-        dzeta += czeta
-        dpsi += cpsi
-        d_d += cd
-    _add_params(DPHI, DZETA, DPSI, DDD, h, dphi, dzeta, dpsi, d_d, P, R)
-
-
-# -- split variant -----------------------------------------------------------------------------------------
-@triton.jit
-def chunk_local_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, COS, SIN, BUF_H, BUF_D, DECAY,
-                       S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
-                       R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
-                       PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
-    """Grid (NC, B*H): each chunk's own increments of the state (forward) and state gradient (backward)."""
-    NC: tl.constexpr = S // C
-    c = tl.program_id(0)
-    pid = tl.program_id(1)
-    b = pid // H
-    h = pid % H
-    g = h // (H // G)
+def _advance_state(K, V, ADT, DT, TRAP, KB, MV, COS, SIN, SRC, DST, b, h, c,
+                   S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+                   R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+                   PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """DST <- e^{cs_last} SRC + Σ_i e^{cs_last-cs_i} factor_i k_i ⊗ ṽ_i: the state after chunk c from the
+    state before it, row block by row block (no N×P tile in registers)."""
     t0 = c * C
+    g = h // (H // G)
     cs, cs_last, _gamma, factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
     vt = _rows_p(V, b, h, t0, S, H, P, R, C) * _param_rows(MV, h, P, R, C)
-    dy = _dy(DOUT, Z, MO, MZ, b, h, t0, S, H, P, R, C)
     kw = tl.exp(cs_last - cs) * factor
-    qw = tl.exp(cs)
-    dst = (pid * NC + c) * N * P
+    e_last = tl.exp(cs_last)
     for jb in range((N // 2 + NB - 1) // NB):
         cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
         klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
-        _store_rows(BUF_H + dst, _mm(tl.trans(klo * kw[:, None]), vt, PREC_ROT, LOWP, INTERP),
-                    _mm(tl.trans(khi * kw[:, None]), vt, PREC_ROT, LOWP, INTERP), jb, N, P, NB)
-        qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
-        _store_rows(BUF_D + dst, _mm(tl.trans(qlo * qw[:, None]), dy, PREC_ROT, LOWP, INTERP),
-                    _mm(tl.trans(qhi * qw[:, None]), dy, PREC_ROT, LOWP, INTERP), jb, N, P, NB)
-    tl.store(DECAY + pid * NC + c, tl.exp(cs_last))
+        h_lo, h_hi = _state_rows(SRC, N // 2, jb, N, P, NB)
+        new_lo = _mma(tl.trans(klo * kw[:, None]), vt, e_last * h_lo, PREC_ROT, LOWP, INTERP)
+        new_hi = _mma(tl.trans(khi * kw[:, None]), vt, e_last * h_hi, PREC_ROT, LOWP, INTERP)
+        _store_rows(DST, new_lo, new_hi, jb, N, P, NB)
+
+
+@triton.jit
+def group_local_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, COS, SIN, BUF_H, BUF_D, DECAY,
+                       S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+                       R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr, GC: tl.constexpr,
+                       PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """Grid (NG, B*H), NG = S / (C*GC): each group of GC chunks' own increments, from zero at its edges.
+
+    BUF_H[g] gets the state at the group's end, BUF_D[g] the gradient of the state before it (both as if
+    nothing came before / after the group), DECAY[g] the group's total decay. With GC = 1 the increments are
+    written once; otherwise they accumulate chunk by chunk in place.
+    """
+    NG: tl.constexpr = S // (C * GC)
+    grp = tl.program_id(0)
+    pid = tl.program_id(1)
+    b = pid // H
+    h = pid % H
+    qk_group = h // (H // G)
+    dst = (pid * NG + grp) * N * P
+    if GC > 1:
+        _copy_state(BUF_H, 0, BUF_H + dst, N, P, NB)
+        _copy_state(BUF_D, 0, BUF_D + dst, N, P, NB)
+    decay = tl.sum(tl.zeros((1,), dtype=tl.float32), axis=0) + 1.0
+    for k in range(GC):
+        t0 = (grp * GC + k) * C
+        cs, cs_last, _gamma, factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
+        vt = _rows_p(V, b, h, t0, S, H, P, R, C) * _param_rows(MV, h, P, R, C)
+        dy = _dy(DOUT, Z, MO, MZ, b, h, t0, S, H, P, R, C)
+        e_last = tl.exp(cs_last)
+        kw = tl.exp(cs_last - cs) * factor
+        qw = tl.exp(cs) * decay  # decay of the earlier chunks of the group, seen from its start
+        if GC > 1:
+            tl.debug_barrier()  # the previous chunk's updates of BUF_H/BUF_D[dst] by other threads
+        for jb in range((N // 2 + NB - 1) // NB):
+            cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
+            klo, khi = _rot_block(K, KB, cos, sin, b, h, qk_group, t0, jb, S, G, N, R, C, NB)
+            qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, qk_group, t0, jb, S, G, N, R, C, NB)
+            if GC > 1:  # accumulate onto the group's running increments
+                h_lo, h_hi = _state_rows(BUF_H + dst, N // 2, jb, N, P, NB)
+                d_lo, d_hi = _state_rows(BUF_D + dst, N // 2, jb, N, P, NB)
+                h_lo = e_last * h_lo
+                h_hi = e_last * h_hi
+            else:
+                h_lo = None
+                h_hi = None
+                d_lo = None
+                d_hi = None
+            new_lo = _mma(tl.trans(klo * kw[:, None]), vt, h_lo, PREC_ROT, LOWP, INTERP)
+            new_hi = _mma(tl.trans(khi * kw[:, None]), vt, h_hi, PREC_ROT, LOWP, INTERP)
+            _store_rows(BUF_H + dst, new_lo, new_hi, jb, N, P, NB)
+            new_lo = _mma(tl.trans(qlo * qw[:, None]), dy, d_lo, PREC_ROT, LOWP, INTERP)
+            new_hi = _mma(tl.trans(qhi * qw[:, None]), dy, d_hi, PREC_ROT, LOWP, INTERP)
+            _store_rows(BUF_D + dst, new_lo, new_hi, jb, N, P, NB)
+        decay = decay * e_last
+    tl.store(DECAY + pid * NG + grp, decay)
 
 
 @triton.jit
@@ -590,24 +574,60 @@ def state_scan_kernel(BUF_H, BUF_D, DECAY, NC: tl.constexpr, NP: tl.constexpr, K
 
 
 @triton.jit
-def split_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, BUF_H, BUF_D,
-                     DV, DZ, DADT, DTH, DFAC, DGAM, DQ, DK, DPHI, DZETA, DPSI, DDD, DQB, DKB,
+def group_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, BUF_H, BUF_D,
+                     LOCAL, DSTATE, DV, DZ, DADT, DTH, DFAC, DGAM, DQ, DK, DPHI, DZETA, DPSI, DDD, DQB, DKB,
                      S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
-                     R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+                     R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr, GC: tl.constexpr,
                      PREC: tl.constexpr, PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
-    """Grid (NC, B*H): chunk c of one (b, h). BUF_H holds the state after each chunk and BUF_D the state
-    gradient before each chunk (both scanned)."""
-    NC: tl.constexpr = S // C
-    c = tl.program_id(0)
+    """Grid (NG, B*H): every gradient of a group of GC chunks of one (b, h).
+
+    BUF_H[g-1] is the state before the group and BUF_D[g+1] the gradient of the state after it (both
+    scanned; unused when there is one group). GC = 1 reads them directly. Otherwise the program first walks
+    its chunks forward writing the state before each into LOCAL (B*H*NG, GC, N, P), then walks them
+    backward carrying the state gradient through two N×P slots of DSTATE (B*H*NG, 2, N, P), with a barrier
+    between chunks since other threads read what one wrote. GC = S / C is the fused variant.
+    """
+    NG: tl.constexpr = S // (C * GC)
+    NP: tl.constexpr = N * P
+    ATOMIC: tl.constexpr = H // G > 1
+    grp = tl.program_id(0)
     pid = tl.program_id(1)
     b = pid // H
     h = pid % H
-    base = pid * NC
-    dphi, dzeta, dpsi, d_d, _cs_last = _chunk_bwd(
-        Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ, DADT, DTH, DFAC, DGAM,
-        DQ, DK, DQB, DKB, BUF_H + (base + c - 1) * N * P, tl.where(c > 0, N // 2, 0),
-        BUF_D + (base + c + 1) * N * P, tl.where(c < NC - 1, N // 2, 0), BUF_D, b, h, c,
-        S, H, G, N, P, R, A, C, NB, H // G > 1, False, PREC, PREC_ROT, LOWP, INTERP)
+    base = pid * NG
+    prev_lim = tl.where(grp > 0, N // 2, 0)
+    next_lim = tl.where(grp < NG - 1, N // 2, 0)
+    if GC == 1:
+        dphi, dzeta, dpsi, d_d, _cs_last = _chunk_bwd(
+            Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ, DADT, DTH, DFAC, DGAM,
+            DQ, DK, DQB, DKB, BUF_H + (base + grp - 1) * NP, prev_lim,
+            BUF_D + (base + grp + 1) * NP, next_lim, BUF_D, b, h, grp,
+            S, H, G, N, P, R, A, C, NB, ATOMIC, False, PREC, PREC_ROT, LOWP, INTERP)
+    else:
+        loc = LOCAL + (base + grp) * GC * NP
+        _copy_state(BUF_H + (base + grp - 1) * NP, prev_lim, loc, N, P, NB)
+        for k in range(GC - 1):
+            tl.debug_barrier()  # LOCAL[k] was written by other threads
+            _advance_state(K, V, ADT, DT, TRAP, KB, MV, COS, SIN, loc + k * NP, loc + (k + 1) * NP, b, h,
+                           grp * GC + k, S, H, G, N, P, R, A, C, NB, PREC_ROT, LOWP, INTERP)
+        slots = DSTATE + (base + grp) * 2 * NP
+        _copy_state(BUF_D + (base + grp + 1) * NP, next_lim, slots, N, P, NB)
+        dphi = tl.zeros((R, P), dtype=tl.float32)
+        dzeta = tl.zeros((R, P), dtype=tl.float32)
+        dpsi = tl.zeros((R, P), dtype=tl.float32)
+        d_d = tl.sum(tl.zeros((1,), dtype=tl.float32), axis=0)
+        for i in range(GC):
+            k = GC - 1 - i
+            tl.debug_barrier()  # LOCAL and the state-gradient slot were written by other threads
+            cphi, czeta, cpsi, cd, _cs_last = _chunk_bwd(
+                Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ, DADT, DTH, DFAC,
+                DGAM, DQ, DK, DQB, DKB, loc + k * NP, N // 2, slots + (i % 2) * NP, N // 2,
+                slots + ((i + 1) % 2) * NP, b, h, grp * GC + k, S, H, G, N, P, R, A, C, NB, ATOMIC, True,
+                PREC, PREC_ROT, LOWP, INTERP)
+            dphi += cphi
+            dzeta += czeta
+            dpsi += cpsi
+            d_d += cd
     _add_params(DPHI, DZETA, DPSI, DDD, h, dphi, dzeta, dpsi, d_d, P, R)
 
 

@@ -16,7 +16,7 @@ from tests.kernels.mimo.mimo_helpers import TEMPLATE, errors, tiny
 from tuner.frozen import Config
 
 BASE = {"variant": "split", "chunk_rows": 16, "block_n": 16, "prec": "tf32x3", "prec_rot": "tf32x3",
-        "num_warps": 4, "num_stages": 1, "scan_block": 512, "scan_chunks": 8}
+        "num_warps": 4, "num_stages": 1, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4}
 
 
 def _run(shape, device, seed=0, strong=False, **overrides):
@@ -54,6 +54,8 @@ CASES = [
     ("fused", tiny(rotary_divisor=2, S=24), {"chunk_rows": 16}),
     ("split", tiny(R=4, S=16, N=32), {"chunk_rows": 32}),
     ("fused", tiny(R=8, S=16), {"chunk_rows": 64}),
+    ("grouped", tiny(S=64), {"chunk_rows": 16, "group_chunks": 2}),  # 4 groups of 2 chunks
+    ("grouped", tiny(S=64, R=1, N=32, H=4, G=2), {"chunk_rows": 16, "group_chunks": 2, "scan_chunks": 4}),
 ]
 
 
@@ -64,9 +66,9 @@ def test_gradients_match_reference_exactly_in_float32(device, variant, shape, ov
     _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
 
 
-@pytest.mark.parametrize("variant", ["fused", "split"])
+@pytest.mark.parametrize("variant", ["fused", "split", "grouped"])
 def test_strong_dynamics(device, variant):
-    errs = _run(tiny(S=32, R=2), device, seed=5, strong=True, variant=variant, chunk_rows=16)
+    errs = _run(tiny(S=32, R=2), device, seed=5, strong=True, variant=variant, chunk_rows=16, group_chunks=2)
     _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
 
 
@@ -84,8 +86,8 @@ def test_plain_16bit_operands_miss_the_float32_bound(device):
 
 
 def test_scan_blocks_smaller_than_the_state(device):
-    errs = _run(tiny(S=64, H=1), device, variant="split", chunk_rows=16, scan_block=128,
-                scan_chunks=4)  # N*P = 256 state elements over two scan blocks, 8 chunks in two steps
+    errs = _run(tiny(S=64, H=1, N=32), device, variant="split", chunk_rows=16, scan_block=256,
+                scan_chunks=4)  # N*P = 512 states in two scan programs, 8 chunks in two steps
     _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
 
 
