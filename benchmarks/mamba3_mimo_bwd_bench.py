@@ -23,8 +23,11 @@ from torch.profiler import ProfilerActivity, profile
 
 from kernels.mamba3_mimo_bwd import Mamba3MimoBwd
 
-DEFAULT_OVERRIDES = ['{}', '{"variant": "fused"}', '{"chunk_rows": 32}', '{"prec": "lowp3"}',
-                     '{"num_warps": 4}', '{"block_n": 32}']
+DEFAULT_OVERRIDES = [
+    '{}', '{"variant": "fused"}', '{"variant": "grouped", "group_chunks": 4}',
+    '{"variant": "grouped", "group_chunks": 16}', '{"chunk_rows": 32}', '{"chunk_rows": 128}',
+    '{"prec": "lowp3"}', '{"num_warps": 4}', '{"num_warps": 16}', '{"block_n": 32}',
+]
 
 
 def _device_us(kernel, inputs, outputs, samples: int) -> float:
