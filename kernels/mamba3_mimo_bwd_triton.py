@@ -270,11 +270,6 @@ def _put_qk(OUT, BIAS, lo, hi, b, h, g, t0, jb, S: tl.constexpr, G: tl.constexpr
     tl.atomic_add(BIAS + boff + N // 2, _fold_time(hi, C, R, NB), mask=jm, sem="relaxed")
 
 
-@triton.jit
-def _np_offsets(N: tl.constexpr, P: tl.constexpr):
-    return tl.arange(0, N)[:, None] * P + tl.arange(0, P)[None, :]
-
-
 # -- the per-chunk backward --------------------------------------------------------------------------------
 @triton.jit
 def _coef(cs, gamma, factor, ti):
