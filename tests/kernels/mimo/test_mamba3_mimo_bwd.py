@@ -1,0 +1,97 @@
+"""The Triton backward (fused and split) against the float64 reference, under the interpreter on the CPU.
+
+With tf32x3 matmuls the interpreter computes in exact float32, so every float32 gradient must match to
+~1e-6 and every 16-bit one to its output rounding; the lower precisions are emulated bit-exactly and must
+stay within the template's bounds (or, for plain 16-bit operands, visibly not).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import mamba3_mimo_ref as ref
+from kernels.mamba3_mimo_bwd import FP32_RTOL, LOWP_OUTPUTS, LOWP_RTOL
+from tests.kernels.mimo.mimo_helpers import TEMPLATE, errors, tiny
+from tuner.frozen import Config
+
+BASE = {"variant": "split", "chunk_rows": 16, "block_n": 16, "prec": "tf32x3", "prec_rot": "tf32x3",
+        "num_warps": 4, "num_stages": 1, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4}
+
+
+def _run(shape, device, seed=0, strong=False, **overrides):
+    inputs = TEMPLATE.make_inputs(shape, device, seed)
+    if strong:  # faster decays and a wider trapezoid mix than the default inputs
+        inputs["ADT"] = inputs["ADT"] * 8
+        inputs["DT"] = inputs["DT"] * 8
+        inputs["Trap"] = (inputs["Trap"].float() * 4 - 2).to(inputs["Trap"].dtype)
+        inputs["AnglesCS"] = torch.remainder(
+            ref.angle_cumsum(inputs["Angles"].double(), inputs["DT"].double()), 2 * torch.pi).float()
+    outs = TEMPLATE.allocate_outputs(shape, inputs)
+    for v in outs.values():
+        v.fill_(float("nan"))
+    config = TEMPLATE.space().validate_config({**BASE, **overrides})
+    TEMPLATE.build(config, shape)(inputs, outs)
+    cpu = {k: v.cpu() for k, v in inputs.items()}
+    return errors(outs, ref.gradients(cpu, chunk=8, dtype=torch.float64))
+
+
+def _split_bounds(errs, fp32_bound, lowp_bound):
+    bad = {k: e for k, e in errs.items() if e > (lowp_bound if k in LOWP_OUTPUTS else fp32_bound)}
+    assert not bad, f"over bound: {bad}; all: {errs}"
+
+
+CASES = [
+    ("fused", tiny(), {"chunk_rows": 16}),
+    ("split", tiny(), {"chunk_rows": 16}),
+    ("split", tiny(), {"chunk_rows": 32}),
+    ("fused", tiny(R=1), {"chunk_rows": 16}),
+    ("split", tiny(R=1, N=64, S=16), {"chunk_rows": 16, "block_n": 32}),
+    ("fused", tiny(H=4, G=4, S=16), {"chunk_rows": 16}),  # one head per group: plain stores
+    ("split", tiny(H=2, G=2, S=16, N=32), {"chunk_rows": 16}),
+    ("fused", tiny(R=2, N=64, S=16), {"chunk_rows": 16}),  # two N blocks: the first rotates, not the second
+    ("split", tiny(H=4, G=2, S=16), {"chunk_rows": 16}),
+    ("fused", tiny(rotary_divisor=2, S=24), {"chunk_rows": 16}),
+    ("split", tiny(R=4, S=16, N=32), {"chunk_rows": 32}),
+    ("fused", tiny(R=8, S=16), {"chunk_rows": 64}),
+    ("grouped", tiny(S=64), {"chunk_rows": 16, "group_chunks": 2}),  # 4 groups of 2 chunks
+    ("grouped", tiny(S=64, R=1, N=32, H=4, G=2), {"chunk_rows": 16, "group_chunks": 2, "scan_chunks": 4}),
+]
+
+
+@pytest.mark.parametrize(("variant", "shape", "overrides"), CASES,
+                         ids=[f"{v}-{s.key()}-{o['chunk_rows']}" for v, s, o in CASES])
+def test_gradients_match_reference_exactly_in_float32(device, variant, shape, overrides):
+    errs = _run(shape, device, variant=variant, **overrides)
+    _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
+
+
+@pytest.mark.parametrize("variant", ["fused", "split", "grouped"])
+def test_strong_dynamics(device, variant):
+    errs = _run(tiny(S=32, R=2), device, seed=5, strong=True, variant=variant, chunk_rows=16, group_chunks=2)
+    _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
+
+
+def test_default_precision_meets_the_template_bounds(device):
+    errs = _run(tiny(R=4, S=16, N=32, P=32), device, seed=2, chunk_rows=32, prec="tf32", prec_rot="lowp3")
+    _split_bounds(errs, fp32_bound=FP32_RTOL, lowp_bound=LOWP_RTOL)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the interpreter's rounding emulation")
+def test_plain_16bit_operands_miss_the_float32_bound(device):
+    errs = _run(tiny(R=4, S=16, N=32, P=32), device, seed=2, chunk_rows=32, prec="lowp", prec_rot="lowp")
+    worst = max(e for k, e in errs.items() if k not in LOWP_OUTPUTS)
+    assert worst > FP32_RTOL, errs
+    assert max(errs.values()) < 0.05, errs  # rounded, not broken
+
+
+def test_scan_blocks_smaller_than_the_state(device):
+    errs = _run(tiny(S=64, H=1, N=32), device, variant="split", chunk_rows=16, scan_block=256,
+                scan_chunks=4)  # N*P = 512 states in two scan programs, 8 chunks in two steps
+    _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
+
+
+def test_rejects_a_config_whose_chunk_does_not_divide_s():
+    shape = tiny(S=24, R=2)
+    with pytest.raises(ValueError, match="C \\| S"):
+        TEMPLATE.build(Config({**BASE, "chunk_rows": 32}), shape)

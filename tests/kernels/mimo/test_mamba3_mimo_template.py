@@ -1,0 +1,99 @@
+"""The template's contract: shapes, workloads, search space, inputs, output dtypes, the default config run
+end to end at a reduced workload shape, the comparator's availability."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import mamba3_mimo_tilelang as tl_cmp
+from kernels.mamba3_mimo_bwd import LOWP_OUTPUTS, Mamba3MimoBwd
+from tests.kernels.mimo.mimo_helpers import TEMPLATE, errors, tiny
+from tuner import registry
+from tuner.errors import ShapeError
+
+
+def test_eleven_official_workloads_with_valid_default_config():
+    space = TEMPLATE.space()
+    assert len(TEMPLATE.workloads) == 11
+    for w in TEMPLATE.workloads:
+        shape = TEMPLATE.workload(w.name)
+        assert (shape["B"], shape["S"], shape["H"], shape["G"]) == (4, 2048, 16, 1)
+        assert (shape["rotary_divisor"], shape["dtype"]) == (4, "bfloat16")
+        assert space.check(space.default, shape) is None, w.name
+        assert space.check(space.default, TEMPLATE.reduced(shape)) is None, w.name
+
+
+@pytest.mark.parametrize(("dims", "match"), [
+    ({"N": 48}, "power of two"), ({"H": 3, "G": 2}, "multiple of G"), ({"rotary_divisor": 8}, "2 or 4"),
+    ({"S": 20}, "multiple of 8"), ({"P": 8}, ">= 16"),
+])
+def test_rejects_bad_shapes(dims, match):
+    base = {"B": 1, "S": 32, "H": 2, "N": 16, "P": 16, "R": 2}
+    with pytest.raises(ShapeError, match=match):
+        TEMPLATE.make_shape({**base, **dims})
+
+
+def test_space_prunes_chunks_that_do_not_fit():
+    space = TEMPLATE.space()
+    shape = TEMPLATE.workload("mimo-n128-p64-r1")
+    assert "C = chunk_rows / R" in (space.check(space.default.replace(chunk_rows=128), shape) or "")
+    assert "register" in (space.check(space.default.replace(num_warps=2), TEMPLATE.workload(
+        "mimo-n256-p64-r4")) or "")
+    assert space.check(space.default.replace(variant="fused", scan_block=1024), shape) is not None
+    assert space.check(space.default.replace(block_n=32), TEMPLATE.workload("mimo-n32-p64-r4")) is not None
+
+
+def test_inputs_are_reproducible_nonzero_and_typed():
+    shape = tiny()
+    a, b = TEMPLATE.make_inputs(shape, "cpu", 7), TEMPLATE.make_inputs(shape, "cpu", 7)
+    c = TEMPLATE.make_inputs(shape, "cpu", 8)
+    for name, x in a.items():
+        assert torch.equal(x, b[name]) and x.is_contiguous()
+        assert x.abs().sum() > 0, name
+    assert not torch.equal(a["Q"], c["Q"])
+    assert a["Q"].dtype == a["V"].dtype == a["Trap"].dtype == a["dOut"].dtype == torch.bfloat16
+    assert a["ADT"].max() <= 0 and a["DT"].min() > 0
+    assert a["AnglesCS"].shape == a["Angles"].shape == (1, 32, 2, 4)
+
+
+def test_outputs_have_the_tilelang_dtypes_and_reference_shapes():
+    shape = tiny()
+    inputs = TEMPLATE.make_inputs(shape, "cpu", 0)
+    outs = TEMPLATE.allocate_outputs(shape, inputs)
+    refs = TEMPLATE.reference(shape, inputs)
+    assert set(outs) == set(refs) == {o.name for o in TEMPLATE.outputs}
+    for name, out in outs.items():
+        assert out.shape == refs[name].shape == inputs[name[1:]].shape
+        assert out.dtype == (torch.bfloat16 if name in LOWP_OUTPUTS else torch.float32), name
+        assert refs[name].dtype == torch.float32
+
+
+def test_default_config_passes_the_output_bounds_at_a_reduced_workload(device):
+    shape = TEMPLATE.reduced(TEMPLATE.workload("mimo-n16-p64-r4"))
+    inputs = TEMPLATE.make_inputs(shape, device, 3)
+    outs = TEMPLATE.allocate_outputs(shape, inputs)
+    for v in outs.values():
+        v.fill_(float("nan"))
+    TEMPLATE.build(TEMPLATE.space().default, shape)(inputs, outs)
+    errs = errors(outs, TEMPLATE.reference(shape, inputs))
+    bounds = {o.name: o.rtol for o in TEMPLATE.outputs}
+    assert all(errs[k] <= bounds[k] for k in errs), errs
+
+
+def test_comparator_reports_why_it_cannot_run_here():
+    (cmp,) = TEMPLATE.comparators()
+    assert cmp.name == "tilelang"
+    shape = TEMPLATE.workload("mimo-n128-p64-r4")
+    if not torch.cuda.is_available():
+        assert cmp.unavailable(shape) == "needs a CUDA device"
+    assert tl_cmp.settings(shape) == (16, 256)
+    assert tl_cmp.settings(TEMPLATE.workload("mimo-n16-p64-r4")) == (8, 128)
+    assert tl_cmp.settings(tiny(N=64, P=32, R=2)) == (32, 256)
+
+
+def test_roofline_figures_and_registration():
+    shape = TEMPLATE.workload("mimo-n128-p64-r4")
+    assert TEMPLATE.bytes_moved(shape) > 4 * 2048 * 16 * 64 * 2 * 5
+    assert TEMPLATE.flops(shape) > 0
+    assert isinstance(registry.load("kernels.mamba3_mimo_bwd:Mamba3MimoBwd"), Mamba3MimoBwd)
