@@ -21,6 +21,7 @@ from tuner.template import KernelTemplate
 BUILTIN_TEMPLATES: dict[str, str] = {
     "mamba2_chunk_cumsum": "kernels.mamba2_chunk_cumsum:Mamba2ChunkCumsum",
     "mamba2_chunk_cumsum_tilelang": "kernels.mamba2_chunk_cumsum_tilelang:Mamba2ChunkCumsumTileLang",
+    "mamba3_mimo_bwd": "kernels.mamba3_mimo_bwd:Mamba3MimoBwd",
 }
 
 _lock = threading.Lock()

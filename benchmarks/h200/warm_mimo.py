@@ -1,0 +1,73 @@
+"""Fill the compile caches for the Mamba3 MIMO backward benchmark, in parallel across the host's cores.
+
+mamba_ssm's TileLang backward takes minutes to compile per shape and the Triton template's kernels tens of
+seconds per config; compiled serially inside the sweep they would dominate it. This script builds and runs
+once, in a pool of spawned processes (one GPU context each), every candidate the sweep will measure first:
+the TileLang comparator and the template's default and seed configs, for every official workload. The
+sweep (`tuner tune mamba3_mimo_bwd …`) then loads them from TileLang's and Triton's on-disk caches.
+
+usage: python benchmarks/h200/warm_mimo.py [--workers 16] [--timeout 420]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import multiprocessing
+import os
+import time
+
+
+def _warm(workload: str, candidate: str) -> tuple[str, str, float, str]:
+    import torch
+
+    from tuner import registry
+    from tuner.frozen import Config
+
+    template = registry.get("mamba3_mimo_bwd")
+    shape = template.workload(workload)
+    started = time.perf_counter()
+    try:
+        if candidate == "tilelang":
+            (comparator,) = template.comparators()
+            reason = comparator.unavailable(shape)
+            if reason is not None:
+                return workload, candidate, 0.0, f"unavailable: {reason}"
+            kernel = comparator.build(shape)
+        else:
+            kernel = template.build(Config.from_json(candidate), shape)
+        inputs = template.make_inputs(shape, "cuda", 0)
+        kernel(inputs, template.allocate_outputs(shape, inputs))
+        torch.cuda.synchronize()
+        status = "ok"
+    except Exception as exc:  # a candidate that fails here fails in the sweep too, with its reason
+        status = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    return workload, candidate, time.perf_counter() - started, status
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--timeout", type=float, default=420.0)
+    args = ap.parse_args()
+    from tuner import registry
+
+    template = registry.get("mamba3_mimo_bwd")
+    space = template.space()
+    jobs = []
+    for w in template.workloads:
+        shape = template.workload(w.name)
+        jobs.append((w.name, "tilelang"))  # the slowest first
+        jobs += [(w.name, c.to_json()) for c in (space.default, *space.seeds) if space.is_valid(c, shape)]
+    started = time.perf_counter()
+    context = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(args.workers, mp_context=context) as pool:
+        futures = [pool.submit(_warm, w, c) for w, c in jobs]
+        for future in cf.as_completed(futures, timeout=args.timeout):
+            workload, candidate, seconds, status = future.result()
+            print(f"{time.perf_counter() - started:7.1f}s {workload:22s} {seconds:6.1f}s {status:10.60s} {candidate}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
