@@ -150,6 +150,7 @@ class Measurer:
         env["PYTHONPATH"] = _child_pythonpath(env.get("PYTHONPATH", ""))
         self._worker = WorkerProcess(WORKER_MODULE, [kind, str(index)], env)
         self._ready = False
+        self._rounds = 0  # requests the current worker has started (0: a fresh process)
 
     def _discard_worker(self, restart: bool = True) -> None:
         """Kill the worker; if ``restart``, start a fresh one now, so that the next call finds it warm."""
@@ -205,7 +206,19 @@ class Measurer:
             self._discard_worker()
             worker = self._ready_worker()
             worker.send(request)
-        return self._follow(worker, candidates, group)
+        self._rounds += 1
+        seasoned = self._rounds > 1
+        try:
+            return self._follow(worker, candidates, group)
+        except MeasureSetupError:
+            # Inputs or the reference failed to set up. On a device, an earlier candidate's asynchronous
+            # fault (an illegal address) poisons the context for whatever runs next: that is not the
+            # template's fault. Retry on a fresh process, one candidate at a time; raise only when the
+            # setup also fails there, alone.
+            self._discard_worker()
+            if self.device.kind == "cpu" or not (seasoned or len(group) > 1):
+                raise
+            return _Round(retry=list(group), split=True)
 
     def _follow(self, worker: WorkerProcess, candidates: Sequence[Candidate], group: list[int]) -> _Round:
         """Read the worker's replies to one request until it is done, dies or runs out of time."""
