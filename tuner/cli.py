@@ -207,17 +207,21 @@ def history(
 @app.command()
 @boundary
 def report(
-    template: TemplateArg,
+    templates: Annotated[list[str], typer.Argument(help="Template(s); several: one row per workload, best of all.")],
     device: Annotated[str | None, typer.Option(help="Device kind (default: all).")] = None,
     db_url: DbOpt = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the markdown to this file.")] = None,
+    title: Annotated[str | None, typer.Option(help="Title of a multi-template report.")] = None,
 ) -> None:
     """Markdown report: per workload, best vs default vs comparators, geometric means, roofline."""
     from tuner import registry
-    from tuner.report import collect, render_markdown
+    from tuner.report import collect, render_comparison, render_markdown
 
-    registry.get(template)
-    text = render_markdown(collect(_store(db_url), template, device_kind=device))
+    for name in templates:
+        registry.get(name)
+    store = _store(db_url)
+    reports = [collect(store, name, device_kind=device) for name in templates]
+    text = render_markdown(reports[0]) if len(reports) == 1 else render_comparison(reports, title=title)
     if output:
         output.write_text(text)
         err_console.print(f"wrote {output}")

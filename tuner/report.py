@@ -200,18 +200,90 @@ def render_markdown(report: Report) -> str:
         out += [f"- not measured: {note}" for note in silent]
         if silent:
             out.append("")
-    out += ["## Environment", ""]
-    for fp in report.fingerprints:
-        out.append("| field | value |")
-        out.append("|---|---|")
-        for k in ("kind", "device_name", "driver", "runtime"):
-            out.append(f"| {k} | {fp.get(k, '')} |")
-        for k, v in sorted((fp.get("libraries") or {}).items()):  # type: ignore[union-attr]
-            out.append(f"| {k} | {v} |")
-        for k, v in sorted((fp.get("info") or {}).items()):  # type: ignore[union-attr]
-            out.append(f"| {k} | {v} |")
-        out.append("")
+    out += _environment(report.fingerprints)
     return "\n".join(out) + "\n"
+
+
+def render_comparison(reports: Sequence[Report], *, title: str | None = None) -> str:
+    """Several templates of one operator side by side: per workload and device, the fastest template's
+    best config, its ratios against its incumbent and against every comparator line measured in the same
+    final round (plus the strongest line per row), and each template's own best."""
+    names = [r.template for r in reports]
+    out = [f"# {title or ' vs '.join(names)}", ""]
+    by_key: dict[tuple[str, str], dict[str, ReportRow]] = {}
+    for report in reports:
+        for row in report.rows:
+            by_key.setdefault((row.device, row.workload), {})[report.template] = row
+    if not by_key:
+        return "\n".join([*out, "No studies in the store for these templates yet."]) + "\n"
+    for device in sorted({d for d, _ in by_key}):
+        keys = [k for k in by_key if k[0] == device]
+        winners = {k: _fastest(by_key[k]) for k in keys}
+        line_names = sorted({ln.name for k in keys for ln in winners[k][1].lines if ln.median_us is not None})
+        out += [f"## {device} (times in µs: medians of each template's final interleaved round)", ""]
+        header = ["workload", "best template", "best config", "best µs (p20–p80)", "incumbent / best"]
+        for n in line_names:
+            header += [f"{n} µs", f"{n} / best"]
+        header += ["strongest line / best", *[f"{n} best µs" for n in names], "% roofline",
+                   "trials (failed), search s"]
+        out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        ratios: dict[str, list[tuple[float | None, float | None]]] = {}
+        for k in keys:
+            name, row = winners[k]
+            by_line = {ln.name: ln for ln in row.lines}
+            strongest = min((ln.median_us for ln in row.lines if ln.median_us), default=None)
+            cells = [k[1], name, _config_cell(row.best_config), _us_spread(row), _ratio(row.default_us, row.best_us)]
+            ratios.setdefault("incumbent", []).append((row.default_us, row.best_us))
+            for n in line_names:
+                ln = by_line.get(n)
+                t = ln.median_us if ln else None
+                member = f" ({ln.member})" if ln and ln.member and ln.member != n else ""
+                cells += [_us(t) + (member if t else ""), _ratio(t, row.best_us)]
+                ratios.setdefault(n, []).append((t, row.best_us))
+            cells.append(_ratio(strongest, row.best_us))
+            ratios.setdefault("strongest", []).append((strongest, row.best_us))
+            cells += [_us(by_key[k][n].best_us) if n in by_key[k] else "–" for n in names]
+            cells.append(f"{row.roofline_pct:.0f}%" if row.roofline_pct is not None else "–")
+            cells.append("; ".join(
+                f"{n}: {r.trials} ({r.failed}), {r.search_s:.0f} s" if r.search_s is not None else f"{n}: {r.trials}"
+                for n, r in sorted(by_key[k].items())
+            ))
+            out.append("| " + " | ".join(cells) + " |")
+        gm = ["**geometric mean**", "", "", "", _gm_ratio(ratios["incumbent"])]
+        for n in line_names:
+            gm += ["", _gm_ratio(ratios[n])]
+        gm += [_gm_ratio(ratios["strongest"]), *[""] * len(names), "", ""]
+        out += ["| " + " | ".join(gm) + " |", ""]
+    out += _environment([fp for r in reports for fp in r.fingerprints])
+    return "\n".join(out) + "\n"
+
+
+def _fastest(rows: dict[str, ReportRow]) -> tuple[str, ReportRow]:
+    return min(rows.items(), key=lambda item: item[1].best_us if item[1].best_us is not None else math.inf)
+
+
+def _config_cell(config: Config | None) -> str:
+    return "`" + json.dumps(config.to_dict(), separators=(",", ":")) + "`" if config else "none"
+
+
+def _us_spread(row: ReportRow) -> str:
+    spread = f" ({_us(row.best_spread[0])}–{_us(row.best_spread[1])})" if row.best_spread else ""
+    return _us(row.best_us) + spread
+
+
+def _environment(fingerprints: Sequence[dict[str, object]]) -> list[str]:
+    out = ["## Environment", ""]
+    seen: list[dict[str, object]] = []
+    for fp in fingerprints:
+        if fp in seen:
+            continue
+        seen.append(fp)
+        out += ["| field | value |", "|---|---|"]
+        out += [f"| {k} | {fp.get(k, '')} |" for k in ("kind", "device_name", "driver", "runtime")]
+        out += [f"| {k} | {v} |" for k, v in sorted((fp.get("libraries") or {}).items())]  # type: ignore[union-attr]
+        out += [f"| {k} | {v} |" for k, v in sorted((fp.get("info") or {}).items())]  # type: ignore[union-attr]
+        out.append("")
+    return out
 
 
 def _gm_ratio(pairs: Sequence[tuple[float | None, float | None]]) -> str:

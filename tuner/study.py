@@ -128,8 +128,10 @@ def open_study(
         study.set_user_attr("template", template.name)
         study.set_user_attr("shape", shape.key())
         study.set_user_attr("device", f"{key.device_kind}:{key.device_name}")
-        for config in warm_starts(store, space, key):
-            study.enqueue_trial(config.to_dict(), skip_if_exists=True)
+    # Warm starts are enqueued at every opening: a study resumed after the space gained seeds, or after
+    # neighbouring shapes were tuned, measures them next (configs it already has are skipped).
+    for config in warm_starts(store, space, key):
+        study.enqueue_trial(config.to_dict(), skip_if_exists=True)
     seed_base = zlib.crc32(key.study_name().encode()) if seed is None else seed
     return StudyContext(
         template, template_ref, shape, space, key, study_row.id, study, optuna_sampler, store, measurer,
