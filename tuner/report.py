@@ -6,10 +6,12 @@ ratios are same-run ratios. Ratios are ``other / best``: above 1 means the tuned
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy.orm import Session
 
@@ -85,7 +87,7 @@ def _row(session: Session, template: object, st: db.StudyRecord, fingerprint: di
     trials = db.list_measurements(session, study_id=st.id, role="trial")
     measured = [t for t in trials if t.status != Status.INVALID.value]
     failed = sum(1 for t in measured if t.status != Status.OK.value)
-    search_s = (measured[-1].created_at - measured[0].created_at).total_seconds() if len(measured) > 1 else None
+    search_s = _active_seconds([t.created_at for t in measured])
     best = _best_entry(final)
     default = next((m for m in final if m.candidate == DEFAULT_LABEL and m.status == Status.OK.value), None)
     if best is not None and best.candidate == DEFAULT_LABEL:
@@ -116,6 +118,19 @@ def _row(session: Session, template: object, st: db.StudyRecord, fingerprint: di
         failed=failed,
         search_s=search_s,
     )
+
+
+SESSION_GAP_S = 300.0  # trials further apart than this belong to separate runs of the search
+
+
+def _active_seconds(stamps: Sequence[datetime]) -> float | None:
+    """Wall time the search ran: the sum of the gaps between consecutive trials, leaving out gaps longer
+    than SESSION_GAP_S (the search was resumed later, e.g. in another session)."""
+    if len(stamps) < 2:
+        return None
+    ordered = sorted(stamps)
+    gaps = ((b - a).total_seconds() for a, b in itertools.pairwise(ordered))
+    return sum(g for g in gaps if g <= SESSION_GAP_S)
 
 
 def _best_entry(final: Sequence[db.MeasurementRecord]) -> db.MeasurementRecord | None:

@@ -46,8 +46,8 @@ class TrialRecord:
     median_us: float | None
     reason: str | None
     duplicate_of: int | None
-    wall_s: float
-    overhead_s: float  # wall time outside build, verification and timing (ask/tell, store, IPC)
+    wall_s: float  # from ask to tell (in batches: including the wait for the batch's compile)
+    overhead_s: float  # wall time outside build, verification and timing: sampling, checks, store, IPC, tell
 
     @property
     def measured(self) -> bool:
@@ -59,6 +59,7 @@ class _Pending:
     trial: optuna.Trial
     config: Config
     token: object
+    asked_at: float
 
 
 def run_trials(
@@ -154,11 +155,10 @@ def _propose(ctx: StudyContext, token: object) -> TrialRecord | _Pending:
         _tell(ctx, trial, result, previous.id)
         return _record(trial.number, result, previous.trial_number, started)
     ctx.in_flight.add(trial._trial_id)
-    return _Pending(trial, config, token)
+    return _Pending(trial, config, token, started)
 
 
 def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending) -> TrialRecord:
-    started = time.perf_counter()
     trial = p.trial
     try:
         result = ctx.measurer.measure(
@@ -176,10 +176,8 @@ def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending) -> TrialRecord
         _abandon(ctx, budget, p, f"not recorded: {type(exc).__name__}: {exc}")
         raise
     ctx.in_flight.discard(trial._trial_id)
-    record = _record(trial.number, result, None, started)
-    trial.set_user_attr("overhead_s", round(record.overhead_s, 6))
     _tell(ctx, trial, result, measurement_id)
-    return record
+    return _record(trial.number, result, None, p.asked_at)
 
 
 def _abandon(ctx: StudyContext, budget: TrialBudget, p: _Pending, reason: str) -> None:
