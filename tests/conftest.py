@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
+# Triton decides between compiling and interpreting when it is first imported, and the first test module
+# to import it may live anywhere in the tree: without a CUDA device, every Triton kernel of the suite runs
+# under the interpreter. An explicit TRITON_INTERPRET (0 on a GPU host for `-m gpu`) wins.
+if "TRITON_INTERPRET" not in os.environ:
+    import torch
+
+    os.environ["TRITON_INTERPRET"] = "0" if torch.cuda.is_available() else "1"
+
 from collections.abc import Iterator
 from pathlib import Path
 

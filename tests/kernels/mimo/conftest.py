@@ -1,18 +1,11 @@
-"""Mamba3 MIMO kernel tests: Triton runs under its interpreter unless a CUDA device is present.
-
-TRITON_INTERPRET must be set before triton is first imported, hence here, at collection time; an explicit
-setting in the environment wins.
-"""
+"""Mamba3 MIMO kernel tests: Triton runs under its interpreter unless a CUDA device is present
+(tests/conftest.py sets TRITON_INTERPRET before anything imports Triton)."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-import torch
-
-if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
 
 
 @pytest.fixture(scope="session")
