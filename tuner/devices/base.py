@@ -118,6 +118,15 @@ class DeviceBackend(abc.ABC):
         self, fns: Sequence[Callable[[], None]], *, n_samples: int, warmup: int
     ) -> list[list[float]]: ...
 
+    def warm_up(self, fns: Sequence[Callable[[], None]], warmup: int) -> None:
+        """Run each callable ``warmup`` times, interleaved and after a flush as when timed, then wait for
+        the device: compilation, autotuning and allocator growth happen here, outside the samples."""
+        for _ in range(warmup):
+            for fn in fns:
+                self.flush_l2()
+                fn()
+        self.synchronize()
+
 
 def backend_class(kind: DeviceKind) -> type[DeviceBackend]:
     """The backend class of a kind (imported lazily: the CUDA one imports torch.profiler)."""

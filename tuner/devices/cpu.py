@@ -57,9 +57,7 @@ class CpuBackend(DeviceBackend):
         self, fns: Sequence[Callable[[], None]], *, n_samples: int, warmup: int
     ) -> list[list[float]]:
         check_counts(len(fns), n_samples, warmup)
-        for _ in range(warmup):
-            for fn in fns:
-                fn()
+        self.warm_up(fns, warmup)
         samples: list[list[float]] = [[] for _ in fns]
         for _ in range(n_samples):
             for fn, out in zip(fns, samples, strict=True):

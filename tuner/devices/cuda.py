@@ -106,20 +106,13 @@ class CudaBackend(DeviceBackend):
         self, fns: Sequence[Callable[[], None]], *, n_samples: int, warmup: int
     ) -> list[list[float]]:
         check_counts(len(fns), n_samples, warmup)
-        self._warm_up(fns, warmup)
+        self.warm_up(fns, warmup)
         self._warm_profiler()
         run = next(self._runs)
         labels = [[f"tuner#{run}#{i}#{s}" for s in range(n_samples)] for i in range(len(fns))]
         events = self._profile(fns, labels, n_samples)
         found = device_time_by_range(events, [label for row in labels for label in row])
         return samples_from_ranges(labels, found)
-
-    def _warm_up(self, fns: Sequence[Callable[[], None]], warmup: int) -> None:
-        for _ in range(warmup):
-            for fn in fns:
-                self.flush_l2()
-                fn()
-        self.synchronize()
 
     def _warm_profiler(self) -> None:
         # The first profiler session of a process initialises CUPTI; keep that out of the timed sessions.
@@ -208,7 +201,7 @@ class CudaEventsBackend(CudaBackend):
         self, fns: Sequence[Callable[[], None]], *, n_samples: int, warmup: int
     ) -> list[list[float]]:
         check_counts(len(fns), n_samples, warmup)
-        self._warm_up(fns, warmup)
+        self.warm_up(fns, warmup)
         torch = self._torch
         def event() -> Any:
             return torch.cuda.Event(enable_timing=True)

@@ -80,11 +80,7 @@ class NpuBackend(DeviceBackend):
         self, fns: Sequence[Callable[[], None]], *, n_samples: int, warmup: int
     ) -> list[list[float]]:
         check_counts(len(fns), n_samples, warmup)
-        for _ in range(warmup):
-            for fn in fns:
-                self.flush_l2()
-                fn()
-        self.synchronize()
+        self.warm_up(fns, warmup)
         steps: list[list[int]] = [[0] * n_samples for _ in fns]
         with tempfile.TemporaryDirectory(prefix="tuner-npu-prof-") as tmp:
             with self._npu.profiler.profile(**self._profile_options(tmp, 2 * n_samples * len(fns))) as prof:
