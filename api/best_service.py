@@ -1,0 +1,128 @@
+"""``GET /v1/best``: the best verified config for a shape, with the fallback chain exact → nearest → default.
+
+The answer is :func:`tuner.lookup.choose` over the store's published best configs of the template (current
+template version) and device kind, checked against the template's constraints for the requested shape, with
+the search space's default as the last resort — the same function the runtime client runs over an export file.
+
+Two in-process TTL caches keep the endpoint off the database under load (answers are at most ``ttl_s``
+old; ``ttl_s=0`` disables both):
+  * answers, as the response body bytes, keyed by the raw query string: every parameter that changes the
+    answer (template, shape or dims, device, device name, fingerprint) is in it, and a hit costs one dict
+    lookup. Differently ordered queries are different keys with the same answer: harmless duplicates.
+  * the best-config entries of one (template, device kind): a new shape of a known template costs no query.
+The caches are bounded (``max_entries``; full → expired entries dropped, then everything). Errors are not
+cached. Hits run on the event loop; misses run in a worker thread (they may query the database).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import db
+from api.catalog import Catalog, CatalogEntry
+from api.deps import StoreProvider
+from api.errors import FieldError
+from api.schemas import BestOut
+from tuner.errors import ShapeError, UnknownTemplateError
+from tuner.frozen import Shape
+from tuner.lookup import Answer, Entry, choose
+
+
+class TTLCache:
+    """A bounded dict of values that expire ``ttl_s`` after being stored. Reads are lock-free."""
+
+    def __init__(self, ttl_s: float, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s, self.max_entries, self.clock = ttl_s, max_entries, clock
+        self._data: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any | None:
+        hit = self._data.get(key)
+        if hit is None or hit[0] < self.clock():
+            return None
+        return hit[1]
+
+    def put(self, key: Any, value: Any) -> None:
+        if self.ttl_s <= 0:
+            return
+        now = self.clock()
+        with self._lock:
+            if len(self._data) >= self.max_entries:
+                self._data = {k: v for k, v in self._data.items() if v[0] >= now}
+                if len(self._data) >= self.max_entries:
+                    self._data = {}
+            self._data[key] = (now + self.ttl_s, value)
+
+
+class BestService:
+    """Computes and caches best-config answers. Thread-safe."""
+
+    def __init__(self, catalog: Catalog, stores: StoreProvider, *, ttl_s: float, max_entries: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.catalog, self.stores = catalog, stores
+        self.answers = TTLCache(ttl_s, max_entries, clock)
+        self._entries = TTLCache(ttl_s, max_entries, clock)
+
+    def answer(
+        self, *, template: str, raw_shape: Mapping[str, object], device_kind: str, device_name: str | None,
+        fingerprint: str | None,
+    ) -> BestOut:
+        """The answer for one request. Raises FieldError (404 unknown template, 422 bad shape), StoreError."""
+        try:
+            entry = self.catalog.get(template)
+        except UnknownTemplateError as exc:
+            raise FieldError.wrap(exc, ("query", "template")) from None
+        try:
+            shape = entry.template.make_shape(raw_shape)
+        except ShapeError as exc:
+            raise FieldError.wrap(exc, ("query", "shape")) from None
+        entries = self.entries(entry, device_kind)
+        if fingerprint is not None:
+            entries = [e for e in entries if e.fingerprint_hash == fingerprint]
+        answer = choose(shape.to_dict(), entries, default=entry.space.default.to_dict(), valid=entry.is_valid,
+                        device_name=device_name)
+        assert answer is not None, "a search space always has a default"
+        return _out(entry, shape, device_kind, device_name, answer)
+
+    def entries(self, entry: CatalogEntry, device_kind: str) -> list[Entry]:
+        """The published best configs of the template's current version on a device kind (cached)."""
+        key = (entry.name, device_kind)
+        cached = self._entries.get(key)
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        with self.stores.get().session(readonly=True) as session:
+            records = db.list_best(session, template=entry.name, device_kind=device_kind)
+        version = entry.template.version
+        found = [as_entry(r) for r in records if r.template_version == version]
+        self._entries.put(key, found)
+        return found
+
+
+def as_entry(record: db.BestRecord) -> Entry:
+    """A stored best config as a lookup entry (the export file holds the same dicts)."""
+    return Entry(
+        template=record.template, template_version=record.template_version, shape=record.shape,
+        device_kind=record.device_kind, device_name=record.device_name, config=record.config,
+        median_us=record.median_us, p20_us=record.p20_us, p80_us=record.p80_us, n_samples=record.n_samples,
+        timer=record.timer, fingerprint_hash=record.fingerprint_hash, measurement_id=record.measurement_id,
+        published_at=record.published_at.isoformat(),
+    )
+
+
+def _out(entry: CatalogEntry, shape: Shape, device_kind: str, device_name: str | None, answer: Answer) -> BestOut:
+    e = answer.entry
+    notes = list(answer.notes)
+    if e is not None and device_name is not None and e.device_name != device_name:
+        notes.append(f"nothing measured on {device_name!r}; this config was measured on {e.device_name!r}")
+    return BestOut(
+        template=entry.name, template_version=entry.template.version, shape=shape.to_dict(), shape_key=shape.key(),
+        device_kind=device_kind,  # type: ignore[arg-type]
+        device_name=e.device_name if e else None, match=answer.match, distance=answer.distance,
+        config=dict(answer.config), median_us=e.median_us if e else None, p20_us=e.p20_us if e else None,
+        p80_us=e.p80_us if e else None, n_samples=e.n_samples if e else None, timer=e.timer if e else None,
+        measurement_id=e.measurement_id if e else None, fingerprint=e.fingerprint_hash if e else None,
+        published_at=e.published_at if e else None, source_shape=dict(e.shape) if e else None, notes=notes,
+    )
