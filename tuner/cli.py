@@ -286,8 +286,10 @@ def serve(
         raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
     try:
         settings = ApiSettings(**({"db_url": db_url} if db_url else {}))
-    except ValueError as exc:  # pydantic's ValidationError; its text names no token (see api.settings)
-        raise UserInputError(f"invalid TUNER_ settings: {_one_line(exc)}") from None
+    except ValueError as exc:  # pydantic's ValidationError or SettingsError; neither names a token (api.settings)
+        errors = getattr(exc, "errors", None)
+        text = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors()) if errors else str(exc)
+        raise UserInputError(f"invalid TUNER_ settings: {text}") from None
     if not settings.tokens:
         token = local_token(create=True)
         settings = settings.model_copy(update={"tokens": {token: frozenset({"submit", "read"})}})
