@@ -92,7 +92,7 @@ class BestService:
         key = (entry.name, device_kind)
         cached = self._entries.get(key)
         if cached is not None:
-            return cached  # type: ignore[no-any-return]
+            return cached
         with self.stores.get().session(readonly=True) as session:
             records = db.list_best(session, template=entry.name, device_kind=device_kind)
         version = entry.template.version

@@ -48,11 +48,13 @@ class StoreProvider:
 
 
 def get_settings(request: Request) -> ApiSettings:
-    return request.app.state.settings  # type: ignore[no-any-return]
+    settings: ApiSettings = request.app.state.settings
+    return settings
 
 
 def get_catalog(request: Request) -> Catalog:
-    return request.app.state.catalog  # type: ignore[no-any-return]
+    catalog: Catalog = request.app.state.catalog
+    return catalog
 
 
 def get_store(request: Request) -> db.Store:

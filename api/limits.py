@@ -7,7 +7,6 @@ as it streams and refused as soon as it passes the limit (the route never sees a
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -66,7 +65,7 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def _content_length(scope: dict[str, Any]) -> int | None:
+def _content_length(scope: Scope) -> int | None:
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:

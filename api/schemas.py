@@ -154,7 +154,7 @@ class BestOut(BaseModel):
 class DimOut(BaseModel):
     name: str
     kind: str
-    default: DimValue | None
+    default: int | bool | float | str | None
     choices: list[str] | None
     minimum: int | None
     doc: str

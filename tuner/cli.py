@@ -285,7 +285,7 @@ def serve(
     if device not in ("auto", "cuda", "npu", "cpu"):
         raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
     try:
-        settings = ApiSettings(**({"db_url": db_url} if db_url else {}))
+        settings = ApiSettings(**({"db_url": db_url} if db_url else {}))  # type: ignore[arg-type]
     except ValueError as exc:  # pydantic's ValidationError or SettingsError; neither names a token (api.settings)
         errors = getattr(exc, "errors", None)
         text = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors()) if errors else str(exc)

@@ -6,7 +6,7 @@ whose device and backends match claim its tasks (one per shape) from the databas
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 
@@ -19,7 +19,7 @@ from tuner.errors import UnknownTemplateError, UserInputError
 from tuner.frozen import Shape
 
 router = APIRouter(tags=["jobs"])
-_ERRORS = {
+_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "No or unknown bearer token"},
     403: {"description": "The token lacks the 'submit' scope"},
     503: {"description": "The store is unreachable"},
