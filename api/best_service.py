@@ -4,21 +4,29 @@ The answer is :func:`tuner.lookup.choose` over the store's published best config
 template version) and device kind, checked against the template's constraints for the requested shape, with
 the search space's default as the last resort — the same function the runtime client runs over an export file.
 
-Two in-process TTL caches keep the endpoint off the database under load (answers are at most ``ttl_s``
-old; ``ttl_s=0`` disables both):
+Two in-process caches keep the endpoint off the database under load (``ttl_s=0`` disables both):
   * answers, as the response body bytes, keyed by the raw query string: every parameter that changes the
     answer (template, shape or dims, device, device name, fingerprint) is in it, and a hit costs one dict
-    lookup. Differently ordered queries are different keys with the same answer: harmless duplicates.
-  * the best-config entries of one (template, device kind): a new shape of a known template costs no query.
+    lookup (served before routing, see :mod:`api.fast_best`). Differently ordered queries are different keys
+    with the same answer: harmless duplicates. An answer is fresh for ``ttl_s``; for another ``ttl_s`` it is
+    still served while one background thread recomputes it (stale-while-revalidate: requests never wait
+    for the database once an answer is cached, and expiries never make a burst of misses). So an answer is
+    at most about ``2 × ttl_s`` old; one whose refresh fails (store down) is dropped, and the next request
+    for it goes through the route (and gets its 503).
+  * the best-config entries of one (template, device kind), for ``ttl_s``: a new shape of a known template,
+    and every refresh but the first of a round, costs no query.
 The caches are bounded (``max_entries``; full → expired entries dropped, then everything). Errors are not
-cached. Hits run on the event loop; misses run in a worker thread (they may query the database).
+cached. Misses run in a worker thread (they may query the database).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import db
@@ -29,6 +37,8 @@ from api.schemas import BestOut
 from tuner.errors import ShapeError, UnknownTemplateError
 from tuner.frozen import Shape
 from tuner.lookup import Answer, Entry, choose
+
+log = logging.getLogger(__name__)
 
 
 class TTLCache:
@@ -57,35 +67,107 @@ class TTLCache:
             self._data[key] = (now + self.ttl_s, value)
 
 
+@dataclass(frozen=True)
+class BestRequest:
+    """Everything a best-config answer depends on (besides the store's content)."""
+
+    template: str
+    raw_shape: Mapping[str, object]
+    device_kind: str
+    device_name: str | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class _Answer:
+    body: bytes
+    fresh_until: float
+    stale_until: float
+    request: BestRequest  # what produced it, to recompute it
+
+
+class AnswerCache:
+    """Response bodies with stale-while-revalidate; ``get`` is lock-free and never blocks."""
+
+    def __init__(self, service: BestService, ttl_s: float, max_entries: int, clock: Callable[[], float]) -> None:
+        self.service, self.ttl_s, self.max_entries, self.clock = service, ttl_s, max_entries, clock
+        self._data: dict[bytes, _Answer] = {}
+        self._refreshing: set[bytes] = set()
+        self._lock = threading.Lock()
+        self._refresher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-best-refresh")
+
+    def get(self, key: bytes) -> bytes | None:
+        hit = self._data.get(key)
+        if hit is None:
+            return None
+        now = self.clock()
+        if now < hit.fresh_until:
+            return hit.body
+        if now >= hit.stale_until:
+            return None
+        with self._lock:
+            if key in self._refreshing:
+                return hit.body
+            self._refreshing.add(key)
+        self._refresher.submit(self._refresh, key, hit.request)
+        return hit.body
+
+    def put(self, key: bytes, body: bytes, request: BestRequest) -> None:
+        if self.ttl_s <= 0:
+            return
+        now = self.clock()
+        with self._lock:
+            if len(self._data) >= self.max_entries:
+                self._data = {k: v for k, v in self._data.items() if v.stale_until >= now}
+                if len(self._data) >= self.max_entries:
+                    self._data = {}
+            self._data[key] = _Answer(body, now + self.ttl_s, now + 2 * self.ttl_s, request)
+
+    def _refresh(self, key: bytes, request: BestRequest) -> None:
+        try:
+            self.put(key, self.service.answer(request).model_dump_json().encode(), request)
+        except Exception as exc:  # the store is down, the template changed…: let the route answer next time
+            log.info("refreshing a cached best answer failed (%s); dropped", type(exc).__name__)
+            with self._lock:
+                self._data.pop(key, None)
+        finally:
+            with self._lock:
+                self._refreshing.discard(key)
+
+    def wait_idle(self) -> None:
+        """Wait for refreshes already submitted (tests)."""
+        self._refresher.submit(lambda: None).result()
+
+    def close(self) -> None:
+        self._refresher.shutdown(wait=False, cancel_futures=True)
+
+
 class BestService:
     """Computes and caches best-config answers. Thread-safe."""
 
     def __init__(self, catalog: Catalog, stores: StoreProvider, *, ttl_s: float, max_entries: int,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.catalog, self.stores = catalog, stores
-        self.answers = TTLCache(ttl_s, max_entries, clock)
+        self.answers = AnswerCache(self, ttl_s, max_entries, clock)
         self._entries = TTLCache(ttl_s, max_entries, clock)
 
-    def answer(
-        self, *, template: str, raw_shape: Mapping[str, object], device_kind: str, device_name: str | None,
-        fingerprint: str | None,
-    ) -> BestOut:
+    def answer(self, request: BestRequest) -> BestOut:
         """The answer for one request. Raises FieldError (404 unknown template, 422 bad shape), StoreError."""
         try:
-            entry = self.catalog.get(template)
+            entry = self.catalog.get(request.template)
         except UnknownTemplateError as exc:
             raise FieldError.wrap(exc, ("query", "template")) from None
         try:
-            shape = entry.template.make_shape(raw_shape)
+            shape = entry.template.make_shape(request.raw_shape)
         except ShapeError as exc:
             raise FieldError.wrap(exc, ("query", "shape")) from None
-        entries = self.entries(entry, device_kind)
-        if fingerprint is not None:
-            entries = [e for e in entries if e.fingerprint_hash == fingerprint]
+        entries = self.entries(entry, request.device_kind)
+        if request.fingerprint is not None:
+            entries = [e for e in entries if e.fingerprint_hash == request.fingerprint]
         answer = choose(shape.to_dict(), entries, default=entry.space.default.to_dict(), valid=entry.is_valid,
-                        device_name=device_name)
+                        device_name=request.device_name)
         assert answer is not None, "a search space always has a default"
-        return _out(entry, shape, device_kind, device_name, answer)
+        return _out(entry, shape, request.device_kind, request.device_name, answer)
 
     def entries(self, entry: CatalogEntry, device_kind: str) -> list[Entry]:
         """The published best configs of the template's current version on a device kind (cached)."""

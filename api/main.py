@@ -6,8 +6,8 @@ without touching the store and ``GET /readyz`` checks it (503 while it is unreac
 
 from __future__ import annotations
 
+import gc
 import logging
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,6 +20,7 @@ from api import errors
 from api.best_service import BestService
 from api.catalog import Catalog
 from api.deps import StoreProvider
+from api.fast_best import CachedBest
 from api.limits import BodyLimit
 from api.routes import best, history, jobs, templates, workers
 from api.settings import ApiSettings
@@ -41,10 +42,13 @@ def create_app(settings: ApiSettings | None = None, store: db.Store | None = Non
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.warm_templates:
-            # In the background: start-up stays fast, and the first request for a template waits for it
-            # only if it arrives before the warm-up got there (the catalog's lock serialises the import).
-            threading.Thread(target=catalog.warm, name="tuner-warm-templates", daemon=True).start()
+            # Before serving: imports hold the GIL for long stretches, which would stall the event loop of a
+            # server already under load. Then what start-up allocated (modules, templates) is frozen out of
+            # the garbage collector's full passes, which would otherwise walk it all, pausing requests.
+            await run_in_threadpool(catalog.warm)
+            gc.freeze()
         yield
+        app.state.best.answers.close()
         if store is None:
             stores.close()
 
@@ -65,6 +69,7 @@ def create_app(settings: ApiSettings | None = None, store: db.Store | None = Non
     app.add_api_route("/healthz", _healthz, methods=["GET"], include_in_schema=False)
     app.add_api_route("/readyz", _readyz, methods=["GET"], include_in_schema=False)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(CachedBest, service=app.state.best, settings=settings)  # outermost of ours: first to run
     return app
 
 

@@ -6,11 +6,15 @@
                                Scopes: ``submit`` (create and cancel jobs), ``read`` (every GET when
                                ``TUNER_READ_REQUIRES_TOKEN`` is on), ``worker`` (reserved for worker endpoints;
                                workers talk to the database directly today, so no endpoint needs it yet).
+                               Scopes are independent: a client that submits and reads protected data
+                               needs both.
 ``TUNER_READ_REQUIRES_TOKEN``  ``true``: reads need a token with the ``read`` scope (default: reads are open).
 ``TUNER_MAX_BODY_BYTES``       larger request bodies are refused with 413 (default 65536).
-``TUNER_BEST_CACHE_TTL_S``     seconds a ``GET /v1/best`` answer is reused (default 1; 0 disables the cache).
-``TUNER_WARM_TEMPLATES``       import every registered template at start-up (default true), so that the first
-                               request for a template does not pay for importing its kernel module.
+``TUNER_BEST_CACHE_TTL_S``     seconds a ``GET /v1/best`` answer is fresh (default 1; served stale while it is
+                               recomputed for as long again; 0 disables the caches).
+``TUNER_WARM_TEMPLATES``       import every registered template before serving (default true), so that no
+                               request waits for (or is slowed down by) a kernel module's import.
+``TUNER_BEST_CACHE_SIZE``      answers kept in the best-config cache (default 10000).
 
 Tokens are kept out of ``repr`` and never logged; compare them with :meth:`ApiSettings.scopes_of` only.
 """

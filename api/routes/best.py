@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.best_service import BestService
+from api.best_service import BestRequest, BestService
 from api.deps import Reader
 from api.schemas import BestOut, DeviceKind
 from api.shape_params import raw_shape
@@ -38,12 +38,10 @@ async def best(
     body = service.answers.get(key)
     if body is not None:  # the hot path: one dict lookup, no validation, no thread hop
         return Response(body, media_type="application/json", headers={"x-cache": "hit"})
-    raw = raw_shape(shape, request.query_params.multi_items(), RESERVED)
-    out = await run_in_threadpool(
-        service.answer, template=template, raw_shape=raw, device_kind=device, device_name=device_name,
-        fingerprint=fingerprint,
-    )
+    the_request = BestRequest(template, raw_shape(shape, request.query_params.multi_items(), RESERVED), device,
+                              device_name, fingerprint)
+    out = await run_in_threadpool(service.answer, the_request)
     body = out.model_dump_json().encode()
-    service.answers.put(key, body)
+    service.answers.put(key, body, the_request)
     return Response(body, media_type="application/json", headers={"x-cache": "miss"})
 

@@ -97,18 +97,28 @@ def test_best_falls_back_from_exact_to_nearest_to_default(tmp_path: Path) -> Non
         assert best(n=1024, fingerprint="0" * 12)["match"] == "default"
 
 
-def test_best_answers_are_cached_for_the_ttl(tmp_path: Path) -> None:
+def test_best_answers_are_cached_then_refreshed_in_the_background(tmp_path: Path) -> None:
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     with thread_server(_settings(store.unmasked_url(), best_cache_ttl_s=0.5), store) as base:
         query = {"template": NAME, "device": "cpu", "n": 512}
-        first = httpx.get(f"{base}/v1/best", params=query)
+
+        def get() -> httpx.Response:
+            return httpx.get(f"{base}/v1/best", params=query)
+
+        first = get()
         assert first.json()["match"] == "default" and first.headers["x-cache"] == "miss"
         publish(store, NAME, {"n": 512}, {"mode": "ok", "BLOCK": 128}, 3.0)
-        again = httpx.get(f"{base}/v1/best", params=query)
+        again = get()
         assert again.headers["x-cache"] == "hit" and again.content == first.content
         time.sleep(0.6)
-        fresh = httpx.get(f"{base}/v1/best", params=query)
-        assert fresh.headers["x-cache"] == "miss" and fresh.json()["match"] == "exact"
+        stale = get()  # expired: still served at once, while a background refresh recomputes it
+        assert stale.headers["x-cache"] == "hit" and stale.content == first.content
+        deadline = time.monotonic() + 0.4
+        while (fresh := get()).json()["match"] != "exact" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert fresh.headers["x-cache"] == "hit" and fresh.json()["config"]["BLOCK"] == 128
+        time.sleep(1.1)  # unasked for twice the TTL: no longer served, recomputed on the request
+        assert get().headers["x-cache"] == "miss"
 
 
 def test_templates_are_described(tmp_path: Path) -> None:
