@@ -9,9 +9,12 @@ Two in-process caches keep the endpoint off the database under load (``ttl_s=0``
     answer (template, shape or dims, device, device name, fingerprint) is in it, and a hit costs one dict
     lookup (served before routing, see :mod:`api.fast_best`). Differently ordered queries are different keys
     with the same answer: harmless duplicates. An answer is fresh for ``ttl_s``; for another ``ttl_s`` it is
-    still served while one background thread recomputes it (stale-while-revalidate: requests never wait
-    for the database once an answer is cached, and expiries never make a burst of misses). So an answer is
-    at most about ``2 × ttl_s`` old; one whose refresh fails (store down) is dropped, and the next request
+    still served while one background thread refreshes it (stale-while-revalidate: requests never wait for
+    the database once an answer is cached, and expiries never make a burst of misses). A refresh recomputes
+    the answer only if the entries it came from changed (their signature), else it just renews it, so the
+    refresher holds the GIL for microseconds, not milliseconds, and the event loop is not kept waiting.
+    An answer reflects the store as it was at most ``3 × ttl_s`` ago (entries up to ``ttl_s`` old, answers
+    served up to ``2 × ttl_s``); one whose refresh fails (store down) is dropped, and the next request
     for it goes through the route (and gets its 503).
   * the best-config entries of one (template, device kind), for ``ttl_s``: a new shape of a known template,
     and every refresh but the first of a round, costs no query.
@@ -79,11 +82,21 @@ class BestRequest:
 
 
 @dataclass(frozen=True)
+class EntrySet:
+    """The published best configs of one (template version, device kind), and a signature that changes
+    whenever one of them is published or replaced (so unchanged answers need not be recomputed)."""
+
+    entries: tuple[Entry, ...]
+    signature: tuple[tuple[int | None, str | None], ...]
+
+
+@dataclass(frozen=True)
 class _Answer:
     body: bytes
     fresh_until: float
     stale_until: float
     request: BestRequest  # what produced it, to recompute it
+    basis: object  # the signature of the entries it was computed from
 
 
 class AnswerCache:
@@ -109,10 +122,10 @@ class AnswerCache:
             if key in self._refreshing:
                 return hit.body
             self._refreshing.add(key)
-        self._refresher.submit(self._refresh, key, hit.request)
+        self._refresher.submit(self._refresh, key, hit)
         return hit.body
 
-    def put(self, key: bytes, body: bytes, request: BestRequest) -> None:
+    def put(self, key: bytes, body: bytes, request: BestRequest, basis: object) -> None:
         if self.ttl_s <= 0:
             return
         now = self.clock()
@@ -121,11 +134,15 @@ class AnswerCache:
                 self._data = {k: v for k, v in self._data.items() if v.stale_until >= now}
                 if len(self._data) >= self.max_entries:
                     self._data = {}
-            self._data[key] = _Answer(body, now + self.ttl_s, now + 2 * self.ttl_s, request)
+            self._data[key] = _Answer(body, now + self.ttl_s, now + 2 * self.ttl_s, request, basis)
 
-    def _refresh(self, key: bytes, request: BestRequest) -> None:
+    def _refresh(self, key: bytes, hit: _Answer) -> None:
         try:
-            self.put(key, self.service.answer(request).model_dump_json().encode(), request)
+            basis = self.service.signature(hit.request)
+            if basis == hit.basis:
+                self.put(key, hit.body, hit.request, basis)  # nothing published since: renew as it is
+            else:
+                self.put(key, *self.service.render(hit.request))
         except Exception as exc:  # the store is down, the template changed…: let the route answer next time
             log.info("refreshing a cached best answer failed (%s); dropped", type(exc).__name__)
             with self._lock:
@@ -133,10 +150,6 @@ class AnswerCache:
         finally:
             with self._lock:
                 self._refreshing.discard(key)
-
-    def wait_idle(self) -> None:
-        """Wait for refreshes already submitted (tests)."""
-        self._refresher.submit(lambda: None).result()
 
     def close(self) -> None:
         self._refresher.shutdown(wait=False, cancel_futures=True)
@@ -151,25 +164,41 @@ class BestService:
         self.answers = AnswerCache(self, ttl_s, max_entries, clock)
         self._entries = TTLCache(ttl_s, max_entries, clock)
 
+    def render(self, request: BestRequest) -> tuple[bytes, BestRequest, object]:
+        """The response body, with what :meth:`AnswerCache.put` keeps beside it."""
+        out, entry_set = self._compute(request)
+        return out.model_dump_json().encode(), request, entry_set.signature
+
     def answer(self, request: BestRequest) -> BestOut:
         """The answer for one request. Raises FieldError (404 unknown template, 422 bad shape), StoreError."""
+        return self._compute(request)[0]
+
+    def signature(self, request: BestRequest) -> object:
+        """The signature of the entries the answer to ``request`` depends on now (may query the store)."""
+        return self.entry_set(self._template(request), request.device_kind).signature
+
+    def _template(self, request: BestRequest) -> CatalogEntry:
         try:
-            entry = self.catalog.get(request.template)
+            return self.catalog.get(request.template)
         except UnknownTemplateError as exc:
             raise FieldError.wrap(exc, ("query", "template")) from None
+
+    def _compute(self, request: BestRequest) -> tuple[BestOut, EntrySet]:
+        entry = self._template(request)
         try:
             shape = entry.template.make_shape(request.raw_shape)
         except ShapeError as exc:
             raise FieldError.wrap(exc, ("query", "shape")) from None
-        entries = self.entries(entry, request.device_kind)
+        entry_set = self.entry_set(entry, request.device_kind)
+        entries = entry_set.entries
         if request.fingerprint is not None:
-            entries = [e for e in entries if e.fingerprint_hash == request.fingerprint]
+            entries = tuple(e for e in entries if e.fingerprint_hash == request.fingerprint)
         answer = choose(shape.to_dict(), entries, default=entry.space.default.to_dict(), valid=entry.is_valid,
                         device_name=request.device_name)
         assert answer is not None, "a search space always has a default"
-        return _out(entry, shape, request.device_kind, request.device_name, answer)
+        return _out(entry, shape, request.device_kind, request.device_name, answer), entry_set
 
-    def entries(self, entry: CatalogEntry, device_kind: str) -> list[Entry]:
+    def entry_set(self, entry: CatalogEntry, device_kind: str) -> EntrySet:
         """The published best configs of the template's current version on a device kind (cached)."""
         key = (entry.name, device_kind)
         cached = self._entries.get(key)
@@ -178,9 +207,10 @@ class BestService:
         with self.stores.get().session(readonly=True) as session:
             records = db.list_best(session, template=entry.name, device_kind=device_kind)
         version = entry.template.version
-        found = [as_entry(r) for r in records if r.template_version == version]
-        self._entries.put(key, found)
-        return found
+        found = tuple(as_entry(r) for r in records if r.template_version == version)
+        entry_set = EntrySet(found, tuple((e.measurement_id, e.published_at) for e in found))
+        self._entries.put(key, entry_set)
+        return entry_set
 
 
 def as_entry(record: db.BestRecord) -> Entry:

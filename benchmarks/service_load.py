@@ -97,13 +97,39 @@ def start_server(db_url: str, port: int, cache_ttl: float, extra_path: str | Non
         [sys.executable, "-m", "tuner.cli", "serve", "--no-worker", "--no-access-log", "--log-level", "warning",
          "--port", str(port), "--db", db_url], env=env, cwd=ROOT,
     )
+    wait_healthy(child, port)
+    return child
+
+
+BASELINE_APP = """
+import sys, uvicorn
+BODY = b'{"match": "exact", "config": {"BLOCK_H": 4}}' * 12
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]})
+    await send({"type": "http.response.body", "body": BODY})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False)
+"""
+
+
+def start_baseline(port: int, extra_path: str | None) -> subprocess.Popen[bytes]:
+    """A bare ASGI app under the same uvicorn: the floor any server on this machine can reach."""
+    env = {**os.environ, "PYTHONPATH": extra_path or ""}
+    child = subprocess.Popen([sys.executable, "-c", BASELINE_APP, str(port)], env=env)
+    wait_healthy(child, port)
+    return child
+
+
+def wait_healthy(child: subprocess.Popen[bytes], port: int) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
                 s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
                 if s.recv(100).startswith(b"HTTP/1.1 200"):
-                    return child
+                    return
         except OSError:
             time.sleep(0.2)
     child.kill()
@@ -128,7 +154,7 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
 
 
 async def run_load(url: str, paths: list[str], rate: float, duration: float, warmup: float,
-                   connections: int) -> dict[str, object]:
+                   connections: int, raw: Path | None = None) -> dict[str, object]:
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     requests = [f"GET {p} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode() for p in paths]
@@ -165,6 +191,9 @@ async def run_load(url: str, paths: list[str], rate: float, duration: float, war
         queue.put_nowait(None)
     await asyncio.gather(*workers)
     measured = [r for r in results if r[0] >= t0 + warmup]
+    if raw is not None:  # due time (s from the start of the measurement), latency from the send (ms)
+        raw.write_text("".join(f"{due - t0 - warmup:.4f} {(done - sent) * 1e3:.3f}\n" for due, sent, done, _ in
+                               measured))
     return summarise(measured, errors, duration, rate)
 
 
@@ -208,12 +237,16 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     server, url = None, args.url
     if url is None:
         port = free_port()
-        server = start_server(args.db, port, args.cache_ttl, args.extra_path)
+        if args.baseline:
+            server = start_baseline(port, args.extra_path)
+        else:
+            server = start_server(args.db, port, args.cache_ttl, args.extra_path)
         url = f"http://127.0.0.1:{port}"
     try:
         cpu_before = cpu_seconds(server.pid) if server else 0.0
         started = time.perf_counter()
-        figures = asyncio.run(run_load(url, request_mix(), args.rate, args.duration, args.warmup, args.connections))
+        figures = asyncio.run(
+            run_load(url, request_mix(), args.rate, args.duration, args.warmup, args.connections, args.raw))
         if server:
             cpu = cpu_seconds(server.pid) - cpu_before
             figures["server_cpu_ms_per_request"] = round(cpu * 1e3 / (args.rate * (args.duration + args.warmup)), 3)
@@ -237,13 +270,16 @@ def main() -> None:
     parser.add_argument("--no-seed", action="store_true", help="Do not publish the seed configs.")
     parser.add_argument("--extra-path", help="Prepended to the server's PYTHONPATH (e.g. uvloop/httptools).")
     parser.add_argument("--json", type=Path, help="Also write the figures to this file.")
+    parser.add_argument("--baseline", action="store_true", help="Measure a bare ASGI app instead (the floor).")
+    parser.add_argument("--raw", type=Path, help="Write every request's due time and latency to this file.")
     args = parser.parse_args()
 
-    if not args.no_seed and not args.url:
+    if not args.no_seed and not args.url and not args.baseline:
         print(f"seeded {seed(args.db)} best configs in {args.db.split('@')[-1]}", file=sys.stderr)
     figures = measure(args)
     figures.update(client_lookup_ns())
-    figures.update({"db": "url" if args.url else args.db.split("://")[0], "cache_ttl_s": args.cache_ttl,
+    server = "url" if args.url else "baseline" if args.baseline else args.db.split("://")[0]
+    figures.update({"server": server, "cache_ttl_s": args.cache_ttl,
                     "python": platform.python_version(), "cpus": os.cpu_count(),
                     "load_average_1m": round(os.getloadavg()[0], 2)})
     text = json.dumps(figures, indent=1)

@@ -40,8 +40,8 @@ async def best(
         return Response(body, media_type="application/json", headers={"x-cache": "hit"})
     the_request = BestRequest(template, raw_shape(shape, request.query_params.multi_items(), RESERVED), device,
                               device_name, fingerprint)
-    out = await run_in_threadpool(service.answer, the_request)
-    body = out.model_dump_json().encode()
-    service.answers.put(key, body, the_request)
+    rendered = await run_in_threadpool(service.render, the_request)
+    service.answers.put(key, *rendered)
+    body = rendered[0]
     return Response(body, media_type="application/json", headers={"x-cache": "miss"})
 
