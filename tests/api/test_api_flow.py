@@ -132,3 +132,18 @@ def test_templates_are_described(tmp_path: Path) -> None:
         missing = httpx.get(f"{base}/v1/templates/nope")
         assert missing.status_code == 404 and missing.json()["detail"][0]["loc"] == ["path", "name"]
         assert "/v1/best" in httpx.get(f"{base}/openapi.json").json()["paths"]
+
+
+def test_workers_whose_lease_expired_are_flagged_lost(tmp_path: Path) -> None:
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    with store.session() as session:
+        for worker_id, lease_s in (("alive", 60.0), ("silent", 0.01)):
+            db.register_worker(session, worker_id=worker_id, host="h", pid=1, device_kind="cuda",
+                               device_name="NVIDIA H200", device_index=0, backends=["triton"], fingerprint_hash="f",
+                               fingerprint_json="{}", lease_s=lease_s)
+    time.sleep(0.05)
+    with thread_server(_settings(store.unmasked_url()), store) as base:
+        workers = {w["id"]: w for w in httpx.get(f"{base}/v1/workers").json()}
+    assert workers["alive"]["state"] == "idle" and not workers["alive"]["lease_expired"]
+    assert workers["silent"]["state"] == "lost" and workers["silent"]["lease_expired"]
+    assert workers["silent"]["device_name"] == "NVIDIA H200" and workers["silent"]["backends"] == ["triton"]
