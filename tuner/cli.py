@@ -263,5 +263,187 @@ def worker(
     err_console.print(f"worker stopped after {served} task(s)")
 
 
+# -- service: server, export, and the API's client commands ------------------------------------------------
+UrlOpt = Annotated[str | None, typer.Option("--url", help="Server URL (default: $TUNER_URL or http://127.0.0.1:8000).")]
+TokenOpt = Annotated[str | None, typer.Option(
+    "--token", help="Bearer token (default: $TUNER_TOKEN, else the local token of `tuner serve`).", show_default=False,
+)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON answer.")]
+
+
+@app.command()
+@boundary
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on (0.0.0.0 for other hosts).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
+    db_url: DbOpt = None,
+    worker: Annotated[bool, typer.Option("--worker/--no-worker", help="Start one local worker too.")] = True,
+    device: DeviceOpt = "auto",
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request.")] = True,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /docs) and, unless --no-worker, one worker on --device."""
+    from api.main import create_app
+    from api.settings import ApiSettings
+    from tuner import serve as serving
+    from tuner.remote import local_token, local_token_path
+
+    if device not in ("auto", "cuda", "npu", "cpu"):
+        raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
+    try:
+        settings = ApiSettings(**({"db_url": db_url} if db_url else {}))  # type: ignore[arg-type]
+    except ValueError as exc:  # pydantic's ValidationError or SettingsError; neither names a token (api.settings)
+        errors = getattr(exc, "errors", None)
+        text = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors()) if errors else str(exc)
+        raise UserInputError(f"invalid TUNER_ settings: {text}") from None
+    if not settings.tokens:
+        token = local_token(create=True)
+        settings = settings.model_copy(update={"tokens": {token: frozenset({"submit", "read"})}})
+        err_console.print(f"no TUNER_TOKENS set: submitting needs the local token in {local_token_path()}")
+    store = _store(settings.db_url)
+    err_console.print(f"store {store.url}; API on http://{host}:{port} (docs at /docs)")
+    serving.serve(
+        create_app(settings, store), host=host, port=port, log_level=log_level, access_log=access_log,
+        worker=(lambda: serving.start_worker(store, device)) if worker else None,
+    )
+
+
+@app.command()
+@boundary
+def export(
+    output: Annotated[Path, typer.Option("--output", "-o", help="The JSON file to write.")],
+    template: Annotated[list[str], typer.Option("--template", "-t", help="Only this template (repeatable).")] = [],  # noqa: B006
+    device: Annotated[str | None, typer.Option(help="Only this device kind (cuda, npu, cpu).")] = None,
+    db_url: DbOpt = None,
+) -> None:
+    """Write the best configs (with each template's default and constraints) for offline clients."""
+    from tuner.export import build_export, write_export
+
+    if device is not None and device not in ("cuda", "npu", "cpu"):
+        raise UserInputError(f"unknown device {device!r}; expected cuda, npu or cpu")
+    if template:
+        from tuner import registry
+
+        for name in template:
+            registry.get(name).space()  # unknown template or broken space: exit 2 before touching the store
+    document = build_export(
+        _store(db_url), templates=template or None, device_kind=device,
+        warn=lambda message: err_console.print(f"warning: {message}", highlight=False),
+    )
+    write_export(document, output)
+    n_entries, n_templates = len(document["entries"]), len(document["templates"])
+    err_console.print(f"wrote {output}: {n_entries} best config(s) of {n_templates} template(s)")
+
+
+@app.command()
+@boundary
+def submit(
+    template: TemplateArg,
+    workload: WorkloadOpt = [],  # noqa: B006
+    shape: ShapeOpt = [],  # noqa: B006
+    trials: Annotated[int, typer.Option("--trials", "-n", help="Measured trials per shape.")] = 40,
+    device: Annotated[str, typer.Option(help="Device kind the job needs: cuda | npu | cpu")] = "cuda",
+    device_name: Annotated[str | None, typer.Option(help='Device name, e.g. "NVIDIA H200" (default: any).')] = None,
+    sampler: Annotated[str, typer.Option(help="tpe | random | grid | cmaes")] = "tpe",
+    samples: Annotated[int, typer.Option(help="Timed samples per candidate.")] = 100,
+    timeout: Annotated[float, typer.Option(help="Seconds per candidate before TIMEOUT.")] = 120.0,
+    finalists: Annotated[int, typer.Option(help="Configs re-measured in the final round.")] = 3,
+    comparators: Annotated[bool, typer.Option(help="Measure the template's comparators.")] = True,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit a tuning job to a tuner server (validated there; workers with a matching device run it)."""
+    from tuner.remote import call
+    from tuner.shapes import parse_shape_text
+
+    body = {
+        "template": template, "workloads": workload, "shapes": [parse_shape_text(s) for s in shape],
+        "device": {"kind": device, "name": device_name}, "trials": trials, "sampler": sampler, "samples": samples,
+        "candidate_timeout_s": timeout, "finalists": finalists, "comparators": comparators, "seed": seed,
+        "priority": priority,
+    }
+    job = call("POST", "/v1/jobs", url=url, token=token, json=body)
+    if as_json:
+        print(json.dumps(job, indent=2))
+        return
+    where = device + (f" ({device_name})" if device_name else "")
+    console.print(f"job {job['id']} {job['state']}: {job['template']}, {len(job['tasks'])} shape(s) × "
+                  f"{job['trials']} trials on {where}", highlight=False)
+
+
+@app.command()
+@boundary
+def jobs(
+    state: Annotated[str | None, typer.Option(help="queued | running | done | failed | cancelled")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the server's jobs, newest first."""
+    from tuner.remote import call
+
+    params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}
+    page = call("GET", "/v1/jobs", url=url, token=token, params=params)
+    if as_json:
+        print(json.dumps(page, indent=2))
+        return
+    table = Table("id", "state", "template", "device", "shapes", "trials", "created",
+                  title=f"{len(page['items'])} of {page['total']} job(s)", title_justify="left")
+    for j in page["items"]:
+        dev = j["device"]["kind"] + (f" ({j['device']['name']})" if j["device"]["name"] else "")
+        table.add_row(str(j["id"]), j["state"], j["template"], dev, str(len(j["tasks"])),
+                      f"{j['progress']['trials_done']}/{j['progress']['trials_total']}", j["created_at"][:19])
+    console.print(table)
+
+
+@app.command()
+@boundary
+def status(
+    job_id: Annotated[int, typer.Argument(help="Job id.")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One job: state, progress and best so far per shape, workers on it."""
+    from tuner.remote import call
+
+    _print_job(call("GET", f"/v1/jobs/{job_id}", url=url, token=token), as_json)
+
+
+@app.command()
+@boundary
+def cancel(
+    job_id: Annotated[int, typer.Argument(help="Job id.")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a queued or running job (workers stop at their next trial)."""
+    from tuner.remote import call
+
+    _print_job(call("POST", f"/v1/jobs/{job_id}/cancel", url=url, token=token), as_json)
+
+
+def _print_job(job: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(job, indent=2))
+        return
+    progress = job["progress"]
+    console.print(f"job {job['id']} {job['state']}: {job['template']}@{job['template_version']} on "
+                  f"{job['device']['kind']}, {progress['trials_done']}/{progress['trials_total']} trials"
+                  + (f"; workers: {', '.join(job['workers'])}" if job["workers"] else "")
+                  + (f"; error: {job['error']}" if job["error"] else ""), highlight=False)
+    table = Table("shape", "state", "trials", "failed", "best µs", "best config")
+    for t in job["tasks"]:
+        table.add_row(t["label"], t["state"], f"{t['trials_done']}/{t['trials_total']}", str(t["trials_failed"]),
+                      "" if t["best_us"] is None else f"{t['best_us']:.2f}",
+                      json.dumps(t["best_config"]) if t["best_config"] else "")
+    console.print(table)
+
+
 if __name__ == "__main__":
     app()

@@ -1,0 +1,240 @@
+"""``GET /v1/best``: the best verified config for a shape, with the fallback chain exact → nearest → default.
+
+The answer is :func:`tuner.lookup.choose` over the store's published best configs of the template (current
+template version) and device kind, checked against the template's constraints for the requested shape, with
+the search space's default as the last resort — the same function the runtime client runs over an export file.
+
+Two in-process caches keep the endpoint off the database under load (``ttl_s=0`` disables both):
+  * answers, as the response body bytes, keyed by the raw query string: every parameter that changes the
+    answer (template, shape or dims, device, device name, fingerprint) is in it, and a hit costs one dict
+    lookup (served before routing, see :mod:`api.fast_best`). Differently ordered queries are different keys
+    with the same answer: harmless duplicates. An answer is fresh for ``ttl_s``; for another ``ttl_s`` it is
+    still served while one background thread refreshes it (stale-while-revalidate: requests never wait for
+    the database once an answer is cached, and expiries never make a burst of misses). A refresh recomputes
+    the answer only if the entries it came from changed (their signature), else it just renews it, so the
+    refresher holds the GIL for microseconds, not milliseconds, and the event loop is not kept waiting.
+    An answer reflects the store as it was at most ``3 × ttl_s`` ago (entries up to ``ttl_s`` old, answers
+    served up to ``2 × ttl_s``); one whose refresh fails (store down) is dropped, and the next request
+    for it goes through the route (and gets its 503).
+  * the best-config entries of one (template, device kind), for ``ttl_s``: a new shape of a known template,
+    and every refresh but the first of a round, costs no query.
+The caches are bounded (``max_entries``; full → expired entries dropped, then everything). Errors are not
+cached. Misses run in a worker thread (they may query the database).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import db
+from api.catalog import Catalog, CatalogEntry
+from api.deps import StoreProvider
+from api.errors import FieldError
+from api.schemas import BestOut
+from tuner.errors import ShapeError, UnknownTemplateError
+from tuner.frozen import Shape
+from tuner.lookup import Answer, Entry, choose
+
+log = logging.getLogger(__name__)
+
+
+class TTLCache:
+    """A bounded dict of values that expire ``ttl_s`` after being stored. Reads are lock-free."""
+
+    def __init__(self, ttl_s: float, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s, self.max_entries, self.clock = ttl_s, max_entries, clock
+        self._data: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any | None:
+        hit = self._data.get(key)
+        if hit is None or hit[0] < self.clock():
+            return None
+        return hit[1]
+
+    def put(self, key: Any, value: Any) -> None:
+        if self.ttl_s <= 0:
+            return
+        now = self.clock()
+        with self._lock:
+            if len(self._data) >= self.max_entries:
+                self._data = {k: v for k, v in self._data.items() if v[0] >= now}
+                if len(self._data) >= self.max_entries:
+                    self._data = {}
+            self._data[key] = (now + self.ttl_s, value)
+
+
+@dataclass(frozen=True)
+class BestRequest:
+    """Everything a best-config answer depends on (besides the store's content)."""
+
+    template: str
+    raw_shape: Mapping[str, object]
+    device_kind: str
+    device_name: str | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class EntrySet:
+    """The published best configs of one (template version, device kind), and a signature that changes
+    whenever one of them is published or replaced (so unchanged answers need not be recomputed)."""
+
+    entries: tuple[Entry, ...]
+    signature: tuple[tuple[int | None, str | None], ...]
+
+
+@dataclass(frozen=True)
+class _Answer:
+    body: bytes
+    fresh_until: float
+    stale_until: float
+    request: BestRequest  # what produced it, to recompute it
+    basis: object  # the signature of the entries it was computed from
+
+
+class AnswerCache:
+    """Response bodies with stale-while-revalidate; ``get`` is lock-free and never blocks."""
+
+    def __init__(self, service: BestService, ttl_s: float, max_entries: int, clock: Callable[[], float]) -> None:
+        self.service, self.ttl_s, self.max_entries, self.clock = service, ttl_s, max_entries, clock
+        self._data: dict[bytes, _Answer] = {}
+        self._refreshing: set[bytes] = set()
+        self._lock = threading.Lock()
+        self._refresher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-best-refresh")
+
+    def get(self, key: bytes) -> bytes | None:
+        hit = self._data.get(key)
+        if hit is None:
+            return None
+        now = self.clock()
+        if now < hit.fresh_until:
+            return hit.body
+        if now >= hit.stale_until:
+            return None
+        with self._lock:
+            if key in self._refreshing:
+                return hit.body
+            self._refreshing.add(key)
+        self._refresher.submit(self._refresh, key, hit)
+        return hit.body
+
+    def put(self, key: bytes, body: bytes, request: BestRequest, basis: object) -> None:
+        if self.ttl_s <= 0:
+            return
+        now = self.clock()
+        with self._lock:
+            if len(self._data) >= self.max_entries:
+                self._data = {k: v for k, v in self._data.items() if v.stale_until >= now}
+                if len(self._data) >= self.max_entries:
+                    self._data = {}
+            self._data[key] = _Answer(body, now + self.ttl_s, now + 2 * self.ttl_s, request, basis)
+
+    def _refresh(self, key: bytes, hit: _Answer) -> None:
+        try:
+            basis = self.service.signature(hit.request)
+            if basis == hit.basis:
+                self.put(key, hit.body, hit.request, basis)  # nothing published since: renew as it is
+            else:
+                self.put(key, *self.service.render(hit.request))
+        except Exception as exc:  # the store is down, the template changed…: let the route answer next time
+            log.info("refreshing a cached best answer failed (%s); dropped", type(exc).__name__)
+            with self._lock:
+                self._data.pop(key, None)
+        finally:
+            with self._lock:
+                self._refreshing.discard(key)
+
+    def close(self) -> None:
+        self._refresher.shutdown(wait=False, cancel_futures=True)
+
+
+class BestService:
+    """Computes and caches best-config answers. Thread-safe."""
+
+    def __init__(self, catalog: Catalog, stores: StoreProvider, *, ttl_s: float, max_entries: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.catalog, self.stores = catalog, stores
+        self.answers = AnswerCache(self, ttl_s, max_entries, clock)
+        self._entries = TTLCache(ttl_s, max_entries, clock)
+
+    def render(self, request: BestRequest) -> tuple[bytes, BestRequest, object]:
+        """The response body, with what :meth:`AnswerCache.put` keeps beside it."""
+        out, entry_set = self._compute(request)
+        return out.model_dump_json().encode(), request, entry_set.signature
+
+    def answer(self, request: BestRequest) -> BestOut:
+        """The answer for one request. Raises FieldError (404 unknown template, 422 bad shape), StoreError."""
+        return self._compute(request)[0]
+
+    def signature(self, request: BestRequest) -> object:
+        """The signature of the entries the answer to ``request`` depends on now (may query the store)."""
+        return self.entry_set(self._template(request), request.device_kind).signature
+
+    def _template(self, request: BestRequest) -> CatalogEntry:
+        try:
+            return self.catalog.get(request.template)
+        except UnknownTemplateError as exc:
+            raise FieldError.wrap(exc, ("query", "template")) from None
+
+    def _compute(self, request: BestRequest) -> tuple[BestOut, EntrySet]:
+        entry = self._template(request)
+        try:
+            shape = entry.template.make_shape(request.raw_shape)
+        except ShapeError as exc:
+            raise FieldError.wrap(exc, ("query", "shape")) from None
+        entry_set = self.entry_set(entry, request.device_kind)
+        entries = entry_set.entries
+        if request.fingerprint is not None:
+            entries = tuple(e for e in entries if e.fingerprint_hash == request.fingerprint)
+        answer = choose(shape.to_dict(), entries, default=entry.space.default.to_dict(), valid=entry.is_valid,
+                        device_name=request.device_name)
+        assert answer is not None, "a search space always has a default"
+        return _out(entry, shape, request.device_kind, request.device_name, answer), entry_set
+
+    def entry_set(self, entry: CatalogEntry, device_kind: str) -> EntrySet:
+        """The published best configs of the template's current version on a device kind (cached)."""
+        key = (entry.name, device_kind)
+        cached = self._entries.get(key)
+        if cached is not None:
+            return cached
+        with self.stores.get().session(readonly=True) as session:
+            records = db.list_best(session, template=entry.name, device_kind=device_kind)
+        version = entry.template.version
+        found = tuple(as_entry(r) for r in records if r.template_version == version)
+        entry_set = EntrySet(found, tuple((e.measurement_id, e.published_at) for e in found))
+        self._entries.put(key, entry_set)
+        return entry_set
+
+
+def as_entry(record: db.BestRecord) -> Entry:
+    """A stored best config as a lookup entry (the export file holds the same dicts)."""
+    return Entry(
+        template=record.template, template_version=record.template_version, shape=record.shape,
+        device_kind=record.device_kind, device_name=record.device_name, config=record.config,
+        median_us=record.median_us, p20_us=record.p20_us, p80_us=record.p80_us, n_samples=record.n_samples,
+        timer=record.timer, fingerprint_hash=record.fingerprint_hash, measurement_id=record.measurement_id,
+        published_at=record.published_at.isoformat(),
+    )
+
+
+def _out(entry: CatalogEntry, shape: Shape, device_kind: str, device_name: str | None, answer: Answer) -> BestOut:
+    e = answer.entry
+    notes = list(answer.notes)
+    if e is not None and device_name is not None and e.device_name != device_name:
+        notes.append(f"nothing measured on {device_name!r}; this config was measured on {e.device_name!r}")
+    return BestOut(
+        template=entry.name, template_version=entry.template.version, shape=shape.to_dict(), shape_key=shape.key(),
+        device_kind=device_kind,  # type: ignore[arg-type]
+        device_name=e.device_name if e else None, match=answer.match, distance=answer.distance,
+        config=dict(answer.config), median_us=e.median_us if e else None, p20_us=e.p20_us if e else None,
+        p80_us=e.p80_us if e else None, n_samples=e.n_samples if e else None, timer=e.timer if e else None,
+        measurement_id=e.measurement_id if e else None, fingerprint=e.fingerprint_hash if e else None,
+        published_at=e.published_at if e else None, source_shape=dict(e.shape) if e else None, notes=notes,
+    )

@@ -1,0 +1,77 @@
+"""Templates and their search spaces, loaded once per process and shared by every request.
+
+Importing a template imports its kernel module (and Triton or TileLang with it) and loading its space parses
+YAML: both are far too slow for a request path, so the first request (or the start-up warm-up) pays and
+later ones read a dict. Entries are immutable; the catalog is thread-safe. Failures are not cached, so a
+template fixed on disk is picked up by the next request (a template that loaded stays as it was loaded).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from tuner import registry
+from tuner.errors import TunerError
+from tuner.frozen import Config, Shape
+from tuner.space import SearchSpace
+from tuner.template import KernelTemplate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One template with its validated search space."""
+
+    template: KernelTemplate
+    space: SearchSpace
+
+    @property
+    def name(self) -> str:
+        return self.template.name
+
+    def is_valid(self, config: Any, shape: Any) -> bool:
+        """Whether a stored config satisfies the space's constraints for ``shape`` (False if malformed)."""
+        try:
+            return self.space.is_valid(Config(config), shape if isinstance(shape, Shape) else Shape(shape))
+        except (TypeError, ValueError):
+            return False
+
+
+class Catalog:
+    """Name → :class:`CatalogEntry`, filled on first use."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, CatalogEntry] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> CatalogEntry:
+        """The entry of a registered template.
+
+        Raises UnknownTemplateError (not registered), SearchSpaceError (its space file is invalid); an
+        import failure of the kernel module propagates as the ImportError/AttributeError Python raised.
+        """
+        entry = self._entries.get(name)  # lock-free hit: dict reads are atomic
+        if entry is not None:
+            return entry
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is None:
+                template = registry.get(name)
+                entry = CatalogEntry(template, template.space())
+                self._entries[name] = entry
+        return entry
+
+    def names(self) -> list[str]:
+        return registry.names()
+
+    def warm(self) -> None:
+        """Load every registered template now; log (never raise) those that fail."""
+        for name in self.names():
+            try:
+                self.get(name)
+            except (TunerError, ImportError, AttributeError, TypeError) as exc:
+                log.warning("template %s does not load: %s", name, exc)

@@ -1,0 +1,89 @@
+"""Domain errors → HTTP responses, translated once here (routes raise tuner errors, never HTTPException).
+
+| error                                        | status | body                                              |
+|----------------------------------------------|--------|---------------------------------------------------|
+| :class:`FieldError`                          | its own| ``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}`` |
+| UnknownTemplateError, NotFoundError          | 404    | ``{"detail": "<message>"}``                       |
+| RecordConflictError                          | 409    | ``{"detail": "<message>"}``                       |
+| other UserInputError (shape, config, space…) | 422    | ``{"detail": "<message>"}``                       |
+| StoreError (database unreachable, refusing)  | 503    | ``{"detail": "store unavailable: <masked URL and cause>"}`` |
+
+Field-level errors use FastAPI's own validation format, so clients parse one shape of error. Messages come
+from our errors, which never carry tokens; StoreError messages carry the URL with its password masked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from db.errors import RecordConflictError
+from tuner.errors import NotFoundError, StoreError, TunerError, UnknownTemplateError, UserInputError
+
+log = logging.getLogger(__name__)
+
+
+class FieldError(UserInputError):
+    """A user error located in the request (``loc`` as in FastAPI's validation errors), with its status."""
+
+    def __init__(
+        self, message: str, loc: Sequence[str | int], *, status: int = 422, kind: str = "value_error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.loc, self.status, self.kind, self.headers = tuple(loc), status, kind, headers
+
+    @classmethod
+    def wrap(cls, exc: UserInputError, loc: Sequence[str | int]) -> FieldError:
+        """Locate a domain error (unknown templates stay 404)."""
+        status = 404 if isinstance(exc, UnknownTemplateError) else 422
+        return cls(str(exc), loc, status=status, kind=_kind(exc))
+
+
+def _kind(exc: BaseException) -> str:
+    # ShapeError → shape_error, UnknownWorkloadError → unknown_workload_error …
+    name = type(exc).__name__.removesuffix("Error")
+    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+    return f"{snake}_error"
+
+
+def _detail(status: int, detail: object, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
+async def _field_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, FieldError)
+    return _detail(exc.status, [{"loc": list(exc.loc), "msg": str(exc), "type": exc.kind}], exc.headers)
+
+
+async def _store_error(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    return _detail(503, f"store unavailable: {exc}", {"Retry-After": "5"})
+
+
+def _status(exc: Exception) -> int:
+    if isinstance(exc, (UnknownTemplateError, NotFoundError)):
+        return 404
+    if isinstance(exc, RecordConflictError):
+        return 409
+    if isinstance(exc, UserInputError):
+        return 422
+    return 500
+
+
+async def _tuner_error(request: Request, exc: Exception) -> JSONResponse:
+    status = _status(exc)
+    if status == 500:
+        log.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+    return _detail(status, str(exc))
+
+
+def install(app: FastAPI) -> None:
+    """Register the translations (Starlette picks the handler of the nearest class in the MRO)."""
+    app.add_exception_handler(FieldError, _field_error)
+    app.add_exception_handler(StoreError, _store_error)
+    for cls in (UnknownTemplateError, NotFoundError, RecordConflictError, UserInputError, TunerError):
+        app.add_exception_handler(cls, _tuner_error)

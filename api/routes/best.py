@@ -1,0 +1,47 @@
+"""``GET /v1/best`` — see :mod:`api.best_service` for the lookup and its caches."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from api.best_service import BestRequest, BestService
+from api.deps import Reader
+from api.schemas import BestOut, DeviceKind
+from api.shape_params import raw_shape
+
+router = APIRouter(tags=["best"])
+RESERVED = frozenset({"template", "shape", "device", "device_name", "fingerprint"})
+
+
+@router.get(
+    "/best",
+    response_model=BestOut,
+    summary="The best verified config for a shape (exact, else nearest measured shape, else the default)",
+    responses={404: {"description": "Unknown template"}, 422: {"description": "Malformed or rejected shape"}},
+)
+async def best(
+    request: Request,
+    _: Reader,
+    template: Annotated[str, Query(max_length=128)],
+    device: Annotated[DeviceKind, Query(description="Device kind.")],
+    shape: Annotated[str | None, Query(
+        max_length=2048, description="B=1,S=4096,H=48 — or pass each dim as its own query parameter (B=1&S=…).",
+    )] = None,
+    device_name: Annotated[str | None, Query(max_length=256, description='Prefer configs measured on it.')] = None,
+    fingerprint: Annotated[str | None, Query(max_length=64, description="Only configs of this fingerprint.")] = None,
+) -> Response:
+    service: BestService = request.app.state.best
+    key = request.scope["query_string"]
+    body = service.answers.get(key)
+    if body is not None:  # the hot path: one dict lookup, no validation, no thread hop
+        return Response(body, media_type="application/json", headers={"x-cache": "hit"})
+    the_request = BestRequest(template, raw_shape(shape, request.query_params.multi_items(), RESERVED), device,
+                              device_name, fingerprint)
+    rendered = await run_in_threadpool(service.render, the_request)
+    service.answers.put(key, *rendered)
+    body = rendered[0]
+    return Response(body, media_type="application/json", headers={"x-cache": "miss"})
+

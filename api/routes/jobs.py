@@ -1,0 +1,103 @@
+"""``/v1/jobs``: submit tuning jobs to the store's queue, follow them, cancel them.
+
+A job is validated completely (template, workloads, shapes, bounds) before anything is written; workers
+whose device and backends match claim its tasks (one per shape) from the database.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+
+import db
+from api.catalog import CatalogEntry
+from api.deps import CatalogDep, Reader, StoreDep, Submitter
+from api.errors import FieldError
+from api.schemas import JobIn, JobOut, JobPage, JobState
+from tuner.errors import UnknownTemplateError, UserInputError
+from tuner.frozen import Shape
+
+router = APIRouter(tags=["jobs"])
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "No or unknown bearer token"},
+    403: {"description": "The token lacks the 'submit' scope"},
+    503: {"description": "The store is unreachable"},
+}
+
+
+@router.post(
+    "/jobs", status_code=status.HTTP_201_CREATED, response_model=JobOut, summary="Submit a tuning job",
+    responses={**_ERRORS, 404: {"description": "Unknown template"}, 413: {"description": "Body too large"},
+               422: {"description": "Invalid job (field-level messages)"}},
+)
+def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep, store: StoreDep) -> JobOut:
+    try:
+        entry = catalog.get(body.template)
+    except UnknownTemplateError as exc:
+        raise FieldError.wrap(exc, ("body", "template")) from None
+    tasks = [(label, shape.key(), shape.to_json()) for label, shape in _shapes(entry, body)]
+    with store.session() as session:
+        job = db.create_job(
+            session, template=entry.name, template_version=entry.template.version, backend=entry.template.backend,
+            device_kind=body.device.kind, device_name=body.device.name, trials=body.trials, sampler=body.sampler,
+            samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, tasks=tasks, seed=body.seed,
+            finalists=body.finalists, comparators=body.comparators, priority=body.priority,
+            submitted_by=who.label,
+        )
+    response.headers["Location"] = f"/v1/jobs/{job.id}"
+    return JobOut.of(job)
+
+
+def _shapes(entry: CatalogEntry, body: JobIn) -> list[tuple[str, Shape]]:
+    """(label, shape) per task, in the body's order, duplicates merged; FieldError locates each bad one."""
+    selected: list[tuple[str, Shape]] = []
+    for i, name in enumerate(body.workloads):
+        try:
+            selected.append((name, entry.template.workload(name)))
+        except UserInputError as exc:
+            raise FieldError.wrap(exc, ("body", "workloads", i)) from None
+    for i, raw in enumerate(body.shapes):
+        try:
+            shape = entry.template.make_shape(raw)
+        except UserInputError as exc:
+            raise FieldError.wrap(exc, ("body", "shapes", i)) from None
+        selected.append((entry.template.workload_name(shape) or shape.key(), shape))
+    if not selected:
+        raise FieldError("give at least one workload or shape", ("body", "shapes"))
+    unique: dict[Shape, str] = {}
+    for label, shape in selected:
+        unique.setdefault(shape, label)
+    return [(label, shape) for shape, label in unique.items()]
+
+
+@router.get("/jobs", response_model=JobPage, summary="List jobs, newest first", responses=_ERRORS)
+def list_jobs(
+    _: Reader,
+    store: StoreDep,
+    state: JobState | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JobPage:
+    with store.session(readonly=True) as session:
+        jobs = db.list_jobs(session, state=state, limit=limit, offset=offset)
+        total = db.count_jobs(session, state=state)
+    return JobPage(items=[JobOut.of(j) for j in jobs], total=total, limit=limit, offset=offset)
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, summary="One job: state, progress per shape, best so far",
+            responses={**_ERRORS, 404: {"description": "No such job"}})
+def get_job(job_id: int, _: Reader, store: StoreDep) -> JobOut:
+    with store.session(readonly=True) as session:
+        job = db.get_job(session, job_id=job_id)
+    if job is None:
+        raise FieldError(f"no job {job_id}", ("path", "job_id"), status=404, kind="not_found")
+    return JobOut.of(job)
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job",
+             responses={**_ERRORS, 404: {"description": "No such job"}, 409: {"description": "Already finished"}})
+def cancel(job_id: int, _: Submitter, store: StoreDep) -> JobOut:
+    with store.session() as session:
+        job = db.cancel_job(session, job_id=job_id)
+    return JobOut.of(job)

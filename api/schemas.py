@@ -1,0 +1,252 @@
+"""Request and response bodies of the API (pydantic v2). Requests forbid unknown fields; bounds are enforced
+here so that a bad body is refused with field-level messages before anything touches the store."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+import db
+from tuner.samplers import SamplerName
+
+DeviceKind = Literal["cuda", "npu", "cpu"]
+JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+DimValue = int | bool | str
+MAX_TRIALS = 100_000
+MAX_SHAPES = 256
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeviceRequirement(_Request):
+    kind: DeviceKind = Field(description="Device kind a worker must have.")
+    name: str | None = Field(
+        default=None, min_length=1, max_length=256,
+        description='Device name a worker must report, e.g. "NVIDIA H200" (default: any device of the kind).',
+    )
+
+
+class JobIn(_Request):
+    """A tuning job: one task per shape (named workloads and explicit shapes, duplicates merged)."""
+
+    template: str = Field(min_length=1, max_length=128, description="Registered template name.")
+    workloads: list[str] = Field(default_factory=list, max_length=MAX_SHAPES, description="Named workloads.")
+    shapes: list[dict[str, DimValue]] = Field(
+        default_factory=list, max_length=MAX_SHAPES, description="Explicit shapes, dim name → value."
+    )
+    device: DeviceRequirement
+    trials: int = Field(default=40, ge=1, le=MAX_TRIALS, description="Measured trials per shape.")
+    sampler: SamplerName = "tpe"
+    candidate_timeout_s: float = Field(default=120.0, ge=1.0, le=3600.0, description="Seconds per candidate.")
+    samples: int = Field(default=100, ge=1, le=10_000, description="Timed samples per candidate.")
+    finalists: int = Field(default=3, ge=1, le=50, description="Configs re-measured in the final round.")
+    comparators: bool = Field(default=True, description="Measure the template's comparators in the final round.")
+    seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="Sampler seed.")
+    priority: int = Field(default=0, ge=-1000, le=1000, description="Higher runs first.")
+
+
+class TaskOut(BaseModel):
+    id: int
+    label: str
+    shape: dict[str, Any]
+    state: str
+    trials_done: int
+    trials_failed: int
+    trials_total: int
+    best_us: float | None = Field(description="Best median time so far (µs).")
+    best_config: dict[str, Any] | None
+    study_id: int | None
+    error: str | None
+
+    @classmethod
+    def of(cls, task: db.TaskRecord) -> TaskOut:
+        return cls(
+            id=task.id, label=task.label, shape=task.shape, state=task.state, trials_done=task.trials_done,
+            trials_failed=task.trials_failed, trials_total=task.trials_target, best_us=task.best_us,
+            best_config=json.loads(task.best_config_json) if task.best_config_json else None,
+            study_id=task.study_id, error=task.error,
+        )
+
+
+class Progress(BaseModel):
+    trials_done: int
+    trials_total: int
+
+
+class JobOut(BaseModel):
+    id: int
+    state: JobState
+    template: str
+    template_version: str
+    backend: str
+    device: DeviceRequirement
+    trials: int
+    sampler: str
+    seed: int | None
+    samples: int
+    candidate_timeout_s: float
+    finalists: int
+    comparators: bool
+    priority: int
+    error: str | None
+    submitted_by: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    progress: Progress
+    tasks: list[TaskOut] = Field(description="One per shape, with its progress and best so far.")
+    workers: list[str] = Field(description="Ids of the workers on the job now.")
+
+    @classmethod
+    def of(cls, job: db.JobRecord) -> JobOut:
+        return cls(
+            id=job.id, state=job.state, template=job.template,  # type: ignore[arg-type]
+            template_version=job.template_version, backend=job.backend,
+            device=DeviceRequirement(kind=job.device_kind, name=job.device_name),  # type: ignore[arg-type]
+            trials=job.trials, sampler=job.sampler, seed=job.seed, samples=job.samples,
+            candidate_timeout_s=job.candidate_timeout_s, finalists=job.finalists, comparators=job.comparators,
+            priority=job.priority, error=job.error, submitted_by=job.submitted_by, created_at=job.created_at,
+            updated_at=job.updated_at, finished_at=job.finished_at,
+            progress=Progress(trials_done=job.trials_done, trials_total=job.trials_total),
+            tasks=[TaskOut.of(t) for t in job.tasks], workers=list(job.workers),
+        )
+
+
+class Page(BaseModel):
+    total: int
+    limit: int
+    offset: int
+
+
+class JobPage(Page):
+    items: list[JobOut]
+
+
+class BestOut(BaseModel):
+    """The config to use for a shape, and why (``match``)."""
+
+    template: str
+    template_version: str
+    shape: dict[str, Any] = Field(description="The requested shape, completed with the template's defaults.")
+    shape_key: str
+    device_kind: DeviceKind
+    device_name: str | None = Field(description="Device the config was measured on (None for the default).")
+    match: Literal["exact", "nearest", "default"]
+    distance: float | None = Field(description="Shape distance to the measured shape (0 exact, None default).")
+    config: dict[str, Any]
+    median_us: float | None
+    p20_us: float | None
+    p80_us: float | None
+    n_samples: int | None
+    timer: str | None
+    measurement_id: int | None = Field(description="The trial (measurement) the config comes from.")
+    fingerprint: str | None
+    published_at: str | None
+    source_shape: dict[str, Any] | None = Field(description="The shape the config was measured for.")
+    notes: list[str]
+
+
+class DimOut(BaseModel):
+    name: str
+    kind: str
+    default: int | bool | float | str | None
+    choices: list[str] | None
+    minimum: int | None
+    doc: str
+
+
+class ParamOut(BaseModel):
+    name: str
+    kind: str
+    choices: list[Any]
+    doc: str
+
+
+class ConstraintOut(BaseModel):
+    expr: str
+    reason: str
+
+
+class WorkloadOut(BaseModel):
+    name: str
+    shape: dict[str, Any]
+    doc: str
+
+
+class TemplateOut(BaseModel):
+    name: str
+    version: str
+    backend: str
+    doc: str
+    dims: list[DimOut]
+    parameters: list[ParamOut]
+    constraints: list[ConstraintOut]
+    default: dict[str, Any]
+    workloads: list[WorkloadOut]
+
+
+class MeasurementOut(BaseModel):
+    id: int
+    study_id: int
+    role: str
+    trial_number: int | None
+    candidate: str
+    config: dict[str, Any]
+    status: str
+    reason: str | None
+    median_us: float | None
+    p20_us: float | None
+    p80_us: float | None
+    n_samples: int | None
+    timer: str | None
+    worker: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, m: db.MeasurementRecord) -> MeasurementOut:
+        return cls(
+            id=m.id, study_id=m.study_id, role=m.role, trial_number=m.trial_number, candidate=m.candidate,
+            config=m.config, status=m.status.value, reason=m.reason, median_us=m.median_us, p20_us=m.p20_us,
+            p80_us=m.p80_us, n_samples=m.n_samples, timer=m.timer, worker=m.worker, created_at=m.created_at,
+        )
+
+
+class StudyOut(BaseModel):
+    id: int
+    name: str
+    template_version: str
+    device_kind: str
+    device_name: str
+    fingerprint: str
+    created_at: datetime
+
+
+class HistoryPage(Page):
+    study: StudyOut = Field(description="The study listed (the newest one of the shape and device).")
+    studies: list[StudyOut] = Field(description="Every study of the shape and device (pick one with study_id).")
+    items: list[MeasurementOut]
+
+
+class WorkerOut(BaseModel):
+    id: str
+    host: str
+    pid: int
+    device_kind: str
+    device_name: str
+    device_index: int
+    backends: list[str]
+    fingerprint: str
+    state: Literal["idle", "busy", "stopped", "lost"] = Field(
+        description="'lost' also when the stored state is idle/busy but the lease has expired."
+    )
+    lease_expired: bool
+    last_heartbeat: datetime
+    lease_expires_at: datetime
+    started_at: datetime
+    current_task_id: int | None
+    current_job_id: int | None

@@ -1,0 +1,149 @@
+"""Submit over HTTP → a worker process runs the job → the API serves the result, on SQLite and PostgreSQL;
+and the best-config chain exact → nearest → default over configs published in the store."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+import db
+from api.settings import ApiSettings
+from tests.fixtures.processes import start_worker
+from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
+
+NAME = "fault_vector_scale_tunable"
+JOB = {
+    "template": NAME, "shapes": [{"n": 256}], "device": {"kind": "cpu"}, "trials": 4, "sampler": "random",
+    "seed": 3, "samples": 3, "finalists": 2, "comparators": False, "candidate_timeout_s": 60,
+}
+
+
+def _settings(url: str, **kw: object) -> ApiSettings:
+    return ApiSettings(db_url=url, tokens=TOKENS, warm_templates=False, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_submit_run_by_a_worker_process_then_best_is_exact(db_url: str, tmp_path: Path) -> None:
+    with thread_server(_settings(db_url)) as base, httpx.Client(base_url=base, timeout=30) as http:
+        created = http.post("/v1/jobs", json=JOB, headers=auth(SUBMIT))
+        assert created.status_code == 201, created.text
+        job = created.json()
+        assert created.headers["location"] == f"/v1/jobs/{job['id']}"
+        assert job["state"] == "queued" and job["backend"] == "triton" and job["progress"] == {
+            "trials_done": 0, "trials_total": 4}
+        assert job["submitted_by"].startswith("token:") and SUBMIT not in created.text
+
+        worker = start_worker(db_url, "--exit-when-idle", "--heartbeat", "0.5", "--lease", "10",
+                              log=tmp_path / "worker.log")
+        assert worker.wait(timeout=300) == 0, (tmp_path / "worker.log").read_text()[-3000:]
+
+        done = http.get(f"/v1/jobs/{job['id']}").json()
+        (task,) = done["tasks"]
+        assert done["state"] == "done" and done["progress"] == {"trials_done": 4, "trials_total": 4}
+        assert task["state"] == "done" and task["best_config"]["mode"] == "ok" and task["best_us"] > 0
+        assert http.get("/v1/jobs", params={"state": "done"}).json()["total"] == 1
+        assert http.get("/v1/jobs", params={"state": "queued"}).json()["total"] == 0
+
+        best = http.get("/v1/best", params={"template": NAME, "device": "cpu", "shape": "n=256"}).json()
+        assert best["match"] == "exact" and best["distance"] == 0 and best["config"] == task["best_config"]
+        assert best["median_us"] > 0 and best["n_samples"] == 3 and best["timer"] == "cpu-wall"
+        assert best["measurement_id"] and best["fingerprint"] and best["source_shape"] == {"n": 256}
+
+        history = http.get("/v1/history", params={"template": NAME, "device": "cpu", "n": 256}).json()
+        assert history["study"]["id"] == task["study_id"] and history["total"] == len(history["items"]) >= 4
+        assert all(m["reason"] for m in history["items"] if m["status"] not in ("OK", "INVALID"))
+        page = http.get("/v1/history", params={"template": NAME, "device": "cpu", "n": 256, "limit": 2,
+                                               "offset": 1, "role": "trial"}).json()
+        assert [m["id"] for m in page["items"]] == [m["id"] for m in history["items"] if m["role"] == "trial"][1:3]
+
+        (w,) = http.get("/v1/workers", params={"include_stopped": True}).json()
+        assert w["state"] == "stopped" and w["device_kind"] == "cpu" and "triton" in w["backends"]
+        assert http.get("/v1/workers").json() == []
+
+
+def test_best_falls_back_from_exact_to_nearest_to_default(tmp_path: Path) -> None:
+    url = db.sqlite_url(tmp_path / "t.db")
+    store = db.Store.open(url)
+    publish(store, NAME, {"n": 1024}, {"mode": "ok", "BLOCK": 512}, 10.0)
+    publish(store, NAME, {"n": 64}, {"mode": "ok", "BLOCK": 32}, 2.0)
+    publish(store, NAME, {"n": 4096}, {"mode": "ok", "BLOCK": 16}, 5.0, version="0")  # an older template version
+    with thread_server(_settings(url), store) as base, httpx.Client(base_url=base) as http:
+        def best(**params: object) -> dict:  # type: ignore[type-arg]
+            response = http.get("/v1/best", params={"template": NAME, "device": "cpu", **params})
+            assert response.status_code == 200, response.text
+            return response.json()  # type: ignore[no-any-return]
+
+        exact = best(n=1024)
+        assert exact["match"] == "exact" and exact["config"] == {"mode": "ok", "BLOCK": 512}
+        assert exact["median_us"] == 10.0 and exact["device_name"] == "test-cpu"
+        nearest = best(shape="n=2048")
+        assert nearest["match"] == "nearest" and nearest["distance"] == 1.0 and nearest["source_shape"] == {"n": 1024}
+        # n=400: n=1024 is nearer, but BLOCK=512 > 400 breaks the constraint: the n=64 config is used.
+        checked = best(n=400)
+        assert checked["match"] == "nearest" and checked["config"]["BLOCK"] == 32
+        assert any("invalid for this shape" in note for note in checked["notes"])
+        # Only the current template version is served; nothing on cuda: the space's default.
+        assert best(n=4096)["source_shape"] == {"n": 1024}
+        default = best(n=1024, device="cuda")
+        assert default["match"] == "default" and default["config"] == {"mode": "ok", "BLOCK": 64}
+        assert default["median_us"] is None and default["measurement_id"] is None
+        # Defaults of the template's dims complete the shape (n defaults to 1024).
+        assert best()["shape"] == {"n": 1024} and best()["match"] == "exact"
+        assert best(n=1024, device_name="other-cpu")["notes"] == [
+            "nothing measured on 'other-cpu'; this config was measured on 'test-cpu'"]
+        assert best(n=1024, fingerprint="0" * 12)["match"] == "default"
+
+
+def test_best_answers_are_cached_then_refreshed_in_the_background(tmp_path: Path) -> None:
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    with thread_server(_settings(store.unmasked_url(), best_cache_ttl_s=0.5), store) as base:
+        query = {"template": NAME, "device": "cpu", "n": 512}
+
+        def get() -> httpx.Response:
+            return httpx.get(f"{base}/v1/best", params=query)
+
+        first = get()
+        assert first.json()["match"] == "default" and first.headers["x-cache"] == "miss"
+        publish(store, NAME, {"n": 512}, {"mode": "ok", "BLOCK": 128}, 3.0)
+        again = get()
+        assert again.headers["x-cache"] == "hit" and again.content == first.content
+        time.sleep(0.6)
+        stale = get()  # expired: still served at once, while a background refresh recomputes it
+        assert stale.headers["x-cache"] == "hit" and stale.content == first.content
+        deadline = time.monotonic() + 0.4
+        while (fresh := get()).json()["match"] != "exact" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert fresh.headers["x-cache"] == "hit" and fresh.json()["config"]["BLOCK"] == 128
+        time.sleep(1.1)  # unasked for twice the TTL: no longer served, recomputed on the request
+        assert get().headers["x-cache"] == "miss"
+
+
+def test_templates_are_described(tmp_path: Path) -> None:
+    with thread_server(_settings(db.sqlite_url(tmp_path / "t.db"))) as base:
+        one = httpx.get(f"{base}/v1/templates/{NAME}").json()
+        assert one["backend"] == "triton" and one["default"] == {"mode": "ok", "BLOCK": 64}
+        assert one["constraints"] == [{"expr": "BLOCK <= n", "reason": "a block larger than the vector"}]
+        assert one["dims"][0]["name"] == "n" and one["dims"][0]["default"] == 1024
+        assert {"name": "BLOCK", "kind": "pow2", "choices": [16, 32, 64, 128, 256, 512], "doc": ""} in one["parameters"]
+        assert NAME in [t["name"] for t in httpx.get(f"{base}/v1/templates", timeout=120).json()]
+        missing = httpx.get(f"{base}/v1/templates/nope")
+        assert missing.status_code == 404 and missing.json()["detail"][0]["loc"] == ["path", "name"]
+        assert "/v1/best" in httpx.get(f"{base}/openapi.json").json()["paths"]
+
+
+def test_workers_whose_lease_expired_are_flagged_lost(tmp_path: Path) -> None:
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    with store.session() as session:
+        for worker_id, lease_s in (("alive", 60.0), ("silent", 0.01)):
+            db.register_worker(session, worker_id=worker_id, host="h", pid=1, device_kind="cuda",
+                               device_name="NVIDIA H200", device_index=0, backends=["triton"], fingerprint_hash="f",
+                               fingerprint_json="{}", lease_s=lease_s)
+    time.sleep(0.05)
+    with thread_server(_settings(store.unmasked_url()), store) as base:
+        workers = {w["id"]: w for w in httpx.get(f"{base}/v1/workers").json()}
+    assert workers["alive"]["state"] == "idle" and not workers["alive"]["lease_expired"]
+    assert workers["silent"]["state"] == "lost" and workers["silent"]["lease_expired"]
+    assert workers["silent"]["device_name"] == "NVIDIA H200" and workers["silent"]["backends"] == ["triton"]

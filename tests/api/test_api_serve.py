@@ -1,0 +1,102 @@
+"""``tuner serve`` with its local worker, driven by the CLI over HTTP (submit, jobs, status, cancel), then
+stopped with SIGTERM: the worker child goes with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+import db
+from tests.fixtures.processes import ROOT, env, wait_for
+from tests.fixtures.servers import free_port, start_serve
+
+NAME = "fault_vector_scale_tunable"
+
+
+def tuner(*args: str, home: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tuner.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={**env(), "TUNER_HOME": str(home), **(extra_env or {})},
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    stat_line = Path(f"/proc/{pid}/stat").read_text() if Path(f"/proc/{pid}/stat").exists() else ""
+    return " Z " not in stat_line
+
+
+@pytest.mark.slow
+def test_serve_with_its_worker_and_the_cli_over_http(tmp_path: Path) -> None:
+    home, port = tmp_path / "home", free_port()
+    url = db.sqlite_url(tmp_path / "t.db")
+    serve = start_serve(url, port, "--device", "cpu", home=home, log=tmp_path / "serve.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        token_file = home / "token"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600  # no TUNER_TOKENS: a local token
+        submitted = tuner("submit", NAME, "--shape", "n=256", "--trials", "3", "--device", "cpu", "--samples", "3",
+                          "--no-comparators", "--sampler", "random", "--url", base, home=home)
+        assert submitted.returncode == 0, submitted.stderr
+        assert submitted.stdout.startswith("job 1 queued: fault_vector_scale_tunable, 1 shape(s) × 3 trials on cpu")
+
+        def done() -> bool:
+            return bool(httpx.get(f"{base}/v1/jobs/1").json()["state"] == "done")
+
+        wait_for(done, 180, "the local worker to finish the job", interval=0.5)
+        status = tuner("status", "1", "--url", base, home=home)
+        assert status.returncode == 0 and "job 1 done" in status.stdout and "3/3" in status.stdout
+        listed = json.loads(tuner("jobs", "--json", "--url", base, home=home).stdout)
+        assert listed["total"] == 1 and listed["items"][0]["state"] == "done"
+
+        # HTTP errors: one line, exit 2 on 4xx.
+        for args, message in (
+            (("cancel", "1"), "error: 409: job 1 is already done"),
+            (("status", "7"), "error: 404: job_id: no job 7"),
+            (("submit", "nope", "--shape", "n=1", "--device", "cpu"), "error: 404: template: unknown template 'nope'"),
+            (("submit", NAME, "--shape", "n=1", "--trials", "0", "--device", "cpu"),
+             "error: 422: trials: Input should be greater than or equal to 1"),
+        ):
+            run = tuner(*args, "--url", base, home=home)
+            lines = run.stderr.strip().splitlines()
+            assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), run.stderr
+        wrong = tuner("submit", NAME, "--shape", "n=1", "--device", "cpu", "--url", base, home=tmp_path / "elsewhere",
+                      extra_env={"TUNER_TOKEN": "not-the-token"})
+        assert wrong.returncode == 2 and "401: Authorization: unknown token" in wrong.stderr
+        assert "not-the-token" not in wrong.stderr
+        unreachable = tuner("jobs", "--url", f"http://127.0.0.1:{free_port()}", home=home)
+        assert unreachable.returncode == 2 and "cannot reach the tuner server" in unreachable.stderr
+
+        (worker,) = httpx.get(f"{base}/v1/workers").json()
+        assert worker["state"] == "idle" and worker["device_kind"] == "cpu"
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=90) == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    assert not _alive(worker["pid"]), "the worker child stopped with the server"
+    with db.Store.open(url) as store, store.session() as session:
+        (w,) = db.list_workers(session, include_stopped=True)
+    assert w.state == "stopped"  # it left cleanly, giving back its lease
+
+
+def test_serve_refuses_bad_settings_in_one_line(tmp_path: Path) -> None:
+    run = tuner("serve", "--db", db.sqlite_url(tmp_path / "t.db"), "--no-worker", home=tmp_path,
+                extra_env={"TUNER_TOKENS": '{"a-secret-token": ["root"]}'})
+    assert run.returncode == 2 and "unknown scope(s) root" in run.stderr and "a-secret-token" not in run.stderr
+    bad_db = tuner("serve", "--db", "postgresql+psycopg://u:pw@127.0.0.1:1/x", "--no-worker", home=tmp_path)
+    assert bad_db.returncode == 2 and "127.0.0.1:1" in bad_db.stderr and "pw" not in bad_db.stderr
+    out = tmp_path / "best.json"
+    url = db.sqlite_url(tmp_path / "t.db")
+    unknown = tuner("export", "--template", "nope", "-o", str(out), "--db", url, home=tmp_path)
+    assert unknown.returncode == 2 and "unknown template 'nope'" in unknown.stderr and not out.exists()

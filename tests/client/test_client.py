@@ -1,0 +1,183 @@
+"""The runtime client against a real server and a real export file (written by `tuner export`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import db
+from api.settings import ApiSettings
+from tests.fixtures.fault_templates import _scale
+from tests.fixtures.processes import ROOT, env, wait_for
+from tests.fixtures.servers import READ, SUBMIT, TOKENS, free_port, publish, thread_server
+from tuner.client import BestConfig, Client, ClientError, ExportFile, split_launch_config, triton_launch_kwargs
+
+NAME = "fault_vector_scale_tunable"
+SHAPES = [{"n": 1024}, {"n": 2048}, {"n": 400}, {}, {"n": 64}]
+
+
+class FakeClock:
+    """An injectable monotonic clock (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[db.Store]:
+    with db.Store.open(db.sqlite_url(tmp_path / "t.db")) as store:
+        publish(store, NAME, {"n": 1024}, {"mode": "ok", "BLOCK": 512}, 10.0)
+        publish(store, NAME, {"n": 64}, {"mode": "ok", "BLOCK": 32}, 2.0)
+        yield store
+
+
+@pytest.fixture
+def server(store: db.Store) -> Iterator[str]:
+    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False,  # type: ignore[arg-type]
+                           best_cache_ttl_s=0)
+    with thread_server(settings, store) as base:
+        yield base
+
+
+def test_answers_are_cached_until_the_ttl_expires(store: db.Store, server: str) -> None:
+    clock = FakeClock()
+    client = Client(server, ttl_s=60, clock=clock)
+    first = client.best(NAME, {"n": 512}, device="cpu")
+    assert (first.match, first.source, dict(first.config)) == ("nearest", "server", {"mode": "ok", "BLOCK": 512})
+    publish(store, NAME, {"n": 512}, {"mode": "ok", "BLOCK": 128}, 3.0)
+    clock.now += 59
+    assert client.best(NAME, {"n": 512}, device="cpu") is first
+    # Everything in the request is in the key: another device or device name is another answer.
+    assert client.best(NAME, {"n": 512}, device="cuda").match == "default"
+    assert client.best(NAME, {"n": 512}, device="cpu", device_name="test-cpu").match == "exact"
+    clock.now += 2
+    fresh = client.best(NAME, {"n": 512}, device="cpu")
+    assert fresh.match == "exact" and fresh.config["BLOCK"] == 128 and fresh.median_us == 3.0
+    assert fresh.measurement_id is not None and fresh.fingerprint and fresh.timer == "cpu-wall"
+    client.invalidate()
+    assert client.best(NAME, {"n": 512}, device="cpu") is not fresh
+    with pytest.raises(TypeError):
+        fresh.config["BLOCK"] = 1  # type: ignore[index]
+
+
+def test_refusals_raise_and_outages_fall_back_to_the_file_then_the_callers_config(
+    store: db.Store, server: str, tmp_path: Path
+) -> None:
+    online = Client(server)
+    with pytest.raises(ClientError) as unknown:
+        online.best("nope", {"n": 1}, device="cpu")
+    assert unknown.value.status == 404 and "unknown template 'nope'" in str(unknown.value)
+    with pytest.raises(ClientError) as bad:
+        online.best(NAME, {"m": 1}, device="cpu")
+    assert bad.value.status == 422 and "unknown shape dim(s) m" in str(bad.value)
+
+    path = _export(store, tmp_path)
+    down = f"http://127.0.0.1:{free_port()}"
+    clock = FakeClock()
+    with_file = Client(down, file=path, clock=clock, retry_s=5, timeout_s=0.5)
+    answer = with_file.best(NAME, {"n": 1024}, device="cpu")
+    assert answer.source == "file" and answer.match == "exact" and answer.config["BLOCK"] == 512
+    assert with_file.best(NAME, {"n": 2048}, device="cpu").source == "file"  # resting: the server is not asked
+
+    bare = Client(down, clock=clock, retry_s=5, timeout_s=0.5)
+    with pytest.raises(ClientError, match="server is unavailable and there is no export file"):
+        bare.best(NAME, {"n": 1024}, device="cpu")
+    fallback = bare.best(NAME, {"n": 1024}, device="cpu", fallback={"mode": "ok", "BLOCK": 16})
+    assert fallback.source == "fallback" and fallback.match == "default" and fallback.config["BLOCK"] == 16
+    clock.now += 4
+    assert bare.best(NAME, {"n": 1024}, device="cpu") is fallback  # cached for retry_s only
+    clock.now += 2
+    with pytest.raises(ClientError):
+        bare.best(NAME, {"n": 1024}, device="cpu")
+
+
+def test_the_export_file_answers_offline_as_the_server_does(store: db.Store, server: str, tmp_path: Path) -> None:
+    path = _export(store, tmp_path)
+    document = json.loads(path.read_text())
+    assert document["format"] == "tuner-best-configs" and document["schema_version"] == 1
+    assert document["generated_at"].endswith("Z") and len(document["entries"]) == 2
+    section = document["templates"][NAME]
+    assert section["default"] == {"BLOCK": 64, "mode": "ok"}
+    assert section["constraints"] == [{"expr": "BLOCK <= n", "reason": "a block larger than the vector"}]
+
+    online, offline = Client(server), Client.from_file(path)
+    for shape in SHAPES:
+        for device in ("cpu", "cuda"):
+            a, b = online.best(NAME, shape, device=device), offline.best(NAME, shape, device=device)
+            assert (a.match, dict(a.config), a.median_us, a.measurement_id, dict(a.shape)) == (
+                b.match, dict(b.config), b.median_us, b.measurement_id, dict(b.shape)), (shape, device)
+            assert (a.source, b.source) == ("server", "file")
+    # n=400: the n=1024 config (BLOCK 512) breaks BLOCK <= n offline too, so the n=64 one is used.
+    checked = offline.best(NAME, {"n": 400}, device="cpu")
+    assert checked.match == "nearest" and checked.config["BLOCK"] == 32 and checked.notes
+    assert offline.best(NAME, {}, device="cpu").shape == {"n": 1024}  # dim defaults from the file
+    with pytest.raises(ClientError, match="unknown shape dim"):
+        offline.best(NAME, {"m": 3}, device="cpu")
+    with pytest.raises(ClientError, match="not in"):
+        offline.best("nope", {"n": 3}, device="cpu")
+    assert offline.best("nope", {"n": 3}, device="cpu", fallback={"BLOCK": 8}).source == "fallback"
+    assert offline.best(NAME, {"n": 1024}).device_kind == "cpu"  # auto: torch (imported here) has no GPU
+    with pytest.raises(ClientError, match="schema version 1"):
+        ExportFile({**document, "schema_version": 99})
+
+
+def test_a_miss_enqueues_one_background_job(store: db.Store, server: str) -> None:
+    client = Client(server, token=SUBMIT, enqueue_on_miss=True, enqueue_job={"trials": 2, "samples": 3})
+    assert client.best(NAME, {"n": 1024}, device="cpu").match == "exact"  # exact: nothing to tune
+    nearest = client.best(NAME, {"n": 2048}, device="cpu")
+    assert nearest.match == "nearest"
+
+    def jobs() -> list[db.JobRecord]:
+        with store.session() as session:
+            return db.list_jobs(session)
+
+    wait_for(lambda: len(jobs()) == 1, 30, "the background job")
+    (job,) = jobs()
+    assert job.state == "queued" and job.trials == 2 and job.device_kind == "cpu"
+    assert [t.shape for t in job.tasks] == [{"n": 2048}]
+    client.invalidate()
+    client.best(NAME, {"n": 2048}, device="cpu")
+    time.sleep(0.5)
+    assert len(jobs()) == 1, "enqueued once per shape"
+
+    refused = Client(server, token=READ, enqueue_on_miss=True)  # no submit scope: logged, never raised
+    assert refused.best(NAME, {"n": 4096}, device="cpu").match == "nearest"
+    time.sleep(0.5)
+    assert len(jobs()) == 1
+
+
+def test_triton_launch_kwargs_split_options_from_meta_parameters() -> None:
+    config = {"BLOCK": 64, "mode": "ok", "num_warps": 4, "num_stages": 2}
+    assert split_launch_config(config) == ({"BLOCK": 64, "mode": "ok"}, {"num_warps": 4, "num_stages": 2})
+    assert triton_launch_kwargs(config) == config
+    # Given the kernel, meta-parameters it does not declare (read by the Python wrapper) are left out.
+    assert triton_launch_kwargs(config, _scale) == {"BLOCK": 64, "num_warps": 4, "num_stages": 2}
+    best = BestConfig(NAME, {"n": 1}, "cuda", "exact", {"BLOCK": 32, "num_ctas": 1}, "server")
+    assert best.launch_kwargs() == {"BLOCK": 32, "num_ctas": 1}
+
+
+def test_the_client_imports_neither_torch_nor_the_store_nor_http() -> None:
+    heavy = ("torch", "triton", "httpx", "db", "sqlalchemy", "tuner.registry")
+    code = f"import sys, tuner.client; print([m for m in {heavy!r} if m in sys.modules])"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), cwd=ROOT, check=True)
+    assert run.stdout.strip() == "[]"
+
+
+def _export(store: db.Store, tmp_path: Path) -> Path:
+    path = tmp_path / "best.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "tuner.cli", "export", "-t", NAME, "--db", store.unmasked_url(), "-o", str(path)],
+        capture_output=True, text=True, env=env(), cwd=ROOT, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "2 best config(s) of 1 template(s)" in run.stderr
+    return path
