@@ -21,7 +21,7 @@ from tuner.results import Status
 def main(url: str, template: str) -> None:
     store = db.Store.open(url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    print(f"| shape | measured trials | overhead median ms | p90 ms | max ms |\n|---|---|---|---|---|")
+    print("| shape | measured trials | overhead median ms | p90 ms | max ms |\n|---|---|---|---|---|")
     everything: list[float] = []
     with store.session() as session:
         studies = db.list_studies(session, template=template)
