@@ -58,34 +58,55 @@ def _round(x, PREC: tl.constexpr, LOWP: tl.constexpr):
 
 
 @triton.jit
+def _dot(a, b, acc, TF32: tl.constexpr):
+    """acc + a @ b computed as a batch-of-one 3-D dot (TF32: 0 the operands' own precision, 1 tf32, 2 tf32x3).
+
+    Triton lowers batched dots to mma.sync and never to Hopper's asynchronous wgmma, whose lowering of
+    these register-operand dots inside loops faulted with illegal memory accesses on the H200.
+    """
+    M: tl.constexpr = a.shape[0]
+    K: tl.constexpr = a.shape[1]
+    N: tl.constexpr = b.shape[1]
+    a3 = tl.reshape(a, (1, M, K))
+    b3 = tl.reshape(b, (1, K, N))
+    c3 = tl.reshape(acc, (1, M, N))
+    if TF32 == 1:
+        c3 = tl.dot(a3, b3, c3, input_precision="tf32")
+    elif TF32 == 2:
+        c3 = tl.dot(a3, b3, c3, input_precision="tf32x3")
+    else:
+        c3 = tl.dot(a3, b3, c3)
+    return tl.reshape(c3, (M, N))
+
+
+@triton.jit
 def _mma(a, b, acc, PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
-    """acc + a @ b (acc None: a @ b) in fp32; operand precision PREC: 0 LOWP, 1 tf32, 2 tf32x3, 3 LOWP hi+lo.
+    """acc + a @ b in fp32; operand precision PREC: 0 LOWP, 1 tf32, 2 tf32x3, 3 LOWP hi+lo.
 
     PREC 3 writes each operand as hi + lo in LOWP and sums hi·hi + hi·lo + lo·hi: about 16 mantissa bits
-    with 16-bit tensor-core instructions only (for hardware without tf32).
+    with 16-bit tensor-core instructions only (for hardware without tf32). Under the interpreter the
+    operands are rounded as the GPU would round them and multiplied in fp32.
     """
     if PREC == 3:
         a_hi = _mm_operand(a, LOWP, INTERP)
         b_hi = _mm_operand(b, LOWP, INTERP)
         a_lo = _mm_operand(a - a_hi.to(tl.float32), LOWP, INTERP)
         b_lo = _mm_operand(b - b_hi.to(tl.float32), LOWP, INTERP)
-        acc = tl.dot(a_hi, b_lo, acc)
-        acc = tl.dot(a_lo, b_hi, acc)
-        return tl.dot(a_hi, b_hi, acc)
+        acc = _dot(a_hi, b_lo, acc, 0)
+        acc = _dot(a_lo, b_hi, acc, 0)
+        return _dot(a_hi, b_hi, acc, 0)
     if INTERP:
-        return tl.dot(_round(a, PREC, LOWP), _round(b, PREC, LOWP), acc)
+        return _dot(_round(a, PREC, LOWP), _round(b, PREC, LOWP), acc, 0)
     if PREC == 0:
-        return tl.dot(a.to(LOWP), b.to(LOWP), acc)
-    elif PREC == 1:
-        return tl.dot(a, b, acc, input_precision="tf32")
-    else:
-        return tl.dot(a, b, acc, input_precision="tf32x3")
+        return _dot(a.to(LOWP), b.to(LOWP), acc, 0)
+    return _dot(a, b, acc, PREC)
 
 
 @triton.jit
 def _mm(a, b, PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
     """a @ b in fp32 (see _mma)."""
-    return _mma(a, b, None, PREC, LOWP, INTERP)
+    acc = tl.zeros((a.shape[0], b.shape[1]), dtype=tl.float32)
+    return _mma(a, b, acc, PREC, LOWP, INTERP)
 
 
 @triton.jit
@@ -491,7 +512,7 @@ def group_local_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, COS,
     b = pid // H
     h = pid % H
     qk_group = h // (H // G)
-    dst = (pid * NG + grp) * N * P
+    dst = (pid.to(tl.int64) * NG + grp) * N * P  # 64-bit: B*H*NG*N*P state elements
     if GC > 1:
         _copy_state(BUF_H, 0, BUF_H + dst, N, P, NB)
         _copy_state(BUF_D, 0, BUF_D + dst, N, P, NB)
@@ -516,10 +537,10 @@ def group_local_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, COS,
                 h_lo = e_last * h_lo
                 h_hi = e_last * h_hi
             else:
-                h_lo = None
-                h_hi = None
-                d_lo = None
-                d_hi = None
+                h_lo = tl.zeros((NB, P), dtype=tl.float32)
+                h_hi = tl.zeros((NB, P), dtype=tl.float32)
+                d_lo = tl.zeros((NB, P), dtype=tl.float32)
+                d_hi = tl.zeros((NB, P), dtype=tl.float32)
             new_lo = _mma(tl.trans(klo * kw[:, None]), vt, h_lo, PREC_ROT, LOWP, INTERP)
             new_hi = _mma(tl.trans(khi * kw[:, None]), vt, h_hi, PREC_ROT, LOWP, INTERP)
             _store_rows(BUF_H + dst, new_lo, new_hi, jb, N, P, NB)
@@ -549,7 +570,7 @@ def _scan_one(BUF, DECAY, pid, e, REVERSE: tl.constexpr, NC: tl.constexpr, NP: t
             cidx = i * KC + k
             ok = cidx < NC
         a = tl.load(DECAY + pid * NC + cidx, mask=ok, other=1.0)
-        ptrs = BUF + (pid * NC + cidx)[:, None] * NP + e[None, :]
+        ptrs = BUF + (pid.to(tl.int64) * NC + cidx)[:, None] * NP + e[None, :]
         msk = ok[:, None] & (e < NP)[None, :]
         x = tl.load(ptrs, mask=msk, other=0.0)
         aa, xx = tl.associative_scan((tl.broadcast_to(a[:, None], (KC, BLOCK)), x), 0, _linear_combine)
@@ -589,7 +610,7 @@ def group_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS
     pid = tl.program_id(1)
     b = pid // H
     h = pid % H
-    base = pid * NG
+    base = pid.to(tl.int64) * NG  # 64-bit state offsets
     prev_lim = tl.where(grp > 0, N // 2, 0)
     next_lim = tl.where(grp < NG - 1, N // 2, 0)
     if GC == 1:

@@ -1,0 +1,173 @@
+"""Probe the Mamba3 MIMO backward template on a GPU: correctness, device time per kernel, registers, spills.
+
+A diagnostic beside the sweep (``tune_mimo.sh``): for each (workload, config) it builds and runs the template
+once in a spawned process of its own (so a crash or illegal address only loses that candidate, and compiles
+run in parallel across the host's cores), checks every gradient against the float32 reference, then times
+the candidates that passed, one after another in this process: CUPTI kernel durations via torch.profiler,
+L2 flushed before each sample, median per kernel name and of the per-sample totals.
+
+usage: python benchmarks/h200/mimo_probe.py --workloads mimo-n64-p64-r4 ... \\
+           --configs '{}' '{"variant": "fused"}' ... [--samples 20] [--workers 16] [--json OUT.json]
+Each config is a JSON object of overrides of the search space's default config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import multiprocessing
+import os
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+
+TEMPLATE_NAME = "mamba3_mimo_bwd"
+
+
+def _config(overrides: str):
+    from tuner import registry
+
+    space = registry.get(TEMPLATE_NAME).space()
+    return space.validate_config({**space.default.to_dict(), **json.loads(overrides)})
+
+
+def _kernel_stats() -> dict[str, dict[str, int]]:
+    """Registers, spills and shared memory of every compiled Triton kernel of the template's module."""
+    from kernels import mamba3_mimo_bwd_triton as kern
+
+    stats: dict[str, dict[str, int]] = {}
+    for name in ("group_local_kernel", "state_scan_kernel", "group_bwd_kernel", "epilogue_kernel"):
+        fn = getattr(kern, name)
+        for caches in getattr(fn, "device_caches", {}).values():
+            cache = caches[0] if isinstance(caches, tuple) else caches
+            for compiled in cache.values():
+                stats[name] = {"regs": int(getattr(compiled, "n_regs", -1)),
+                               "spills": int(getattr(compiled, "n_spills", -1)),
+                               "shared": int(getattr(compiled.metadata, "shared", -1))}
+    return stats
+
+
+def _check(workload: str, overrides: str) -> dict:
+    """Build, run once, compare with the reference; never raises (the failure is the result)."""
+    import torch
+
+    from tuner import registry
+
+    template = registry.get(TEMPLATE_NAME)
+    shape = template.workload(workload)
+    started = time.perf_counter()
+    row: dict = {"workload": workload, "config": overrides}
+    try:
+        config = _config(overrides)
+        if not template.space().is_valid(config, shape):
+            row["status"] = "invalid for shape"
+            return row
+        kernel = template.build(config, shape)
+        inputs = template.make_inputs(shape, "cuda", 1)
+        outputs = template.allocate_outputs(shape, inputs)
+        for v in outputs.values():
+            v.fill_(float("nan"))
+        kernel(inputs, outputs)
+        torch.cuda.synchronize()
+        row["compile_run_s"] = round(time.perf_counter() - started, 1)
+        refs = template.reference(shape, inputs)
+        errs = {}
+        for name, ref in refs.items():
+            out = outputs[name].double()
+            errs[name] = float((out - ref.double()).norm() / ref.double().norm())
+        row["errors"] = errs
+        bounds = {spec.name: spec.rtol for spec in template.outputs}
+        bad = {k: e for k, e in errs.items() if not e <= bounds[k]}
+        row["status"] = "ok" if not bad else "wrong: " + ", ".join(f"{k}={e:.2e}" for k, e in bad.items())
+        row["kernels"] = _kernel_stats()
+    except Exception as exc:  # the probe reports every failure as a row
+        row["status"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    return row
+
+
+def _time(workload: str, overrides: str, samples: int) -> dict[str, float]:
+    """Median device time per kernel name (µs) and of the per-sample totals ('total')."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from tuner import registry
+
+    template = registry.get(TEMPLATE_NAME)
+    shape = template.workload(workload)
+    kernel = template.build(_config(overrides), shape)
+    inputs = template.make_inputs(shape, "cuda", 2)
+    outputs = template.allocate_outputs(shape, inputs)
+    kernel(inputs, outputs)
+    torch.cuda.synchronize()
+    flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    per_kernel: dict[str, list[float]] = defaultdict(list)
+    totals = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(samples):
+            flush.zero_()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                kernel(inputs, outputs)
+                torch.cuda.synchronize()
+            path = os.path.join(tmp, f"{i}.json")
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                events = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"]
+            sums: dict[str, float] = defaultdict(float)
+            for e in events:
+                sums[e["name"][:40]] += e["dur"]
+            for k, v in sums.items():
+                per_kernel[k].append(v)
+            totals.append(sum(sums.values()))
+    out = {k: statistics.median(v) for k, v in per_kernel.items()}
+    out["total"] = statistics.median(totals)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workloads", nargs="+", required=True)
+    ap.add_argument("--configs", nargs="+", default=["{}"])
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--timeout", type=float, default=400.0)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    jobs = [(w, c) for w in args.workloads for c in args.configs]
+    rows = []
+    started = time.perf_counter()
+    with cf.ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_check, w, c) for w, c in jobs]
+        try:
+            for future in cf.as_completed(futures, timeout=args.timeout):
+                row = future.result()
+                rows.append(row)
+                print(f"{time.perf_counter() - started:6.1f}s {row['workload']:18s} {row['config']:60.60s} "
+                      f"{row['status'][:90]} {json.dumps(row.get('kernels', {}))}", flush=True)
+        except cf.TimeoutError:
+            print("check phase timed out; timing what passed", flush=True)
+            for p in pool._processes.values():  # noqa: SLF001 - stop stragglers so the pool can close
+                p.kill()
+    for row in rows:
+        if row["status"] == "ok" or row["status"].startswith("wrong"):  # a wrong result is timed too
+            try:
+                row["us"] = _time(row["workload"], row["config"], args.samples)
+            except Exception as exc:
+                row["status"] = f"timing failed: {type(exc).__name__}: {exc}"[:200]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(f"\n{'workload':18s} {'config':58s} {'total µs':>10s}  per kernel (µs) / status")
+    for row in sorted(rows, key=lambda r: (r["workload"], r["config"])):
+        if "us" in row:
+            parts = " ".join(f"{k.split('_kernel')[0][-14:]}={v:.0f}" for k, v in row["us"].items() if k != "total")
+            worst = max(row["errors"].values())
+            print(f"{row['workload']:18s} {row['config']:58.58s} {row['us']['total']:10.1f}  {parts} maxerr={worst:.1e}")
+        else:
+            print(f"{row['workload']:18s} {row['config']:58.58s} {'-':>10s}  {row['status'][:100]}")
+
+
+if __name__ == "__main__":
+    main()
