@@ -8,8 +8,9 @@ Plans are immutable.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -92,6 +93,26 @@ def _interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+@contextlib.contextmanager
+def _mma_sync_only() -> Iterator[None]:
+    """Compile (on first launch) with Triton's Hopper wgmma path off: DISABLE_MMA_V3=1 while launching.
+
+    wgmma lowering of these kernels' register-operand dots inside loops produced illegal memory accesses on
+    the H200 (N >= 64 split, every fused and grouped config); mma.sync runs them correctly. Triton keys its
+    compile cache on this variable, so other kernels compiled without it are unaffected. Not thread-safe
+    against Triton compiles in other threads of the process (the environment is process-wide).
+    """
+    saved = os.environ.get("DISABLE_MMA_V3")
+    os.environ["DISABLE_MMA_V3"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["DISABLE_MMA_V3"]
+        else:
+            os.environ["DISABLE_MMA_V3"] = saved
+
+
 def _tl_dtype(dtype: torch.dtype) -> tl.dtype:
     return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dtype]
 
@@ -116,6 +137,11 @@ class _Scratch:
 
 def run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor]) -> None:
     """Compute every gradient into ``outputs`` (see the module docstring); ValueError on strided outputs."""
+    with _mma_sync_only():
+        _run(plan, d, inputs, outputs)
+
+
+def _run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mapping[str, torch.Tensor]) -> None:
     bad = sorted(k for k, v in outputs.items() if not v.is_contiguous())
     if bad:
         raise ValueError(f"outputs must be contiguous: {', '.join(bad)}")

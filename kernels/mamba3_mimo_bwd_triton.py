@@ -59,24 +59,17 @@ def _round(x, PREC: tl.constexpr, LOWP: tl.constexpr):
 
 @triton.jit
 def _dot(a, b, acc, TF32: tl.constexpr):
-    """acc + a @ b computed as a batch-of-one 3-D dot (TF32: 0 the operands' own precision, 1 tf32, 2 tf32x3).
+    """acc + a @ b (TF32: 0 the operands' own precision, 1 tf32, 2 tf32x3).
 
-    Triton lowers batched dots to mma.sync and never to Hopper's asynchronous wgmma, whose lowering of
-    these register-operand dots inside loops faulted with illegal memory accesses on the H200.
+    The launcher compiles these kernels with Hopper's wgmma disabled (mma.sync only): its lowering of these
+    register-operand dots inside loops faulted with illegal memory accesses on the H200.
     """
-    M: tl.constexpr = a.shape[0]
-    K: tl.constexpr = a.shape[1]
-    N: tl.constexpr = b.shape[1]
-    a3 = tl.reshape(a, (1, M, K))
-    b3 = tl.reshape(b, (1, K, N))
-    c3 = tl.reshape(acc, (1, M, N))
     if TF32 == 1:
-        c3 = tl.dot(a3, b3, c3, input_precision="tf32")
+        return tl.dot(a, b, acc, input_precision="tf32")
     elif TF32 == 2:
-        c3 = tl.dot(a3, b3, c3, input_precision="tf32x3")
+        return tl.dot(a, b, acc, input_precision="tf32x3")
     else:
-        c3 = tl.dot(a3, b3, c3)
-    return tl.reshape(c3, (M, N))
+        return tl.dot(a, b, acc)
 
 
 @triton.jit
