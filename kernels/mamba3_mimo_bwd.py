@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Iterator
 
 import torch
@@ -88,6 +89,9 @@ class Mamba3MimoBwd(KernelTemplate):
     outputs = tuple(OutputSpec(n, LOWP_RTOL if n in LOWP_OUTPUTS else FP32_RTOL) for n in ref.GRAD_NAMES)
     workloads = tuple(_workload(*npr) for npr in _OFFICIAL)
     doc = __doc__ or ""
+    # On a GPU a config compiles for tens of seconds (see build): the tuner then compiles each batch of trials
+    # in parallel processes. Under the interpreter nothing compiles.
+    compile_in_parallel = torch.cuda.is_available()
 
     # -- shapes -------------------------------------------------------------------------------------
     def check_shape(self, shape: Shape) -> None:
@@ -147,9 +151,24 @@ class Mamba3MimoBwd(KernelTemplate):
         }
 
     def build(self, config: Config, shape: Shape) -> Kernel:
+        """The kernel for a config; on a CUDA device it is also compiled here, by one run at batch 1.
+
+        Triton compiles on first launch; running once here puts the compiled kernels in Triton's on-disk
+        cache, so that builds in the tuner's parallel compile processes spare the measurer the compile
+        (the batch is not a compile-time constant, so batch 1 compiles the same kernels).
+        """
         dims = Dims.of(shape)
         plan = Plan.of(config, dims)
-        return lambda inputs, outputs: run(plan, dims, inputs, outputs)
+
+        def kernel(inputs: Tensors, outputs: Tensors) -> None:
+            run(plan, dims, inputs, outputs)
+
+        if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+            one = shape.replace(B=1)
+            inputs = self.make_inputs(one, "cuda", 0)
+            kernel(inputs, self.allocate_outputs(one, inputs))
+            torch.cuda.synchronize()
+        return kernel
 
     def comparators(self) -> tuple[Comparator, ...]:
         return (Comparator(

@@ -6,7 +6,7 @@ once, in a pool of spawned processes (one GPU context each), every candidate the
 the TileLang comparator and the template's default and seed configs, for every official workload. The
 sweep (`tuner tune mamba3_mimo_bwd …`) then loads them from TileLang's and Triton's on-disk caches.
 
-usage: python benchmarks/h200/warm_mimo.py [--workers 16] [--timeout 420]
+usage: python benchmarks/h200/warm_mimo.py [--workers 16] [--timeout 420] [--workloads NAME ...]
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=420.0)
+    ap.add_argument("--workloads", nargs="*", default=None, help="default: every official workload")
     args = ap.parse_args()
     from tuner import registry
 
@@ -56,6 +57,8 @@ def main() -> None:
     space = template.space()
     jobs = []
     for w in template.workloads:
+        if args.workloads and w.name not in args.workloads:
+            continue
         shape = template.workload(w.name)
         jobs.append((w.name, "tilelang"))  # the slowest first
         jobs += [(w.name, c.to_json()) for c in (space.default, *space.seeds) if space.is_valid(c, shape)]
