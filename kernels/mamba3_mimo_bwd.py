@@ -164,11 +164,19 @@ class Mamba3MimoBwd(KernelTemplate):
             run(plan, dims, inputs, outputs)
 
         if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-            one = shape.replace(B=1)
-            inputs = self.make_inputs(one, "cuda", 0)
-            kernel(inputs, self.allocate_outputs(one, inputs))
-            torch.cuda.synchronize()
+            self.compile_at_batch_one(config, shape, "cuda")
         return kernel
+
+    def compile_at_batch_one(self, config: Config, shape: Shape, device: str) -> None:
+        """Run the config once on batch-1 inputs of ``shape`` on ``device`` (what :meth:`build` does on a
+        GPU to compile); the plan is made for the batch-1 shape, whose grids match those inputs."""
+        one = shape.replace(B=1)
+        dims = Dims.of(one)
+        plan = Plan.of(config, dims)
+        inputs = self.make_inputs(one, device, 0)
+        run(plan, dims, inputs, self.allocate_outputs(one, inputs))
+        if device == "cuda":
+            torch.cuda.synchronize()
 
     def comparators(self) -> tuple[Comparator, ...]:
         return (Comparator(
@@ -176,6 +184,9 @@ class Mamba3MimoBwd(KernelTemplate):
             doc=tilelang_cmp.__doc__ or "",
             build=tilelang_cmp.build,
             unavailable=tilelang_cmp.unavailable,
+            # Timed whatever its errors (they are stored with it): the issue bounds our bf16 gradients by
+            # 1.25x TileLang's own error, and its dAngles misses our fp32 bound (4e-2 on the H200).
+            gated=False,
         ),)
 
     # -- roofline -----------------------------------------------------------------------------------

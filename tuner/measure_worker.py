@@ -181,13 +181,20 @@ def prepare(
         verify_s += time.perf_counter() - start
         for name, error in verdict.errors.items():
             worst[name] = max(error, worst.get(name, 0.0))
-        if verdict.failure is not None:
+        if verdict.failure is not None and _gated(template, candidate):
             return MeasureResult(Status.WRONG_RESULT, config, errors=dict(worst),
                                  reason=f"inputs seed {seed + k}: {verdict.failure}", timer=backend.timer,
                                  phases=PhaseTimes(build_s=build_s, verify_s=verify_s))
         case = (inputs, outputs)
     assert case is not None  # check_seeds >= 1
     return Runnable(config, kernel, case[0], case[1], worst, build_s, verify_s)
+
+
+def _gated(template: KernelTemplate, candidate: Candidate) -> bool:
+    """Whether a wrong result fails this candidate: always for configs; for comparators unless ungated."""
+    if candidate.comparator is None:
+        return True
+    return all(c.gated for c in template.comparators() if c.name == candidate.comparator)
 
 
 def build(

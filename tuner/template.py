@@ -103,6 +103,8 @@ class Comparator:
     a reason string when it cannot run here (library not importable, shape unsupported), else None.
     Comparators of one ``group`` are alternatives of one line in reports (e.g. a library's fixed configs:
     the report shows the best of the group); a comparator without a group is a line of its own.
+    ``gated`` False times the comparator even when its outputs miss the template's error bounds (its errors
+    are stored with its measurement): for a baseline whose own accuracy is part of the comparison.
     """
 
     name: str
@@ -110,6 +112,7 @@ class Comparator:
     build: Callable[[Shape], Kernel]
     unavailable: Callable[[Shape], str | None] = field(default=lambda shape: None)
     group: str | None = None
+    gated: bool = True
 
     @property
     def line(self) -> str:

@@ -186,3 +186,14 @@ def test_candidate_and_options_validation() -> None:
         MeasureOptions(n_samples=0)
     with pytest.raises(UserInputError):
         MeasureOptions(timeout_s=0)
+
+
+def test_an_ungated_comparator_is_timed_with_its_errors(measurer: Measurer) -> None:
+    from tests.fixtures.fault_templates import BASELINES_REF
+
+    gated, ungated = measurer.measure_interleaved(
+        BASELINES_REF, SHAPE, [Candidate(comparator="gated"), Candidate(comparator="ungated")])
+    assert gated.status is Status.WRONG_RESULT and gated.summary is None
+    assert ungated.status is Status.OK, ungated.reason
+    assert ungated.summary is not None and ungated.summary.n == OPTIONS.n_samples
+    assert ungated.errors["y"] > 1e-3  # its error is stored with its time

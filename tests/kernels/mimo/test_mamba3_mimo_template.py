@@ -97,3 +97,11 @@ def test_roofline_figures_and_registration():
     assert TEMPLATE.bytes_moved(shape) > 4 * 2048 * 16 * 64 * 2 * 5
     assert TEMPLATE.flops(shape) > 0
     assert isinstance(registry.load("kernels.mamba3_mimo_bwd:Mamba3MimoBwd"), Mamba3MimoBwd)
+
+
+def test_compile_at_batch_one_runs_a_batch_one_plan(device):
+    # build() compiles on a GPU by this one run; a plan made for the full batch would index past the
+    # batch-1 inputs (the bug that made every H200 build fault with an illegal address).
+    shape = tiny(B=3, S=16)
+    config = TEMPLATE.space().validate_config({**TEMPLATE.space().default.to_dict(), "chunk_rows": 16})
+    TEMPLATE.compile_at_batch_one(config, shape, device)
