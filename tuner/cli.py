@@ -212,6 +212,7 @@ def report(
     db_url: DbOpt = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the markdown to this file.")] = None,
     title: Annotated[str | None, typer.Option(help="Title of a multi-template report.")] = None,
+    errors: Annotated[bool, typer.Option("--errors", help="Add each output's relative error (one template).")] = False,
 ) -> None:
     """Markdown report: per workload, best vs default vs comparators, geometric means, roofline."""
     from tuner import registry
@@ -221,7 +222,9 @@ def report(
         registry.get(name)
     store = _store(db_url)
     reports = [collect(store, name, device_kind=device) for name in templates]
-    text = render_markdown(reports[0]) if len(reports) == 1 else render_comparison(reports, title=title)
+    if errors and len(reports) > 1:
+        raise UserInputError("--errors takes one template")
+    text = render_markdown(reports[0], errors=errors) if len(reports) == 1 else render_comparison(reports, title=title)
     if output:
         output.write_text(text)
         err_console.print(f"wrote {output}")

@@ -32,6 +32,7 @@ class Line:
     median_us: float | None
     member: str | None = None  # which comparator of the group gave the time
     note: str | None = None
+    errors: dict[str, float] = field(default_factory=dict)  # relative error per output of that member
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class ReportRow:
     trials: int
     failed: int
     search_s: float | None
+    best_errors: dict[str, float] = field(default_factory=dict)  # relative error per output, final round
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ def _row(session: Session, template: object, st: db.StudyRecord, fingerprint: di
         trials=len(measured),
         failed=failed,
         search_s=search_s,
+        best_errors=json.loads(best.errors_json) if best else {},
     )
 
 
@@ -144,7 +147,7 @@ def _line(name: str, members: Sequence[db.MeasurementRecord]) -> Line:
         reasons = "; ".join(sorted({f"{m.status}: {(m.reason or '').splitlines()[0][:80]}" for m in members}))
         return Line(name, None, note=reasons)
     best = min(ok, key=lambda m: m.median_us or math.inf)
-    return Line(name, best.median_us, best.candidate[len(COMPARATOR_PREFIX):])
+    return Line(name, best.median_us, best.candidate[len(COMPARATOR_PREFIX):], errors=json.loads(best.errors_json))
 
 
 def _ratio(other: float | None, best: float | None) -> str:
@@ -163,8 +166,12 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
-def render_markdown(report: Report) -> str:
-    """The report as markdown: one table per device, a geometric-mean row, the environment."""
+def render_markdown(report: Report, *, errors: bool = False) -> str:
+    """The report as markdown: one table per device, a geometric-mean row, the environment.
+
+    ``errors`` adds, per device, a table of each output's relative L2 error (worst over the check seeds of
+    the final round) for the best config and every comparator line that was timed.
+    """
     out = [f"# {report.template} (template version {report.version})", ""]
     if not report.rows:
         out.append("No studies in the store for this template yet.")
@@ -215,8 +222,26 @@ def render_markdown(report: Report) -> str:
         out += [f"- not measured: {note}" for note in silent]
         if silent:
             out.append("")
+        if errors:
+            out += _error_table(rows, line_names)
     out += _environment(report.fingerprints)
     return "\n".join(out) + "\n"
+
+
+def _error_table(rows: Sequence[ReportRow], line_names: Sequence[str]) -> list[str]:
+    """Relative L2 error per output: the best config and each timed comparator line, per workload."""
+    names = sorted({k for r in rows for k in r.best_errors} | {k for r in rows for ln in r.lines for k in ln.errors})
+    if not names:
+        return []
+    out = ["### Relative L2 error per output (final round, worst over the check seeds)", "",
+           "| workload | candidate | " + " | ".join(names) + " |", "|" + "---|" * (len(names) + 2)]
+    for r in rows:
+        entries = [("best config", r.best_errors)] if r.best_errors else []
+        entries += [(ln.name, ln.errors) for ln in r.lines if ln.name in line_names and ln.errors]
+        for label, errs in entries:
+            cells = [f"{errs[n]:.1e}" if n in errs else "–" for n in names]
+            out.append(f"| {r.workload} | {label} | " + " | ".join(cells) + " |")
+    return out + [""]
 
 
 def render_comparison(reports: Sequence[Report], *, title: str | None = None) -> str:

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# Regenerate the committed chunk-cumsum reports from the committed store (no GPU needed).
+# Regenerate the committed H200 reports from the committed stores (no GPU needed).
+# chunk_cumsum.db did not reach the repository (an ignore rule kept it out); those two reports are skipped
+# with a note until a new H200 run writes it again.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-DB=sqlite:///benchmarks/h200/chunk_cumsum.db
 TUNER="${PYTHON:-.venv/bin/python} -m tuner.cli"
-{
-  cat benchmarks/h200/chunk_cumsum_core.head.md
-  $TUNER report mamba2_chunk_cumsum --device cuda --db "$DB"
-} > benchmarks/h200/chunk_cumsum_core.md
-{
-  cat benchmarks/h200/chunk_cumsum.head.md
-  $TUNER report mamba2_chunk_cumsum mamba2_chunk_cumsum_tilelang --device cuda --db "$DB" \
-    --title "Mamba2 chunk cumsum forward on the H200: Triton and TileLang templates vs mamba_ssm"
-} > benchmarks/h200/chunk_cumsum.md
+H=benchmarks/h200
+if [[ -f $H/chunk_cumsum.db ]]; then
+  DB=sqlite:///$H/chunk_cumsum.db
+  { cat $H/chunk_cumsum_core.head.md; $TUNER report mamba2_chunk_cumsum --device cuda --db "$DB"; } \
+    > $H/chunk_cumsum_core.md
+  { cat $H/chunk_cumsum.head.md
+    $TUNER report mamba2_chunk_cumsum mamba2_chunk_cumsum_tilelang --device cuda --db "$DB" \
+      --title "Mamba2 chunk cumsum forward on the H200: Triton and TileLang templates vs mamba_ssm"
+  } > $H/chunk_cumsum.md
+else
+  echo "skipped chunk_cumsum reports: $H/chunk_cumsum.db is missing" >&2
+fi
+{ cat $H/mamba3_mimo_bwd.head.md
+  $TUNER report mamba3_mimo_bwd --device cuda --errors --db "sqlite:///$H/mamba3_mimo_bwd.db"
+} > $H/mamba3_mimo_bwd.md

@@ -66,10 +66,18 @@ def main() -> None:
     context = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(args.workers, mp_context=context) as pool:
         futures = [pool.submit(_warm, w, c) for w, c in jobs]
-        for future in cf.as_completed(futures, timeout=args.timeout):
-            workload, candidate, seconds, status = future.result()
-            print(f"{time.perf_counter() - started:7.1f}s {workload:22s} {seconds:6.1f}s {status:10.60s} {candidate}",
-                  flush=True)
+        try:
+            for future in cf.as_completed(futures, timeout=args.timeout):
+                workload, candidate, seconds, status = future.result()
+                print(f"{time.perf_counter() - started:7.1f}s {workload:22s} {seconds:6.1f}s {status:10.60s} "
+                      f"{candidate}", flush=True)
+        except cf.TimeoutError:
+            # Leaving the pool would wait for the unfinished builds and eat the sweep's time: stop them.
+            left = sum(not f.done() for f in futures)
+            print(f"{time.perf_counter() - started:7.1f}s timeout: {left} builds stopped unfinished", flush=True)
+            for process in list(pool._processes.values()):  # noqa: SLF001 - no public way to stop running tasks
+                process.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 if __name__ == "__main__":

@@ -90,3 +90,9 @@ def test_tune_then_best_history_and_report(tmp_path: Path) -> None:
     assert report.returncode == 0, report.stderr
     text = (tmp_path / "r.md").read_text()
     assert "| n=256 |" in text and "torch µs" in text and "cpu-wall" in text
+
+    report = tuner("report", VS, "--db", url, "--errors")
+    assert report.returncode == 0, report.stderr
+    assert "### Relative L2 error per output" in report.stdout
+    assert "| n=256 | best config | 0.0e+00 |" in report.stdout  # exact output y
+    assert "| n=256 | torch | 0.0e+00 |" in report.stdout
