@@ -46,6 +46,11 @@ def _kernel_stats() -> dict[str, dict[str, int]]:
                 stats[name] = {"regs": int(getattr(compiled, "n_regs", -1)),
                                "spills": int(getattr(compiled, "n_spills", -1)),
                                "shared": int(getattr(compiled.metadata, "shared", -1))}
+                if name == "group_bwd_kernel":  # what the PTX asks of ptxas (some compiles land at 32 regs)
+                    ptx = getattr(compiled, "asm", {}).get("ptx", "")
+                    stats[name]["ptx"] = " ".join(
+                        ln.strip() for ln in ptx.splitlines()
+                        if ln.strip().startswith((".maxnreg", ".maxntid", ".reqntid", ".minnctapersm")))
     return stats
 
 
