@@ -21,7 +21,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from db._convert import as_utc, to_record
@@ -224,7 +224,7 @@ def _release_worker(session: Session, worker_id: str, *, new_state: str) -> None
             .values(trials_reserved=TaskRow.trials_reserved - n, updated_at=now)
         )
     session.execute(
-        SlotRow.__table__.delete().where(SlotRow.worker_id == worker_id, SlotRow.state == "reserved")
+        delete(SlotRow).where(SlotRow.worker_id == worker_id, SlotRow.state == "reserved")
     )
     # A final round it had begun goes back to 'running', where any worker may claim and finish it.
     session.execute(

@@ -21,7 +21,7 @@ from kernels import mamba3_mimo_bwd_triton as kern
 from tuner.frozen import Config, Shape
 
 PRECISIONS = {"lowp": 0, "tf32": 1, "tf32x3": 2, "lowp3": 3}
-VARIANTS = ("split", "grouped", "fused")
+VARIANTS = ("split", "split2", "grouped", "fused")
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Plan:
         if rows % dims.R or rows < 16 or dims.S % (rows // dims.R):
             raise ValueError(f"chunk_rows={rows} needs R | chunk_rows, chunk_rows >= 16 and C | S")
         nc = dims.S // (rows // dims.R)
-        group = {"split": 1, "fused": nc}.get(variant, int(config["group_chunks"]))
+        group = {"split": 1, "split2": 1, "fused": nc}.get(variant, int(config["group_chunks"]))
         if nc % group:
             raise ValueError(f"group_chunks={group} must divide the {nc} chunks")
         return cls(
@@ -161,7 +161,7 @@ def _run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mappi
               t["K_bias"], t["MIMO_V"], t["MIMO_Z"], t["MIMO_O"], t["D"], cos, sin)
     outs = (outputs["dV"], outputs["dZ"], outputs["dADT"], sc.dth, sc.dfac, sc.dgam, dq, dk,
             sc.dphi, sc.dzeta, sc.dpsi, sc.dd, sc.dqb, sc.dkb)
-    _chunk_groups(plan, d, t, common, outs, consts, launch, sc.dfac)
+    _chunk_groups(plan, d, t, common, outs, consts, launch, sc)
     kern.epilogue_kernel[(d.B * d.H,)](
         t["Angles"], t["DT"], t["Trap"], sc.dth, sc.dfac, sc.dgam, outputs["dAngles"], outputs["dDT"],
         outputs["dTrap"], S=d.S, H=d.H, A=d.A, BT=epilogue_block(d.S), INTERP=interp, num_warps=8)
@@ -183,9 +183,11 @@ def _only(consts: dict, kernel: object) -> dict:
 
 
 def _chunk_groups(plan: Plan, d: Dims, t: Mapping[str, torch.Tensor], common: tuple, outs: tuple,
-                  consts: dict, launch: dict, dummy: torch.Tensor) -> None:
+                  consts: dict, launch: dict, sc: _Scratch) -> None:
     """Pass A (each group's own state increments) and the scan when there are several chunk groups, then
-    pass C (every gradient). One group (fused) needs neither: its programs start from zero states."""
+    pass C (every gradient: one kernel, or two for split2). One group (fused) needs neither pass A nor the
+    scan: its programs start from zero states."""
+    dummy = sc.dfac
     gc = plan.group_chunks
     ng = d.S // plan.chunk // gc
     dev = t["V"].device
@@ -202,12 +204,35 @@ def _chunk_groups(plan: Plan, d: Dims, t: Mapping[str, torch.Tensor], common: tu
         kern.state_scan_kernel[(d.B * d.H, triton.cdiv(np_, block))](
             buf_h, buf_d, decay, NC=ng, NP=np_, KC=min(plan.scan_chunks, triton.next_power_of_2(ng)),
             BLOCK=block, num_warps=4)
+    if plan.variant == "split2":
+        _split2(d, t, common, outs, consts, launch, buf_h, buf_d)
+        return
     local = dstate = dummy
     if gc > 1:
         local = torch.empty(d.B * d.H * ng * gc * d.N * d.P, device=dev, dtype=torch.float32)
         dstate = torch.empty(d.B * d.H * ng * 2 * d.N * d.P, device=dev, dtype=torch.float32)
     kern.group_bwd_kernel[(ng, d.B * d.H)](*common, buf_h, buf_d, local, dstate, *outs, GC=gc, **consts,
                                            **launch)
+
+
+def _split2(d: Dims, t: Mapping[str, torch.Tensor], common: tuple, outs: tuple, consts: dict, launch: dict,
+            buf_h: torch.Tensor, buf_d: torch.Tensor) -> None:
+    """Pass C of split2: the value-side kernel, then the q/k-side kernel, through fp32 scratch of the
+    scores (C*R)², dy (C*R x P) and Σ Hp⊙dH per chunk."""
+    nc = d.S // consts["C"]
+    rows = consts["C"] * d.R
+    dev = t["V"].device
+    s_a = torch.empty(d.B * d.H * nc * rows * rows, device=dev, dtype=torch.float32)
+    s_dy = torch.empty(d.B * d.H * nc * rows * d.P, device=dev, dtype=torch.float32)
+    s_hdh = torch.empty(d.B * d.H * nc, device=dev, dtype=torch.float32)
+    (dv, dz, dadt, dth, dfac, dgam, dq, dk, dphi, dzeta, dpsi, dd, dqb, dkb) = outs
+    grid = (nc, d.B * d.H)
+    kern.chunk_values_kernel[grid](*common, buf_h, buf_d, s_a, s_dy, s_hdh, dv, dz, dphi, dzeta, dpsi, dd,
+                                   **_only(consts, kern.chunk_values_kernel), **launch)
+    (q, k, v, _z, _dout, adt, dt, trap, qb, kb, mv, _mz, _mo, _d, cos, sin) = common
+    kern.chunk_qk_kernel[grid](q, k, v, adt, dt, trap, qb, kb, mv, cos, sin, buf_h, buf_d, s_a, s_dy, s_hdh,
+                               dadt, dth, dfac, dgam, dq, dk, dqb, dkb,
+                               **_only(consts, kern.chunk_qk_kernel), **launch)
 
 
 def block_pairs(plan: Plan, d: Dims) -> int:

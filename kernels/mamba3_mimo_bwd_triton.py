@@ -10,7 +10,10 @@ chunk (N×P) and the gradient of the state after it. Chunks are taken in groups 
   states, then backward carrying the state gradient, calling :func:`_chunk_bwd` for each.
 
 GC = 1 is the split variant (every chunk in parallel, no walk); GC = S / C the fused one (one program per
-(batch, head) walking every chunk, like mamba_ssm's TileLang kernels; no pass A, no scan).
+(batch, head) walking every chunk, like mamba_ssm's TileLang kernels; no pass A, no scan). The split2
+variant runs pass C as two kernels, :func:`chunk_values_kernel` then :func:`chunk_qk_kernel`, each with
+half of :func:`_chunk_bwd` (fewer live tiles per program, at the cost of a global round trip of the
+scores and dy).
 
 :func:`epilogue_kernel` then turns per-step scratch (angle, factor and gamma gradients) into dAngles, dDT and
 dTrap (the angle gradient needs a reverse running sum over the whole sequence).
@@ -367,20 +370,37 @@ def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN,
     gradients, and the per-step scratch (angle, factor, gamma gradients).
     Returns the chunk's partials of dMIMO_O, dMIMO_Z, dMIMO_V, dD and its total log-decay.
 
-    The N axis is walked in blocks of NB rotary pairs, twice (scores first, q/k gradients second), so that
-    only C*R x NB tiles of q and k are live at a time: registers, not flops, limit this kernel.
+    Two halves, :func:`_chunk_values` then :func:`_chunk_qk`; the split2 variant runs them as two kernels
+    with the scores, dy and Σ Hp⊙dH passed through global memory, so that each holds fewer live tiles.
     """
-    CR: tl.constexpr = C * R
+    a, hdh, dy, dphi, dzeta, dpsi, d_d = _chunk_values(
+        Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ, HP, hp_lim, DH, dh_lim,
+        b, h, c, S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP)
+    cs_last = _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DTH, DFAC, DGAM,
+                        DQ, DK, DQB, DKB, HP, hp_lim, DH, dh_lim, DH_OUT, b, h, c,
+                        S, H, G, N, P, R, A, C, NB, ATOMIC, WRITE_DH, PREC_ROT, LOWP, INTERP)
+    return dphi, dzeta, dpsi, d_d, cs_last
+
+
+@triton.jit
+def _chunk_values(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ,
+                  HP, hp_lim, DH, dh_lim, b, h, c,
+                  S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+                  R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+                  PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """First half of :func:`_chunk_bwd`: scores, the recomputed output and everything on the value side.
+
+    Stores dZ and dV; returns the scores q·k (C*R x C*R), Σ Hp⊙dH, the gradient reaching y (C*R x P) and
+    the chunk's partials of dMIMO_O, dMIMO_Z, dMIMO_V, dD.
+    The N axis is walked in blocks of NB rotary pairs so that only C*R x NB tiles of q and k are live.
+    """
     t0 = c * C
     g = h // (H // G)
-    ti = tl.arange(0, CR) // R
-    u = tl.arange(0, C)
+    ti = tl.arange(0, C * R) // R
     d_h = tl.load(D + h)
-
     cs, cs_last, gamma, factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
     e = tl.exp(cs)
-    w = tl.exp(cs_last - cs)
-    wf = w * factor
+    wf = tl.exp(cs_last - cs) * factor
     a, qh, kdh, hdh = _scores_and_reads(Q, K, QB, KB, COS, SIN, HP, hp_lim, DH, dh_lim, b, h, g, t0,
                                         S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP)
     vt = _rows_p(V, b, h, t0, S, H, P, R, C) * _param_rows(MV, h, P, R, C)
@@ -394,6 +414,29 @@ def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN,
     # Values: intra-chunk, state and D paths.
     dvt = _mma(tl.trans(lf), dy, d_h * dy + wf[:, None] * kdh, PREC, LOWP, INTERP)
     dpsi = _v_bwd(dvt, V, MV, DV, b, h, t0, S, H, P, R, C, INTERP)
+    return a, hdh, dy, dphi, dzeta, dpsi, d_d
+
+
+@triton.jit
+def _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DTH, DFAC, DGAM,
+              DQ, DK, DQB, DKB, HP, hp_lim, DH, dh_lim, DH_OUT, b, h, c,
+              S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+              R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+              ATOMIC: tl.constexpr, WRITE_DH: tl.constexpr,
+              PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """Second half of :func:`_chunk_bwd`, from the scores ``a``, Σ Hp⊙dH ``hdh`` and ``dy`` of the first:
+    the score gradient, rotated q/k gradients and their inverse rotation, angle gradients, the state
+    gradient before the chunk (WRITE_DH) and the per-step outputs. Returns the chunk's total log-decay."""
+    CR: tl.constexpr = C * R
+    t0 = c * C
+    g = h // (H // G)
+    ti = tl.arange(0, CR) // R
+    u = tl.arange(0, C)
+    cs, cs_last, gamma, factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
+    e = tl.exp(cs)
+    w = tl.exp(cs_last - cs)
+    wf = w * factor
+    vt = _rows_p(V, b, h, t0, S, H, P, R, C) * _param_rows(MV, h, P, R, C)
 
     # Score gradient; factor, gamma and decay gradients of the intra-chunk scores.
     dlf = _mm(dy, tl.trans(vt), PREC_ROT, LOWP, INTERP)
@@ -444,7 +487,7 @@ def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN,
     tl.store(DADT + sp, tl.sum(tl.where(u[None, :] >= u[:, None], g_t[None, :], 0.0), axis=1))
     tl.store(DFAC + sp, tl.sum(tl.reshape(dfac_row + w * kvd, (C, R)), axis=1))
     tl.store(DGAM + sp, tl.sum(tl.reshape(dgam_row, (C, R)), axis=1))
-    return dphi, dzeta, dpsi, d_d, cs_last
+    return cs_last
 
 
 @triton.jit
@@ -638,6 +681,62 @@ def group_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS
             dpsi += cpsi
             d_d += cd
     _add_params(DPHI, DZETA, DPSI, DDD, h, dphi, dzeta, dpsi, d_d, P, R)
+
+
+@triton.jit
+def chunk_values_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, BUF_H, BUF_D,
+                        SA, SDY, SHDH, DV, DZ, DPHI, DZETA, DPSI, DDD,
+                        S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+                        R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+                        PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """split2, first kernel. Grid (NC, B*H): :func:`_chunk_values` of every chunk (states from the scan).
+
+    Stores dV, dZ, adds the MIMO/D partials, and hands the second kernel the chunk's scores (SA, NC·C*R·C*R
+    per (b, h)), dy (SDY, NC·C*R·P) and Σ Hp⊙dH (SHDH, NC), all fp32.
+    """
+    NC: tl.constexpr = S // C
+    NP: tl.constexpr = N * P
+    CR: tl.constexpr = C * R
+    c = tl.program_id(0)
+    pid = tl.program_id(1)
+    b = pid // H
+    h = pid % H
+    slot = pid.to(tl.int64) * NC + c  # 64-bit: B*H*NC*N*P state elements
+    a, hdh, dy, dphi, dzeta, dpsi, d_d = _chunk_values(
+        Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ,
+        BUF_H + (slot - 1) * NP, tl.where(c > 0, N // 2, 0), BUF_D + (slot + 1) * NP,
+        tl.where(c < NC - 1, N // 2, 0), b, h, c, S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP)
+    rows = tl.arange(0, CR)
+    tl.store(SA + slot * CR * CR + rows[:, None] * CR + rows[None, :], a)
+    tl.store(SDY + slot * CR * P + rows[:, None] * P + tl.arange(0, P)[None, :], dy)
+    tl.store(SHDH + slot, hdh)
+    _add_params(DPHI, DZETA, DPSI, DDD, h, dphi, dzeta, dpsi, d_d, P, R)
+
+
+@triton.jit
+def chunk_qk_kernel(Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, BUF_H, BUF_D, SA, SDY, SHDH,
+                    DADT, DTH, DFAC, DGAM, DQ, DK, DQB, DKB,
+                    S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+                    R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+                    PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """split2, second kernel. Grid (NC, B*H): :func:`_chunk_qk` of every chunk from what the first stored."""
+    NC: tl.constexpr = S // C
+    NP: tl.constexpr = N * P
+    CR: tl.constexpr = C * R
+    ATOMIC: tl.constexpr = H // G > 1
+    c = tl.program_id(0)
+    pid = tl.program_id(1)
+    b = pid // H
+    h = pid % H
+    slot = pid.to(tl.int64) * NC + c
+    rows = tl.arange(0, CR)
+    a = tl.load(SA + slot * CR * CR + rows[:, None] * CR + rows[None, :])
+    dy = tl.load(SDY + slot * CR * P + rows[:, None] * P + tl.arange(0, P)[None, :])
+    hdh = tl.load(SHDH + slot)
+    _cs_last = _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DTH, DFAC, DGAM,
+                         DQ, DK, DQB, DKB, BUF_H + (slot - 1) * NP, tl.where(c > 0, N // 2, 0),
+                         BUF_D + (slot + 1) * NP, tl.where(c < NC - 1, N // 2, 0), BUF_D, b, h, c,
+                         S, H, G, N, P, R, A, C, NB, ATOMIC, False, PREC_ROT, LOWP, INTERP)
 
 
 # -- epilogue ----------------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if "\n" in text else text
 
 
-def _store(url: str | None):  # type: ignore[no-untyped-def]
+def _store(url: str | None):
     import db
     from tuner.settings import engine_settings
 
@@ -124,7 +124,7 @@ def tune(
     console.print(render_markdown(collect(store, t.name, device_kind=spec.kind)), markup=False, highlight=False)
 
 
-def _one_shape(template: str, workload: list[str], shape: list[str]):  # type: ignore[no-untyped-def]
+def _one_shape(template: str, workload: list[str], shape: list[str]):
     from tuner import registry
     from tuner.shapes import select_shapes
 

@@ -101,10 +101,11 @@ def _row(session: Session, template: object, st: db.StudyRecord, fingerprint: di
             name = m.candidate[len(COMPARATOR_PREFIX):]
             line = comps[name].line if name in comps else name
             lines.setdefault(line, []).append(m)
-    bw = (fingerprint.get("info") or {}).get("copy_bw_bytes_per_s")  # type: ignore[union-attr]
+    info = fingerprint.get("info")
+    bw = info.get("copy_bw_bytes_per_s") if isinstance(info, dict) else None
     roofline = None
     if best is not None and best.median_us and bw:
-        roofline = 100.0 * template.bytes_moved(shape) / (best.median_us * 1e-6) / float(bw)  # type: ignore[arg-type]
+        roofline = 100.0 * template.bytes_moved(shape) / (best.median_us * 1e-6) / float(bw)
     return ReportRow(
         workload=template.workload_name(shape) or shape.key(),
         shape=shape,
@@ -112,7 +113,8 @@ def _row(session: Session, template: object, st: db.StudyRecord, fingerprint: di
         timer=best.timer if best else None,
         best_config=Config.from_json(best.config_json) if best else None,
         best_us=best.median_us if best else None,
-        best_spread=(best.p20_us, best.p80_us) if best and best.p20_us is not None else None,  # type: ignore[assignment]
+        best_spread=(best.p20_us, best.p80_us) if best and best.p20_us is not None and best.p80_us is not None
+        else None,
         default_us=default.median_us if default else None,
         lines=tuple(_line(name, members) for name, members in sorted(lines.items())),
         roofline_pct=roofline,
@@ -241,7 +243,7 @@ def _error_table(rows: Sequence[ReportRow], line_names: Sequence[str]) -> list[s
         for label, errs in entries:
             cells = [f"{errs[n]:.1e}" if n in errs else "–" for n in names]
             out.append(f"| {r.workload} | {label} | " + " | ".join(cells) + " |")
-    return out + [""]
+    return [*out, ""]
 
 
 def render_comparison(reports: Sequence[Report], *, title: str | None = None) -> str:
@@ -320,8 +322,9 @@ def _environment(fingerprints: Sequence[dict[str, object]]) -> list[str]:
         seen.append(fp)
         out += ["| field | value |", "|---|---|"]
         out += [f"| {k} | {fp.get(k, '')} |" for k in ("kind", "device_name", "driver", "runtime")]
-        out += [f"| {k} | {v} |" for k, v in sorted((fp.get("libraries") or {}).items())]  # type: ignore[union-attr]
-        out += [f"| {k} | {v} |" for k, v in sorted((fp.get("info") or {}).items())]  # type: ignore[union-attr]
+        for part in ("libraries", "info"):
+            values = fp.get(part)
+            out += [f"| {k} | {v} |" for k, v in sorted(values.items())] if isinstance(values, dict) else []
         out.append("")
     return out
 

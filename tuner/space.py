@@ -129,7 +129,9 @@ class Param:
             lo, hi = int(self.choices[0]), int(self.choices[-1])
             step = int(self.choices[1]) - lo if len(self.choices) > 1 else 1
             return trial.suggest_int(self.name, lo, hi, step=step)
-        return trial.suggest_categorical(self.name, list(self.choices))  # type: ignore[arg-type]
+        value = trial.suggest_categorical(self.name, list(self.choices))
+        assert value is not None  # choices hold no None
+        return value
 
 
 @dataclass(frozen=True)

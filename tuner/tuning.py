@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import db
@@ -70,7 +70,7 @@ def _tune_one(
         task = progress.add_task(label, total=trials, best="–")
         best = [float("inf")]
 
-        def on_trial(record: TrialRecord, task: int = task, best: list[float] = best) -> None:
+        def on_trial(record: TrialRecord, task: TaskID = task, best: list[float] = best) -> None:
             if record.median_us is not None and record.median_us < best[0]:
                 best[0] = record.median_us
                 progress.update(task, best=f"{best[0]:.2f} µs")

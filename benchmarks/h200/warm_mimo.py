@@ -75,7 +75,7 @@ def main() -> None:
             # Leaving the pool would wait for the unfinished builds and eat the sweep's time: stop them.
             left = sum(not f.done() for f in futures)
             print(f"{time.perf_counter() - started:7.1f}s timeout: {left} builds stopped unfinished", flush=True)
-            for process in list(pool._processes.values()):  # noqa: SLF001 - no public way to stop running tasks
+            for process in list(pool._processes.values()):
                 process.kill()
             pool.shutdown(wait=False, cancel_futures=True)
 

@@ -54,6 +54,10 @@ CASES = [
     ("fused", tiny(rotary_divisor=2, S=24), {"chunk_rows": 16}),
     ("split", tiny(R=4, S=16, N=32), {"chunk_rows": 32}),
     ("fused", tiny(R=8, S=16), {"chunk_rows": 64}),
+    ("split2", tiny(), {"chunk_rows": 16}),
+    ("split2", tiny(R=1, N=64, S=16), {"chunk_rows": 16, "block_n": 32}),
+    ("split2", tiny(H=4, G=2, S=16), {"chunk_rows": 16}),
+    ("split2", tiny(R=4, S=16, N=32), {"chunk_rows": 32}),
     ("grouped", tiny(S=64), {"chunk_rows": 16, "group_chunks": 2}),  # 4 groups of 2 chunks
     ("grouped", tiny(S=64, R=1, N=32, H=4, G=2), {"chunk_rows": 16, "group_chunks": 2, "scan_chunks": 4}),
 ]
@@ -66,7 +70,7 @@ def test_gradients_match_reference_exactly_in_float32(device, variant, shape, ov
     _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
 
 
-@pytest.mark.parametrize("variant", ["fused", "split", "grouped"])
+@pytest.mark.parametrize("variant", ["fused", "split", "split2", "grouped"])
 def test_strong_dynamics(device, variant):
     errs = _run(tiny(S=32, R=2), device, seed=5, strong=True, variant=variant, chunk_rows=16, group_chunks=2)
     _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
