@@ -51,6 +51,7 @@ class ReportRow:
     failed: int
     search_s: float | None
     best_errors: dict[str, float] = field(default_factory=dict)  # relative error per output, final round
+    version: str = ""  # the template version the row's study measured
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ def _row(session: Session, template: object, st: db.StudyRecord, fingerprint: di
         failed=failed,
         search_s=search_s,
         best_errors=json.loads(best.errors_json) if best else {},
+        version=st.template_version,
     )
 
 
@@ -174,7 +176,12 @@ def render_markdown(report: Report, *, errors: bool = False) -> str:
     ``errors`` adds, per device, a table of each output's relative L2 error (worst over the check seeds of
     the final round) for the best config and every comparator line that was timed.
     """
-    out = [f"# {report.template} (template version {report.version})", ""]
+    versions = sorted({r.version for r in report.rows} - {""}) or [report.version]
+    if versions == [report.version]:
+        out = [f"# {report.template} (template version {report.version})", ""]
+    else:  # rows measured by older code: say so, and tag each row with its version
+        out = [f"# {report.template} (measured with template version {', '.join(versions)}; "
+               f"the code is now version {report.version})", ""]
     if not report.rows:
         out.append("No studies in the store for this template yet.")
         return "\n".join(out) + "\n"
@@ -194,7 +201,7 @@ def render_markdown(report: Report, *, errors: bool = False) -> str:
         for r in rows:
             spread = f" ({_us(r.best_spread[0])}–{_us(r.best_spread[1])})" if r.best_spread else ""
             cells = [
-                r.workload,
+                r.workload if len(versions) == 1 else f"{r.workload} (v{r.version})",
                 "`" + json.dumps(r.best_config.to_dict(), separators=(",", ":")) + "`" if r.best_config else "none",
                 _us(r.best_us) + spread,
                 _us(r.default_us),

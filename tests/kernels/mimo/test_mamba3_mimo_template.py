@@ -105,3 +105,12 @@ def test_compile_at_batch_one_runs_a_batch_one_plan(device):
     shape = tiny(B=3, S=16)
     config = TEMPLATE.space().validate_config({**TEMPLATE.space().default.to_dict(), "chunk_rows": 16})
     TEMPLATE.compile_at_batch_one(config, shape, device)
+
+
+def test_register_cap_fits_the_register_file_at_every_cta_size():
+    from kernels.mamba3_mimo_bwd_launch import register_cap
+
+    for warps in (1, 2, 4, 8, 16, 32):
+        cap = register_cap(warps)
+        assert cap <= 255 and cap * 32 * warps <= 65536 and (cap % 8 == 0 or cap == 255)
+    assert register_cap(4) == 255 and register_cap(16) == 128
