@@ -76,8 +76,11 @@ def test_strong_dynamics(device, variant):
     _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
 
 
-def test_default_precision_meets_the_template_bounds(device):
-    errs = _run(tiny(R=4, S=16, N=32, P=32), device, seed=2, chunk_rows=32, prec="tf32", prec_rot="lowp3")
+@pytest.mark.parametrize("prec", ["lowp3", "tf32"])  # the default's, and the tf32 the seeds also try
+def test_default_precision_meets_the_template_bounds(device, prec):
+    default = TEMPLATE.space().default
+    assert default["prec"] == "lowp3" and default["prec_rot"] == "lowp3"
+    errs = _run(tiny(R=4, S=16, N=32, P=32), device, seed=2, chunk_rows=32, prec=prec, prec_rot="lowp3")
     _split_bounds(errs, fp32_bound=FP32_RTOL, lowp_bound=LOWP_RTOL)
 
 
