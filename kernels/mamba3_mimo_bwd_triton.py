@@ -378,7 +378,7 @@ def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN,
         b, h, c, S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP)
     cs_last = _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DTH, DFAC, DGAM,
                         DQ, DK, DQB, DKB, HP, hp_lim, DH, dh_lim, DH_OUT, b, h, c,
-                        S, H, G, N, P, R, A, C, NB, ATOMIC, WRITE_DH, PREC_ROT, LOWP, INTERP)
+                        S, H, G, N, P, R, A, C, NB, ATOMIC, WRITE_DH, PREC_ROT, LOWP, INTERP, False)
     return dphi, dzeta, dpsi, d_d, cs_last
 
 
@@ -418,15 +418,73 @@ def _chunk_values(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, S
 
 
 @triton.jit
+def _qk_two_walks(da, dy, vt, e, wf, cs_last, g_row, kvd, Q, K, QB, KB, COS, SIN, DTH, DQ, DK, DQB, DKB,
+                  HP, hp_lim, DH, dh_lim, DH_OUT, b, h, g, t0,
+                  S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+                  R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+                  ATOMIC: tl.constexpr, WRITE_DH: tl.constexpr,
+                  PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """Pass 2 of :func:`_chunk_qk` as two walks over the pair blocks: the q side (dq, the state gradient
+    before the chunk) needs dy but not ṽ, the k side (dk) ṽ but not dy, so each walk holds one C*R x P tile
+    fewer. The angle gradient gets its q-side part in the first walk and its k-side part added in the
+    second (re-read after a barrier: other threads stored it). Returns the updated g_row and kvd."""
+    u = tl.arange(0, C)
+    for jb in range((N // 2 + NB - 1) // NB):
+        cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
+        qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+        klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+        hp_lo, hp_hi = _state_rows(HP, hp_lim, jb, N, P, NB)
+        dq_lo = e[:, None] * _mm(dy, tl.trans(hp_lo), PREC_ROT, LOWP, INTERP)
+        dq_hi = e[:, None] * _mm(dy, tl.trans(hp_hi), PREC_ROT, LOWP, INTERP)
+        g_row += tl.sum(dq_lo * qlo + dq_hi * qhi, axis=1)
+        dq_lo = _mma(da, klo, dq_lo, PREC_ROT, LOWP, INTERP)
+        dq_hi = _mma(da, khi, dq_hi, PREC_ROT, LOWP, INTERP)
+        if WRITE_DH:
+            dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
+            eq = e[:, None] * dy
+            eL = tl.exp(cs_last)
+            _store_rows(DH_OUT, _mma(tl.trans(qlo), eq, eL * dh_lo, PREC_ROT, LOWP, INTERP),
+                        _mma(tl.trans(qhi), eq, eL * dh_hi, PREC_ROT, LOWP, INTERP), jb, N, P, NB)
+        j = jb * NB + tl.arange(0, NB)
+        tl.store(DTH + ((b * S + t0 + u) * H + h)[:, None] * A + j[None, :],
+                 _fold_rank(dq_hi * qlo - dq_lo * qhi, C, R, NB), mask=(j < A)[None, :])
+        _put_qk(DQ, DQB, cos * dq_lo + sin * dq_hi, cos * dq_hi - sin * dq_lo, b, h, g, t0, jb,
+                S, G, N, R, C, NB, ATOMIC, INTERP)
+    tl.debug_barrier()  # the angle-gradient rows stored above are re-read by other threads
+    for jb in range((N // 2 + NB - 1) // NB):
+        cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
+        qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+        klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+        dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
+        vdh_lo = _mm(vt, tl.trans(dh_lo), PREC_ROT, LOWP, INTERP)
+        vdh_hi = _mm(vt, tl.trans(dh_hi), PREC_ROT, LOWP, INTERP)
+        kvd += tl.sum(klo * vdh_lo + khi * vdh_hi, axis=1)
+        dk_lo = _mma(tl.trans(da), qlo, wf[:, None] * vdh_lo, PREC_ROT, LOWP, INTERP)
+        dk_hi = _mma(tl.trans(da), qhi, wf[:, None] * vdh_hi, PREC_ROT, LOWP, INTERP)
+        j = jb * NB + tl.arange(0, NB)
+        ptrs = DTH + ((b * S + t0 + u) * H + h)[:, None] * A + j[None, :]
+        jm = (j < A)[None, :]
+        tl.store(ptrs, tl.load(ptrs, mask=jm, other=0.0) + _fold_rank(dk_hi * klo - dk_lo * khi, C, R, NB),
+                 mask=jm)
+        _put_qk(DK, DKB, cos * dk_lo + sin * dk_hi, cos * dk_hi - sin * dk_lo, b, h, g, t0, jb,
+                S, G, N, R, C, NB, ATOMIC, INTERP)
+    return g_row, kvd
+
+
+@triton.jit
 def _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DTH, DFAC, DGAM,
               DQ, DK, DQB, DKB, HP, hp_lim, DH, dh_lim, DH_OUT, b, h, c,
               S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
               R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
               ATOMIC: tl.constexpr, WRITE_DH: tl.constexpr,
-              PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+              PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr, TWO_WALKS: tl.constexpr):
     """Second half of :func:`_chunk_bwd`, from the scores ``a``, Σ Hp⊙dH ``hdh`` and ``dy`` of the first:
     the score gradient, rotated q/k gradients and their inverse rotation, angle gradients, the state
-    gradient before the chunk (WRITE_DH) and the per-step outputs. Returns the chunk's total log-decay."""
+    gradient before the chunk (WRITE_DH) and the per-step outputs. Returns the chunk's total log-decay.
+
+    TWO_WALKS walks the pair blocks twice (:func:`_qk_two_walks`): on sm_90 that cuts the split2 q/k
+    kernel's spills 3x (280 -> 96 B at N128 P64 R4, 32 rows, 8 warps) but adds to the one-kernel variants'
+    (2512 -> 2808 B), whose first half keeps more tiles live; ptxas 13.4 via benchmarks/sm90_resources.py."""
     CR: tl.constexpr = C * R
     t0 = c * C
     g = h // (H // G)
@@ -450,34 +508,39 @@ def _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DT
 
     # Pass 2 over pair blocks: rotated q/k gradients, their inverse rotation, angle gradients.
     kvd = tl.zeros((CR,), dtype=tl.float32)
-    for jb in range((N // 2 + NB - 1) // NB):
-        cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
-        qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
-        klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
-        hp_lo, hp_hi = _state_rows(HP, hp_lim, jb, N, P, NB)
-        dq_lo = e[:, None] * _mm(dy, tl.trans(hp_lo), PREC_ROT, LOWP, INTERP)
-        dq_hi = e[:, None] * _mm(dy, tl.trans(hp_hi), PREC_ROT, LOWP, INTERP)
-        g_row += tl.sum(dq_lo * qlo + dq_hi * qhi, axis=1)
-        dq_lo = _mma(da, klo, dq_lo, PREC_ROT, LOWP, INTERP)
-        dq_hi = _mma(da, khi, dq_hi, PREC_ROT, LOWP, INTERP)
-        dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
-        vdh_lo = _mm(vt, tl.trans(dh_lo), PREC_ROT, LOWP, INTERP)
-        vdh_hi = _mm(vt, tl.trans(dh_hi), PREC_ROT, LOWP, INTERP)
-        kvd += tl.sum(klo * vdh_lo + khi * vdh_hi, axis=1)
-        dk_lo = _mma(tl.trans(da), qlo, wf[:, None] * vdh_lo, PREC_ROT, LOWP, INTERP)
-        dk_hi = _mma(tl.trans(da), qhi, wf[:, None] * vdh_hi, PREC_ROT, LOWP, INTERP)
-        if WRITE_DH:
-            eq = e[:, None] * dy
-            eL = tl.exp(cs_last)
-            _store_rows(DH_OUT, _mma(tl.trans(qlo), eq, eL * dh_lo, PREC_ROT, LOWP, INTERP),
-                        _mma(tl.trans(qhi), eq, eL * dh_hi, PREC_ROT, LOWP, INTERP), jb, N, P, NB)
-        dth = _fold_rank(dq_hi * qlo - dq_lo * qhi + dk_hi * klo - dk_lo * khi, C, R, NB)
-        j = jb * NB + tl.arange(0, NB)
-        tl.store(DTH + ((b * S + t0 + u) * H + h)[:, None] * A + j[None, :], dth, mask=(j < A)[None, :])
-        _put_qk(DQ, DQB, cos * dq_lo + sin * dq_hi, cos * dq_hi - sin * dq_lo, b, h, g, t0, jb,
-                S, G, N, R, C, NB, ATOMIC, INTERP)
-        _put_qk(DK, DKB, cos * dk_lo + sin * dk_hi, cos * dk_hi - sin * dk_lo, b, h, g, t0, jb,
-                S, G, N, R, C, NB, ATOMIC, INTERP)
+    if TWO_WALKS:
+        g_row, kvd = _qk_two_walks(da, dy, vt, e, wf, cs_last, g_row, kvd, Q, K, QB, KB, COS, SIN, DTH, DQ, DK,
+                                   DQB, DKB, HP, hp_lim, DH, dh_lim, DH_OUT, b, h, g, t0, S, H, G, N, P, R, A,
+                                   C, NB, ATOMIC, WRITE_DH, PREC_ROT, LOWP, INTERP)
+    else:
+        for jb in range((N // 2 + NB - 1) // NB):
+            cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
+            qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+            klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+            hp_lo, hp_hi = _state_rows(HP, hp_lim, jb, N, P, NB)
+            dq_lo = e[:, None] * _mm(dy, tl.trans(hp_lo), PREC_ROT, LOWP, INTERP)
+            dq_hi = e[:, None] * _mm(dy, tl.trans(hp_hi), PREC_ROT, LOWP, INTERP)
+            g_row += tl.sum(dq_lo * qlo + dq_hi * qhi, axis=1)
+            dq_lo = _mma(da, klo, dq_lo, PREC_ROT, LOWP, INTERP)
+            dq_hi = _mma(da, khi, dq_hi, PREC_ROT, LOWP, INTERP)
+            dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
+            vdh_lo = _mm(vt, tl.trans(dh_lo), PREC_ROT, LOWP, INTERP)
+            vdh_hi = _mm(vt, tl.trans(dh_hi), PREC_ROT, LOWP, INTERP)
+            kvd += tl.sum(klo * vdh_lo + khi * vdh_hi, axis=1)
+            dk_lo = _mma(tl.trans(da), qlo, wf[:, None] * vdh_lo, PREC_ROT, LOWP, INTERP)
+            dk_hi = _mma(tl.trans(da), qhi, wf[:, None] * vdh_hi, PREC_ROT, LOWP, INTERP)
+            if WRITE_DH:
+                eq = e[:, None] * dy
+                eL = tl.exp(cs_last)
+                _store_rows(DH_OUT, _mma(tl.trans(qlo), eq, eL * dh_lo, PREC_ROT, LOWP, INTERP),
+                            _mma(tl.trans(qhi), eq, eL * dh_hi, PREC_ROT, LOWP, INTERP), jb, N, P, NB)
+            dth = _fold_rank(dq_hi * qlo - dq_lo * qhi + dk_hi * klo - dk_lo * khi, C, R, NB)
+            j = jb * NB + tl.arange(0, NB)
+            tl.store(DTH + ((b * S + t0 + u) * H + h)[:, None] * A + j[None, :], dth, mask=(j < A)[None, :])
+            _put_qk(DQ, DQB, cos * dq_lo + sin * dq_hi, cos * dq_hi - sin * dq_lo, b, h, g, t0, jb,
+                    S, G, N, R, C, NB, ATOMIC, INTERP)
+            _put_qk(DK, DKB, cos * dk_lo + sin * dk_hi, cos * dk_hi - sin * dk_lo, b, h, g, t0, jb,
+                    S, G, N, R, C, NB, ATOMIC, INTERP)
 
     # Per-step outputs: dADT (reverse sum of the decay gradient within the chunk), factor and gamma.
     xs = wf * kvd
@@ -718,7 +781,7 @@ def chunk_qk_kernel(Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, BUF_H, BUF_D, 
                     DADT, DTH, DFAC, DGAM, DQ, DK, DQB, DKB,
                     S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
                     R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
-                    PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+                    PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr, TWO_WALKS: tl.constexpr):
     """split2, second kernel. Grid (NC, B*H): :func:`_chunk_qk` of every chunk from what the first stored."""
     NC: tl.constexpr = S // C
     NP: tl.constexpr = N * P
@@ -736,7 +799,7 @@ def chunk_qk_kernel(Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, BUF_H, BUF_D, 
     _cs_last = _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DTH, DFAC, DGAM,
                          DQ, DK, DQB, DKB, BUF_H + (slot - 1) * NP, tl.where(c > 0, N // 2, 0),
                          BUF_D + (slot + 1) * NP, tl.where(c < NC - 1, N // 2, 0), BUF_D, b, h, c,
-                         S, H, G, N, P, R, A, C, NB, ATOMIC, False, PREC_ROT, LOWP, INTERP)
+                         S, H, G, N, P, R, A, C, NB, ATOMIC, False, PREC_ROT, LOWP, INTERP, TWO_WALKS)
 
 
 # -- epilogue ----------------------------------------------------------------------------------------------
