@@ -418,6 +418,39 @@ def _chunk_values(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, S
 
 
 @triton.jit
+def _dq_block(da, dy, e, Q, K, QB, KB, COS, SIN, HP, hp_lim, b, h, g, t0, jb,
+              S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+              R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+              PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """Pair block jb: its cos/sin, rotated q and k, the rotated-q gradient (before the inverse rotation)
+    and the block's share of the decay-gradient rows (the state path's q·Hp term)."""
+    cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
+    qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+    klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+    hp_lo, hp_hi = _state_rows(HP, hp_lim, jb, N, P, NB)
+    dq_lo = e[:, None] * _mm(dy, tl.trans(hp_lo), PREC_ROT, LOWP, INTERP)
+    dq_hi = e[:, None] * _mm(dy, tl.trans(hp_hi), PREC_ROT, LOWP, INTERP)
+    g_add = tl.sum(dq_lo * qlo + dq_hi * qhi, axis=1)
+    dq_lo = _mma(da, klo, dq_lo, PREC_ROT, LOWP, INTERP)
+    dq_hi = _mma(da, khi, dq_hi, PREC_ROT, LOWP, INTERP)
+    return cos, sin, qlo, qhi, klo, khi, dq_lo, dq_hi, g_add
+
+
+@triton.jit
+def _dk_block(da, vt, wf, qlo, qhi, klo, khi, DH, dh_lim, jb, N: tl.constexpr, P: tl.constexpr,
+              NB: tl.constexpr, PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """Pair block jb: the state-gradient rows it reads, the rotated-k gradient (before the inverse
+    rotation) and the block's share of the k·(ṽ dH) rows."""
+    dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
+    vdh_lo = _mm(vt, tl.trans(dh_lo), PREC_ROT, LOWP, INTERP)
+    vdh_hi = _mm(vt, tl.trans(dh_hi), PREC_ROT, LOWP, INTERP)
+    kvd_add = tl.sum(klo * vdh_lo + khi * vdh_hi, axis=1)
+    dk_lo = _mma(tl.trans(da), qlo, wf[:, None] * vdh_lo, PREC_ROT, LOWP, INTERP)
+    dk_hi = _mma(tl.trans(da), qhi, wf[:, None] * vdh_hi, PREC_ROT, LOWP, INTERP)
+    return dh_lo, dh_hi, dk_lo, dk_hi, kvd_add
+
+
+@triton.jit
 def _qk_two_walks(da, dy, vt, e, wf, cs_last, g_row, kvd, Q, K, QB, KB, COS, SIN, DTH, DQ, DK, DQB, DKB,
                   HP, hp_lim, DH, dh_lim, DH_OUT, b, h, g, t0,
                   S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
@@ -430,15 +463,10 @@ def _qk_two_walks(da, dy, vt, e, wf, cs_last, g_row, kvd, Q, K, QB, KB, COS, SIN
     second (re-read after a barrier: other threads stored it). Returns the updated g_row and kvd."""
     u = tl.arange(0, C)
     for jb in range((N // 2 + NB - 1) // NB):
-        cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
-        qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
-        klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
-        hp_lo, hp_hi = _state_rows(HP, hp_lim, jb, N, P, NB)
-        dq_lo = e[:, None] * _mm(dy, tl.trans(hp_lo), PREC_ROT, LOWP, INTERP)
-        dq_hi = e[:, None] * _mm(dy, tl.trans(hp_hi), PREC_ROT, LOWP, INTERP)
-        g_row += tl.sum(dq_lo * qlo + dq_hi * qhi, axis=1)
-        dq_lo = _mma(da, klo, dq_lo, PREC_ROT, LOWP, INTERP)
-        dq_hi = _mma(da, khi, dq_hi, PREC_ROT, LOWP, INTERP)
+        cos, sin, qlo, qhi, klo, khi, dq_lo, dq_hi, g_add = _dq_block(
+            da, dy, e, Q, K, QB, KB, COS, SIN, HP, hp_lim, b, h, g, t0, jb, S, H, G, N, P, R, A, C, NB,
+            PREC_ROT, LOWP, INTERP)
+        g_row += g_add
         if WRITE_DH:
             dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
             eq = e[:, None] * dy
@@ -455,12 +483,9 @@ def _qk_two_walks(da, dy, vt, e, wf, cs_last, g_row, kvd, Q, K, QB, KB, COS, SIN
         cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
         qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
         klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
-        dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
-        vdh_lo = _mm(vt, tl.trans(dh_lo), PREC_ROT, LOWP, INTERP)
-        vdh_hi = _mm(vt, tl.trans(dh_hi), PREC_ROT, LOWP, INTERP)
-        kvd += tl.sum(klo * vdh_lo + khi * vdh_hi, axis=1)
-        dk_lo = _mma(tl.trans(da), qlo, wf[:, None] * vdh_lo, PREC_ROT, LOWP, INTERP)
-        dk_hi = _mma(tl.trans(da), qhi, wf[:, None] * vdh_hi, PREC_ROT, LOWP, INTERP)
+        _dh_lo, _dh_hi, dk_lo, dk_hi, kvd_add = _dk_block(da, vt, wf, qlo, qhi, klo, khi, DH, dh_lim, jb, N, P,
+                                                          NB, PREC_ROT, LOWP, INTERP)
+        kvd += kvd_add
         j = jb * NB + tl.arange(0, NB)
         ptrs = DTH + ((b * S + t0 + u) * H + h)[:, None] * A + j[None, :]
         jm = (j < A)[None, :]
@@ -514,21 +539,13 @@ def _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DT
                                    C, NB, ATOMIC, WRITE_DH, PREC_ROT, LOWP, INTERP)
     else:
         for jb in range((N // 2 + NB - 1) // NB):
-            cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
-            qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
-            klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
-            hp_lo, hp_hi = _state_rows(HP, hp_lim, jb, N, P, NB)
-            dq_lo = e[:, None] * _mm(dy, tl.trans(hp_lo), PREC_ROT, LOWP, INTERP)
-            dq_hi = e[:, None] * _mm(dy, tl.trans(hp_hi), PREC_ROT, LOWP, INTERP)
-            g_row += tl.sum(dq_lo * qlo + dq_hi * qhi, axis=1)
-            dq_lo = _mma(da, klo, dq_lo, PREC_ROT, LOWP, INTERP)
-            dq_hi = _mma(da, khi, dq_hi, PREC_ROT, LOWP, INTERP)
-            dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
-            vdh_lo = _mm(vt, tl.trans(dh_lo), PREC_ROT, LOWP, INTERP)
-            vdh_hi = _mm(vt, tl.trans(dh_hi), PREC_ROT, LOWP, INTERP)
-            kvd += tl.sum(klo * vdh_lo + khi * vdh_hi, axis=1)
-            dk_lo = _mma(tl.trans(da), qlo, wf[:, None] * vdh_lo, PREC_ROT, LOWP, INTERP)
-            dk_hi = _mma(tl.trans(da), qhi, wf[:, None] * vdh_hi, PREC_ROT, LOWP, INTERP)
+            cos, sin, qlo, qhi, klo, khi, dq_lo, dq_hi, g_add = _dq_block(
+                da, dy, e, Q, K, QB, KB, COS, SIN, HP, hp_lim, b, h, g, t0, jb, S, H, G, N, P, R, A, C, NB,
+                PREC_ROT, LOWP, INTERP)
+            g_row += g_add
+            dh_lo, dh_hi, dk_lo, dk_hi, kvd_add = _dk_block(da, vt, wf, qlo, qhi, klo, khi, DH, dh_lim, jb, N, P,
+                                                            NB, PREC_ROT, LOWP, INTERP)
+            kvd += kvd_add
             if WRITE_DH:
                 eq = e[:, None] * dy
                 eL = tl.exp(cs_last)
