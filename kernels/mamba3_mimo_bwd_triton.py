@@ -333,8 +333,8 @@ def _v_bwd(dvt, V, MV, DV, b, h, t0, S: tl.constexpr, H: tl.constexpr, P: tl.con
 def _scores_and_reads(Q, K, QB, KB, COS, SIN, HP, hp_lim, DH, dh_lim, b, h, g, t0,
                       S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
                       R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
-                      PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
-    """Pass 1 over pair blocks: scores q·k, q·Hp, k·dH (C*R rows) and Σ Hp⊙dH."""
+                      PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr, WITH_KDH: tl.constexpr):
+    """Pass 1 over pair blocks: scores q·k, q·Hp, k·dH (C*R rows; zeros unless WITH_KDH) and Σ Hp⊙dH."""
     CR: tl.constexpr = C * R
     a = tl.zeros((CR, CR), dtype=tl.float32)
     qh = tl.zeros((CR, P), dtype=tl.float32)
@@ -348,9 +348,25 @@ def _scores_and_reads(Q, K, QB, KB, COS, SIN, HP, hp_lim, DH, dh_lim, b, h, g, t
         hp_lo, hp_hi = _state_rows(HP, hp_lim, jb, N, P, NB)
         qh = _mma(qhi, hp_hi, _mma(qlo, hp_lo, qh, PREC, LOWP, INTERP), PREC, LOWP, INTERP)
         dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
-        kdh = _mma(khi, dh_hi, _mma(klo, dh_lo, kdh, PREC, LOWP, INTERP), PREC, LOWP, INTERP)
+        if WITH_KDH:
+            kdh = _mma(khi, dh_hi, _mma(klo, dh_lo, kdh, PREC, LOWP, INTERP), PREC, LOWP, INTERP)
         hdh += hp_lo * dh_lo + hp_hi * dh_hi
     return a, qh, kdh, tl.sum(tl.sum(hdh, axis=1), axis=0)
+
+
+@triton.jit
+def _k_dh(K, KB, COS, SIN, DH, dh_lim, b, h, g, t0,
+          S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+          R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
+          PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """k·dH (C*R x P) in a walk of its own over the pair blocks (see :func:`_chunk_values`' LEAN)."""
+    kdh = tl.zeros((C * R, P), dtype=tl.float32)
+    for jb in range((N // 2 + NB - 1) // NB):
+        cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
+        klo, khi = _rot_block(K, KB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
+        dh_lo, dh_hi = _state_rows(DH, dh_lim, jb, N, P, NB)
+        kdh = _mma(khi, dh_hi, _mma(klo, dh_lo, kdh, PREC, LOWP, INTERP), PREC, LOWP, INTERP)
+    return kdh
 
 
 @triton.jit
@@ -375,7 +391,7 @@ def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN,
     """
     a, hdh, dy, dphi, dzeta, dpsi, d_d = _chunk_values(
         Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ, HP, hp_lim, DH, dh_lim,
-        b, h, c, S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP)
+        DV, b, h, c, S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP, False)
     cs_last = _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DTH, DFAC, DGAM,
                         DQ, DK, DQB, DKB, HP, hp_lim, DH, dh_lim, DH_OUT, b, h, c,
                         S, H, G, N, P, R, A, C, NB, ATOMIC, WRITE_DH, PREC_ROT, LOWP, INTERP, False)
@@ -384,14 +400,16 @@ def _chunk_bwd(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN,
 
 @triton.jit
 def _chunk_values(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ,
-                  HP, hp_lim, DH, dh_lim, b, h, c,
+                  HP, hp_lim, DH, dh_lim, SA_OUT, b, h, c,
                   S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
                   R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
-                  PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+                  PREC: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr, LEAN: tl.constexpr):
     """First half of :func:`_chunk_bwd`: scores, the recomputed output and everything on the value side.
 
     Stores dZ and dV; returns the scores q·k (C*R x C*R), Σ Hp⊙dH, the gradient reaching y (C*R x P) and
-    the chunk's partials of dMIMO_O, dMIMO_Z, dMIMO_V, dD.
+    the chunk's partials of dMIMO_O, dMIMO_Z, dMIMO_V, dD. LEAN (split2's value kernel) holds fewer tiles:
+    it stores the scores, row-major, at SA_OUT as soon as they are complete (the caller needs them only
+    there), and computes k·dH in a walk of its own after the gate instead of holding it from the first.
     The N axis is walked in blocks of NB rotary pairs so that only C*R x NB tiles of q and k are live.
     """
     t0 = c * C
@@ -402,7 +420,10 @@ def _chunk_values(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, S
     e = tl.exp(cs)
     wf = tl.exp(cs_last - cs) * factor
     a, qh, kdh, hdh = _scores_and_reads(Q, K, QB, KB, COS, SIN, HP, hp_lim, DH, dh_lim, b, h, g, t0,
-                                        S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP)
+                                        S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP, not LEAN)
+    if LEAN:
+        rows = tl.arange(0, C * R)
+        tl.store(SA_OUT + rows[:, None] * (C * R) + rows[None, :], a)
     vt = _rows_p(V, b, h, t0, S, H, P, R, C) * _param_rows(MV, h, P, R, C)
 
     # Recompute y (the gate and MIMO_O gradients need it), then the gradient reaching y.
@@ -412,6 +433,8 @@ def _chunk_values(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, S
     dy, dphi, dzeta, d_d = _gate_bwd(y, vt, DOUT, Z, MO, MZ, DZ, b, h, t0, S, H, P, R, C, INTERP)
 
     # Values: intra-chunk, state and D paths.
+    if LEAN:
+        kdh = _k_dh(K, KB, COS, SIN, DH, dh_lim, b, h, g, t0, S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP)
     dvt = _mma(tl.trans(lf), dy, d_h * dy + wf[:, None] * kdh, PREC, LOWP, INTERP)
     dpsi = _v_bwd(dvt, V, MV, DV, b, h, t0, S, H, P, R, C, INTERP)
     return a, hdh, dy, dphi, dzeta, dpsi, d_d
@@ -782,12 +805,12 @@ def chunk_values_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, 
     b = pid // H
     h = pid % H
     slot = pid.to(tl.int64) * NC + c  # 64-bit: B*H*NC*N*P state elements
-    a, hdh, dy, dphi, dzeta, dpsi, d_d = _chunk_values(
+    _a, hdh, dy, dphi, dzeta, dpsi, d_d = _chunk_values(
         Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ,
         BUF_H + (slot - 1) * NP, tl.where(c > 0, N // 2, 0), BUF_D + (slot + 1) * NP,
-        tl.where(c < NC - 1, N // 2, 0), b, h, c, S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP)
+        tl.where(c < NC - 1, N // 2, 0), SA + slot * CR * CR, b, h, c, S, H, G, N, P, R, A, C, NB, PREC, LOWP,
+        INTERP, True)
     rows = tl.arange(0, CR)
-    tl.store(SA + slot * CR * CR + rows[:, None] * CR + rows[None, :], a)
     tl.store(SDY + slot * CR * P + rows[:, None] * P + tl.arange(0, P)[None, :], dy)
     tl.store(SHDH + slot, hdh)
     _add_params(DPHI, DZETA, DPSI, DDD, h, dphi, dzeta, dpsi, d_d, P, R)
