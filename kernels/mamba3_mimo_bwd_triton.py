@@ -474,7 +474,7 @@ def _dk_block(da, vt, wf, qlo, qhi, klo, khi, DH, dh_lim, jb, N: tl.constexpr, P
 
 
 @triton.jit
-def _qk_two_walks(da, dy, vt, e, wf, cs_last, g_row, kvd, Q, K, QB, KB, COS, SIN, DTH, DQ, DK, DQB, DKB,
+def _qk_two_walks(da, dy, V, MV, e, wf, cs_last, g_row, kvd, Q, K, QB, KB, COS, SIN, DTH, DQ, DK, DQB, DKB,
                   HP, hp_lim, DH, dh_lim, DH_OUT, b, h, g, t0,
                   S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
                   R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
@@ -502,6 +502,7 @@ def _qk_two_walks(da, dy, vt, e, wf, cs_last, g_row, kvd, Q, K, QB, KB, COS, SIN
         _put_qk(DQ, DQB, cos * dq_lo + sin * dq_hi, cos * dq_hi - sin * dq_lo, b, h, g, t0, jb,
                 S, G, N, R, C, NB, ATOMIC, INTERP)
     tl.debug_barrier()  # the angle-gradient rows stored above are re-read by other threads
+    vt = _rows_p(V, b, h, t0, S, H, P, R, C) * _param_rows(MV, h, P, R, C)  # reloaded: not held through walk 1
     for jb in range((N // 2 + NB - 1) // NB):
         cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
         qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, g, t0, jb, S, G, N, R, C, NB)
@@ -530,9 +531,10 @@ def _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DT
     the score gradient, rotated q/k gradients and their inverse rotation, angle gradients, the state
     gradient before the chunk (WRITE_DH) and the per-step outputs. Returns the chunk's total log-decay.
 
-    TWO_WALKS walks the pair blocks twice (:func:`_qk_two_walks`): on sm_90 that cuts the split2 q/k
-    kernel's spills 3x (280 -> 96 B at N128 P64 R4, 32 rows, 8 warps) but adds to the one-kernel variants'
-    (2512 -> 2808 B), whose first half keeps more tiles live; ptxas 13.4 via benchmarks/sm90_resources.py."""
+    TWO_WALKS walks the pair blocks twice (:func:`_qk_two_walks`, ṽ reloaded for the second): on sm_90
+    that cuts the split2 q/k kernel's spills 7x (280 -> 40 B at N128 P64 R4, 32 rows, 8 warps) but adds to
+    the one-kernel variants' (2512 -> 2808 B), whose first half keeps more tiles live; ptxas 13.4 via
+    benchmarks/sm90_resources.py."""
     CR: tl.constexpr = C * R
     t0 = c * C
     g = h // (H // G)
@@ -557,7 +559,7 @@ def _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DT
     # Pass 2 over pair blocks: rotated q/k gradients, their inverse rotation, angle gradients.
     kvd = tl.zeros((CR,), dtype=tl.float32)
     if TWO_WALKS:
-        g_row, kvd = _qk_two_walks(da, dy, vt, e, wf, cs_last, g_row, kvd, Q, K, QB, KB, COS, SIN, DTH, DQ, DK,
+        g_row, kvd = _qk_two_walks(da, dy, V, MV, e, wf, cs_last, g_row, kvd, Q, K, QB, KB, COS, SIN, DTH, DQ, DK,
                                    DQB, DKB, HP, hp_lim, DH, dh_lim, DH_OUT, b, h, g, t0, S, H, G, N, P, R, A,
                                    C, NB, ATOMIC, WRITE_DH, PREC_ROT, LOWP, INTERP)
     else:
