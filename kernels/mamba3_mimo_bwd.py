@@ -151,25 +151,23 @@ class Mamba3MimoBwd(KernelTemplate):
         }
 
     def build(self, config: Config, shape: Shape) -> Kernel:
-        """The kernel for a config; on a CUDA device it is also compiled here, by one run at batch 1.
-
-        Triton compiles on first launch; running once here puts the compiled kernels in Triton's on-disk
-        cache, so that builds in the tuner's parallel compile processes spare the measurer the compile
-        (the batch is not a compile-time constant, so batch 1 compiles the same kernels).
-        """
+        """The kernel for a config; Triton compiles it on its first launch (see :meth:`precompile`)."""
         dims = Dims.of(shape)
         plan = Plan.of(config, dims)
+        return lambda inputs, outputs: run(plan, dims, inputs, outputs)
 
-        def kernel(inputs: Tensors, outputs: Tensors) -> None:
-            run(plan, dims, inputs, outputs)
-
+    def precompile(self, config: Config, shape: Shape) -> None:
+        """On a CUDA device, compile by one run at batch 1 (:meth:`compile_at_batch_one`): Triton's on-disk
+        cache then spares the measurer the tens of seconds of compile. Elsewhere only validate the plan."""
         if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
             self.compile_at_batch_one(config, shape, "cuda")
-        return kernel
+        else:
+            Plan.of(config, Dims.of(shape))
 
     def compile_at_batch_one(self, config: Config, shape: Shape, device: str) -> None:
-        """Run the config once on batch-1 inputs of ``shape`` on ``device`` (what :meth:`build` does on a
-        GPU to compile); the plan is made for the batch-1 shape, whose grids match those inputs."""
+        """Run the config once on batch-1 inputs of ``shape`` on ``device``; the plan is made for the
+        batch-1 shape, whose grids match those inputs (the batch is not a compile-time constant, so batch 1
+        compiles the same kernels)."""
         one = shape.replace(B=1)
         dims = Dims.of(one)
         plan = Plan.of(config, dims)

@@ -273,7 +273,8 @@ def precompile(
     workers: int = 1,
     cache: CompileCache | None = None,
 ) -> dict[Config, str | None]:
-    """Build every config for ``shape`` so that later builds load from the cache.
+    """Precompile every config for ``shape`` (:meth:`KernelTemplate.precompile`) so that later builds load
+    from the cache.
 
     Returns config → None when it built, else the error (``Type: message``). ``workers`` > 1 builds in that
     many spawned processes (TVM and torch do not survive fork reliably); ``workers`` <= 1 builds here, one
@@ -390,7 +391,7 @@ def _worker_build(ref: str, config_json: str, shape_json: str) -> str | None:
 
 def _build_one(template: KernelTemplate, config: Config, shape: Shape) -> str | None:
     try:
-        template.build(config, shape)
+        template.precompile(config, shape)
     except Exception as exc:  # every failure of a candidate is a value here
         return describe(exc)
     return None

@@ -133,8 +133,9 @@ class KernelTemplate(abc.ABC):
     outputs: ClassVar[tuple[OutputSpec, ...]]
     workloads: ClassVar[tuple[Workload, ...]] = ()
     doc: ClassVar[str] = ""
-    # Builds are slow and land in the cross-process compile cache (tuner.compile_cache): the driver then
-    # asks trials in batches and compiles each batch in parallel across the host's cores before measuring.
+    # Builds are slow and land in a cross-process cache (tuner.compile_cache, or the backend's own): the
+    # driver then asks trials in batches and precompiles each batch in parallel across the host's cores
+    # (:meth:`precompile`) before measuring.
     compile_in_parallel: ClassVar[bool] = False
 
     # -- shapes ------------------------------------------------------------------------------------
@@ -218,6 +219,12 @@ class KernelTemplate(abc.ABC):
     @abc.abstractmethod
     def build(self, config: Config, shape: Shape) -> Kernel:
         """A runnable kernel for (config, shape). May compile; may raise (→ COMPILE_ERROR)."""
+
+    def precompile(self, config: Config, shape: Shape) -> None:
+        """Compile (config, shape) into a cache that later builds in other processes load from; raises as
+        :meth:`build`. Default: :meth:`build`, for templates whose build compiles. Templates that compile
+        lazily on first launch (Triton) override it to launch once."""
+        self.build(config, shape)
 
     def comparators(self) -> tuple[Comparator, ...]:
         """Other implementations to measure beside the template (none by default)."""

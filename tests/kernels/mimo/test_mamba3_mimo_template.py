@@ -100,8 +100,8 @@ def test_roofline_figures_and_registration():
 
 
 def test_compile_at_batch_one_runs_a_batch_one_plan(device):
-    # build() compiles on a GPU by this one run; a plan made for the full batch would index past the
-    # batch-1 inputs (the bug that made every H200 build fault with an illegal address).
+    # precompile() compiles on a GPU by this one run; a plan made for the full batch would index past the
+    # batch-1 inputs (the bug that made every H200 precompile fault with an illegal address).
     shape = tiny(B=3, S=16)
     config = TEMPLATE.space().validate_config({**TEMPLATE.space().default.to_dict(), "chunk_rows": 16})
     TEMPLATE.compile_at_batch_one(config, shape, device)
