@@ -232,7 +232,6 @@ def _split2(d: Dims, t: Mapping[str, torch.Tensor], common: tuple, outs: tuple, 
     (q, k, v, _z, _dout, adt, dt, trap, qb, kb, mv, _mz, _mo, _d, cos, sin) = common
     kern.chunk_qk_kernel[grid](q, k, v, adt, dt, trap, qb, kb, mv, cos, sin, buf_h, buf_d, s_a, s_dy, s_hdh,
                                dadt, dth, dfac, dgam, dq, dk, dqb, dkb,
-                               TWO_WALKS=True,  # fewer spills here (not in the one-kernel variants)
                                **_only(consts, kern.chunk_qk_kernel), **launch)
 
 

@@ -789,6 +789,23 @@ def group_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS
 
 
 @triton.jit
+def _split2_chunk(BUF_H, BUF_D, S: tl.constexpr, H: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+                  R: tl.constexpr, C: tl.constexpr):
+    """The chunk of a split2 program (grid (NC, B*H)): c, b, h, its 64-bit slot among the B*H*NC chunks
+    (B*H*NC*N*P state elements overflow 32 bits), the scanned state before it and the state gradient after
+    it with their row limits (0: a zero tile), and the offsets of its C*R x P tile of dy scratch."""
+    NC: tl.constexpr = S // C
+    NP: tl.constexpr = N * P
+    c = tl.program_id(0)
+    pid = tl.program_id(1)
+    slot = pid.to(tl.int64) * NC + c
+    rows = tl.arange(0, C * R)
+    dy_off = slot * (C * R) * P + rows[:, None] * P + tl.arange(0, P)[None, :]
+    return (c, pid // H, pid % H, slot, BUF_H + (slot - 1) * NP, tl.where(c > 0, N // 2, 0),
+            BUF_D + (slot + 1) * NP, tl.where(c < NC - 1, N // 2, 0), dy_off)
+
+
+@triton.jit
 def chunk_values_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, BUF_H, BUF_D,
                         SA, SDY, SHDH, DV, DZ, DPHI, DZETA, DPSI, DDD,
                         S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
@@ -799,21 +816,12 @@ def chunk_values_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, 
     Stores dV, dZ, adds the MIMO/D partials, and hands the second kernel the chunk's scores (SA, NC·C*R·C*R
     per (b, h)), dy (SDY, NC·C*R·P) and Σ Hp⊙dH (SHDH, NC), all fp32.
     """
-    NC: tl.constexpr = S // C
-    NP: tl.constexpr = N * P
     CR: tl.constexpr = C * R
-    c = tl.program_id(0)
-    pid = tl.program_id(1)
-    b = pid // H
-    h = pid % H
-    slot = pid.to(tl.int64) * NC + c  # 64-bit: B*H*NC*N*P state elements
+    c, b, h, slot, hp, hp_lim, dh, dh_lim, dy_off = _split2_chunk(BUF_H, BUF_D, S, H, N, P, R, C)
     _a, hdh, dy, dphi, dzeta, dpsi, d_d = _chunk_values(
-        Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ,
-        BUF_H + (slot - 1) * NP, tl.where(c > 0, N // 2, 0), BUF_D + (slot + 1) * NP,
-        tl.where(c < NC - 1, N // 2, 0), SA + slot * CR * CR, b, h, c, S, H, G, N, P, R, A, C, NB, PREC, LOWP,
-        INTERP, True)
-    rows = tl.arange(0, CR)
-    tl.store(SDY + slot * CR * P + rows[:, None] * P + tl.arange(0, P)[None, :], dy)
+        Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, DV, DZ, hp, hp_lim, dh, dh_lim,
+        SA + slot * CR * CR, b, h, c, S, H, G, N, P, R, A, C, NB, PREC, LOWP, INTERP, True)
+    tl.store(SDY + dy_off, dy)
     tl.store(SHDH + slot, hdh)
     _add_params(DPHI, DZETA, DPSI, DDD, h, dphi, dzeta, dpsi, d_d, P, R)
 
@@ -823,25 +831,19 @@ def chunk_qk_kernel(Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, BUF_H, BUF_D, 
                     DADT, DTH, DFAC, DGAM, DQ, DK, DQB, DKB,
                     S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
                     R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr,
-                    PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr, TWO_WALKS: tl.constexpr):
-    """split2, second kernel. Grid (NC, B*H): :func:`_chunk_qk` of every chunk from what the first stored."""
-    NC: tl.constexpr = S // C
-    NP: tl.constexpr = N * P
+                    PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """split2, second kernel. Grid (NC, B*H): :func:`_chunk_qk` of every chunk from what the first stored,
+    walking the pair blocks twice (fewer spills here; not in the one-kernel variants)."""
     CR: tl.constexpr = C * R
     ATOMIC: tl.constexpr = H // G > 1
-    c = tl.program_id(0)
-    pid = tl.program_id(1)
-    b = pid // H
-    h = pid % H
-    slot = pid.to(tl.int64) * NC + c
+    c, b, h, slot, hp, hp_lim, dh, dh_lim, dy_off = _split2_chunk(BUF_H, BUF_D, S, H, N, P, R, C)
     rows = tl.arange(0, CR)
     a = tl.load(SA + slot * CR * CR + rows[:, None] * CR + rows[None, :])
-    dy = tl.load(SDY + slot * CR * P + rows[:, None] * P + tl.arange(0, P)[None, :])
+    dy = tl.load(SDY + dy_off)
     hdh = tl.load(SHDH + slot)
     _cs_last = _chunk_qk(a, hdh, dy, Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, DADT, DTH, DFAC, DGAM,
-                         DQ, DK, DQB, DKB, BUF_H + (slot - 1) * NP, tl.where(c > 0, N // 2, 0),
-                         BUF_D + (slot + 1) * NP, tl.where(c < NC - 1, N // 2, 0), BUF_D, b, h, c,
-                         S, H, G, N, P, R, A, C, NB, ATOMIC, False, PREC_ROT, LOWP, INTERP, TWO_WALKS)
+                         DQ, DK, DQB, DKB, hp, hp_lim, dh, dh_lim, BUF_D, b, h, c,
+                         S, H, G, N, P, R, A, C, NB, ATOMIC, False, PREC_ROT, LOWP, INTERP, True)
 
 
 # -- epilogue ----------------------------------------------------------------------------------------------
