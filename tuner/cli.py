@@ -220,10 +220,10 @@ def report(
 
     for name in templates:
         registry.get(name)
+    if errors and len(templates) > 1:
+        raise UserInputError("--errors takes one template")
     store = _store(db_url)
     reports = [collect(store, name, device_kind=device) for name in templates]
-    if errors and len(reports) > 1:
-        raise UserInputError("--errors takes one template")
     text = render_markdown(reports[0], errors=errors) if len(reports) == 1 else render_comparison(reports, title=title)
     if output:
         output.write_text(text)
