@@ -23,6 +23,7 @@ def main() -> None:
     import torch
 
     from tuner import registry
+    from tuner.verify import relative_l2
 
     template = registry.get(args.template)
     shape = template.workload(args.workload)
@@ -39,8 +40,7 @@ def main() -> None:
         torch.cuda.synchronize()
     reference = template.reference(shape, inputs)
     for name, ref in reference.items():
-        err = float((outputs[name].double() - ref.double()).norm() / ref.double().norm())
-        print(f"{name}: relative L2 error {err:.2e}")
+        print(f"{name}: relative L2 error {relative_l2(outputs[name], ref):.2e}")
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ def _check(workload: str, overrides: str) -> dict:
     import torch
 
     from tuner import registry
+    from tuner.verify import check_outputs
 
     template = registry.get(TEMPLATE_NAME)
     shape = template.workload(workload)
@@ -77,15 +78,10 @@ def _check(workload: str, overrides: str) -> dict:
         kernel(inputs, outputs)
         torch.cuda.synchronize()
         row["compile_run_s"] = round(time.perf_counter() - started, 1)
-        refs = template.reference(shape, inputs)
-        errs = {}
-        for name, ref in refs.items():
-            out = outputs[name].double()
-            errs[name] = float((out - ref.double()).norm() / ref.double().norm())
-        row["errors"] = errs
-        bounds = {spec.name: spec.rtol for spec in template.outputs}
-        bad = {k: e for k, e in errs.items() if not e <= bounds[k]}
-        row["status"] = "ok" if not bad else "wrong: " + ", ".join(f"{k}={e:.2e}" for k, e in bad.items())
+        verdict = check_outputs(outputs, template.reference(shape, inputs), template.outputs)
+        row["errors"] = errs = dict(verdict.errors)
+        bad = {spec.name: errs[spec.name] for spec in template.outputs if not errs[spec.name] <= spec.rtol}
+        row["status"] = "ok" if verdict.ok else "wrong: " + ", ".join(f"{k}={e:.2e}" for k, e in bad.items())
         row["kernels"] = _kernel_stats()
     except Exception as exc:  # the probe reports every failure as a row
         row["status"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"

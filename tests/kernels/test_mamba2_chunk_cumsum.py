@@ -17,15 +17,12 @@ from kernels.mamba2_chunk_cumsum_op import DA_CUMSUM_RTOL, DT_OUT_RTOL
 from tuner import registry
 from tuner.errors import ConfigError, ShapeError
 from tuner.frozen import Config, Shape
+from tuner.verify import relative_l2
 
 T = registry.get("mamba2_chunk_cumsum")
 SPACE = T.space()
 WORKLOADS = [w.name for w in T.workloads]
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.double().cpu() - ref.double().cpu()).norm() / ref.double().cpu().norm())
 
 
 def run(kernel, shape: Shape, inputs: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -37,7 +34,7 @@ def run(kernel, shape: Shape, inputs: dict[str, torch.Tensor]) -> dict[str, floa
         warnings.simplefilter("ignore", RuntimeWarning)  # exp overflow of bypassed values, by design
         kernel(inputs, outputs)
     ref = T.reference(shape, inputs)
-    return {name: rel_err(outputs[name], ref[name]) for name in ref}
+    return {name: relative_l2(outputs[name], ref[name]) for name in ref}
 
 
 def assert_correct(errs: dict[str, float], shape: Shape, what: object) -> None:
@@ -121,11 +118,11 @@ def test_bounds_separate_rounding_from_mistakes() -> None:
             inputs = T.make_inputs(shape, "cpu", 0)
             ref = T.reference(shape, inputs)
             rounded = ref["dt_out"].to(getattr(torch, str(shape["dtype"]))).double()
-            assert rel_err(rounded, ref["dt_out"]) < DT_OUT_RTOL[str(shape["dtype"])] / 1.5
+            assert relative_l2(rounded, ref["dt_out"]) < DT_OUT_RTOL[str(shape["dtype"])] / 1.5
             wrong = torch.cumsum(rounded * inputs["A"].double()[None, :, None, None], dim=-1)
-            assert rel_err(wrong, ref["dA_cumsum"]) > 1.5 * DA_CUMSUM_RTOL, name
+            assert relative_l2(wrong, ref["dA_cumsum"]) > 1.5 * DA_CUMSUM_RTOL, name
             fp32_seq = torch.cumsum(ref["dt_out"].float() * inputs["A"][None, :, None, None], dim=-1)
-            assert rel_err(fp32_seq, ref["dA_cumsum"]) < DA_CUMSUM_RTOL / 20
+            assert relative_l2(fp32_seq, ref["dA_cumsum"]) < DA_CUMSUM_RTOL / 20
 
 
 # -- shapes, roofline -----------------------------------------------------------------------------------

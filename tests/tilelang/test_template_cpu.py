@@ -7,6 +7,7 @@ import torch
 
 from tuner.compile_cache import CompileFailed, default_cache
 from tuner.frozen import Shape
+from tuner.verify import relative_l2
 
 
 def _check(template, config, shape: Shape, seed: int = 0) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -25,7 +26,7 @@ def _check(template, config, shape: Shape, seed: int = 0) -> dict[str, float]:  
     for spec in template.output_specs(shape):
         out = outputs[spec.name]
         assert not torch.isnan(out).any(), spec.name
-        errors[spec.name] = ((out.double() - ref[spec.name]).norm() / ref[spec.name].norm()).item()
+        errors[spec.name] = relative_l2(out, ref[spec.name])
         assert errors[spec.name] <= spec.rtol, (spec.name, errors[spec.name], config.key())
     return errors
 
