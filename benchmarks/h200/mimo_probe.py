@@ -8,7 +8,8 @@ L2 flushed before each sample, median per kernel name and of the per-sample tota
 
 usage: python benchmarks/h200/mimo_probe.py --workloads mimo-n64-p64-r4 ... \\
            --configs '{}' '{"variant": "fused"}' ... [--samples 20] [--workers 16] [--json OUT.json]
-Each config is a JSON object of overrides of the search space's default config.
+Each config is a JSON object of overrides of the search space's default config, or ``tilelang`` for the
+comparator (mamba_ssm's TileLang backward; its errors are reported, not gated).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from collections import defaultdict
 
 TEMPLATE_NAME = "mamba3_mimo_bwd"
+TILELANG = "tilelang"  # as a --configs entry: mamba_ssm's TileLang backward (timed per kernel, never gated)
 
 
 def _config(overrides: str):
@@ -38,7 +40,8 @@ def _kernel_stats() -> dict[str, dict[str, int]]:
     from kernels import mamba3_mimo_bwd_triton as kern
 
     stats: dict[str, dict[str, int]] = {}
-    for name in ("group_local_kernel", "state_scan_kernel", "group_bwd_kernel", "epilogue_kernel"):
+    for name in ("group_local_kernel", "state_scan_kernel", "group_bwd_kernel", "chunk_values_kernel",
+                 "chunk_qk_kernel", "epilogue_kernel"):
         fn = getattr(kern, name)
         for caches in getattr(fn, "device_caches", {}).values():
             cache = caches[0] if isinstance(caches, tuple) else caches
@@ -46,12 +49,24 @@ def _kernel_stats() -> dict[str, dict[str, int]]:
                 stats[name] = {"regs": int(getattr(compiled, "n_regs", -1)),
                                "spills": int(getattr(compiled, "n_spills", -1)),
                                "shared": int(getattr(compiled.metadata, "shared", -1))}
-                if name == "group_bwd_kernel":  # what the PTX asks of ptxas (some compiles land at 32 regs)
+                # what the PTX asks of ptxas (some compiles land at 32 registers)
+                if name in ("group_bwd_kernel", "chunk_values_kernel", "chunk_qk_kernel"):
                     ptx = getattr(compiled, "asm", {}).get("ptx", "")
                     stats[name]["ptx"] = " ".join(
                         ln.strip() for ln in ptx.splitlines()
                         if ln.strip().startswith((".maxnreg", ".maxntid", ".reqntid", ".minnctapersm")))
     return stats
+
+
+def _build(template, shape, overrides: str):
+    """The kernel a probe row measures: ``"tilelang"`` names the template's comparator, else a config."""
+    if overrides == TILELANG:
+        (comparator,) = template.comparators()
+        reason = comparator.unavailable(shape)
+        if reason is not None:
+            raise RuntimeError(f"comparator unavailable: {reason}")
+        return comparator.build(shape)
+    return template.build(_config(overrides), shape)
 
 
 def _check(workload: str, overrides: str) -> dict:
@@ -66,11 +81,10 @@ def _check(workload: str, overrides: str) -> dict:
     started = time.perf_counter()
     row: dict = {"workload": workload, "config": overrides}
     try:
-        config = _config(overrides)
-        if not template.space().is_valid(config, shape):
+        if overrides != TILELANG and not template.space().is_valid(_config(overrides), shape):
             row["status"] = "invalid for shape"
             return row
-        kernel = template.build(config, shape)
+        kernel = _build(template, shape, overrides)
         inputs = template.make_inputs(shape, "cuda", 1)
         outputs = template.allocate_outputs(shape, inputs)
         for v in outputs.values():
@@ -81,7 +95,8 @@ def _check(workload: str, overrides: str) -> dict:
         verdict = check_outputs(outputs, template.reference(shape, inputs), template.outputs)
         row["errors"] = errs = dict(verdict.errors)
         bad = {spec.name: errs[spec.name] for spec in template.outputs if not errs[spec.name] <= spec.rtol}
-        row["status"] = "ok" if verdict.ok else "wrong: " + ", ".join(f"{k}={e:.2e}" for k, e in bad.items())
+        wrong = ", ".join(f"{k}={e:.2e}" for k, e in bad.items())
+        row["status"] = "ok" if verdict.ok or overrides == TILELANG else "wrong: " + wrong
         row["kernels"] = _kernel_stats()
     except Exception as exc:  # the probe reports every failure as a row
         row["status"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
@@ -97,7 +112,7 @@ def _time(workload: str, overrides: str, samples: int) -> dict[str, float]:
 
     template = registry.get(TEMPLATE_NAME)
     shape = template.workload(workload)
-    kernel = template.build(_config(overrides), shape)
+    kernel = _build(template, shape, overrides)
     inputs = template.make_inputs(shape, "cuda", 2)
     outputs = template.allocate_outputs(shape, inputs)
     kernel(inputs, outputs)
