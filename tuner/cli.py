@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -115,6 +116,7 @@ def tune(
     spec = resolve(DeviceSpec(device))  # type: ignore[arg-type]
     store = _store(db_url)
     options = MeasureOptions(n_samples=samples, timeout_s=timeout)
+    signal.signal(signal.SIGTERM, _interrupted)
     with Measurer(spec, options) as measurer:
         tune_shapes(
             t.name, selected, store=store, measurer=measurer, trials=trials, sampler=sampler, seed=seed,
@@ -122,6 +124,12 @@ def tune(
         )
     console.print()
     console.print(render_markdown(collect(store, t.name, device_kind=spec.kind)), markup=False, highlight=False)
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    """SIGTERM (``timeout``, a batch system) ends a sweep as Ctrl-C does: the trial being measured and
+    those waiting for it are failed and queued again for the study's next run, the measurer stops."""
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
 
 
 def _one_shape(template: str, workload: list[str], shape: list[str]):
@@ -245,7 +253,6 @@ def worker(
 ) -> None:
     """Serve tuning jobs from the store's queue on one device until interrupted (SIGINT/SIGTERM)."""
     import logging
-    import signal
     import threading
 
     from tuner.devices.base import DeviceSpec, resolve

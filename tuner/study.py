@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import optuna
+from optuna.trial import TrialState
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
@@ -130,13 +131,35 @@ def open_study(
         study.set_user_attr("device", f"{key.device_kind}:{key.device_name}")
     # Warm starts are enqueued at every opening: a study resumed after the space gained seeds, or after
     # neighbouring shapes were tuned, measures them next (configs it already has are skipped).
+    settled = settled_params(study, heartbeats=heartbeat_s is not None)
     for config in warm_starts(store, space, key):
-        study.enqueue_trial(config.to_dict(), skip_if_exists=True)
+        if config.to_dict() not in settled:
+            study.enqueue_trial(config.to_dict())
     seed_base = zlib.crc32(key.study_name().encode()) if seed is None else seed
     return StudyContext(
         template, template_ref, shape, space, key, study_row.id, study, optuna_sampler, store, measurer,
         storage=storage, seed_base=seed_base,
     )
+
+
+def settled_params(study: optuna.Study, *, heartbeats: bool) -> list[dict[str, object]]:
+    """Parameters of the study's trials that a warm start must not repeat: measured ones (complete,
+    pruned as invalid, failed with a stored measurement) and queued ones. A trial failed without a
+    measurement (abandoned when its run was interrupted) does not count, nor, without heartbeats, a
+    RUNNING one: no live process can own it then (a run killed outright leaves its trials RUNNING), so a
+    seed it held is measured again rather than lost. With heartbeats a RUNNING trial may be another
+    worker's; if that worker died, Optuna fails the trial and its retry callback queues it again."""
+    settled = []
+    for trial in study.get_trials(deepcopy=False):
+        state = trial.state
+        counts = (
+            state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.WAITING)
+            or (state is TrialState.FAIL and "measurement_id" in trial.user_attrs)
+            or (state is TrialState.RUNNING and heartbeats)
+        )
+        if counts:
+            settled.append(dict(trial.system_attrs.get("fixed_params", trial.params)))
+    return settled
 
 
 def warm_starts(store: db.Store, space: SearchSpace, key: StudyKey, limit: int = 4) -> list[Config]:

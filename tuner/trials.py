@@ -120,7 +120,8 @@ def _measure_batch(
             pending.pop(0)
     finally:
         for p in pending:  # interrupted: no RUNNING trial and no reserved slot is left behind
-            _abandon(ctx, budget, p, "not measured: the loop was interrupted")
+            if p.trial._trial_id in ctx.in_flight:  # not already abandoned by _measure
+                _abandon(ctx, budget, p, "not measured: the loop was interrupted")
 
 
 def _propose(ctx: StudyContext, token: object) -> TrialRecord | _Pending:
@@ -181,11 +182,14 @@ def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending) -> TrialRecord
 
 
 def _abandon(ctx: StudyContext, budget: TrialBudget, p: _Pending, reason: str) -> None:
+    """Fail a trial that was asked but not measured, free its slot, and queue its config again (WAITING),
+    so that the next run of the study measures it: an interrupted run loses no seed or proposal."""
     ctx.in_flight.discard(p.trial._trial_id)
     try:
         budget.release(p.token)
         p.trial.set_user_attr("reason", reason[:2000])
         ctx.study.tell(p.trial, state=TrialState.FAIL)
+        ctx.study.enqueue_trial(p.config.to_dict())
     except Exception:  # the store may be what failed; Optuna's heartbeat retry covers the trial then
         log.exception("could not abandon trial %d cleanly", p.trial.number)
 
@@ -222,10 +226,13 @@ def _tell(ctx: StudyContext, trial: optuna.Trial, result: MeasureResult, measure
 
 
 def _in_flight_twin(ctx: StudyContext, number: int, config: Config) -> int | None:
-    """The number of another RUNNING trial of the study with the same parameters, if any."""
+    """The number of another RUNNING trial of the study with the same parameters, if any. Without
+    heartbeats only this process's own trials count: a RUNNING trial of another process is then one of a
+    run killed outright (see tuner.study.settled_params), which will never be measured."""
     params = config.to_dict()
     for other in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if other.number != number and other.params == params:
+        live = ctx.heartbeats or other._trial_id in ctx.in_flight
+        if other.number != number and live and other.params == params:
             return other.number
     return None
 

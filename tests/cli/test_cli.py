@@ -11,15 +11,19 @@ from pathlib import Path
 import pytest
 
 import db
-from tests.fixtures.fault_templates import BROKEN_REF, TUNABLE_REF
+from tests.fixtures.fault_templates import BROKEN_REF, HANGING_REF, TUNABLE_REF
 
 ROOT = Path(__file__).resolve().parents[2]
-PLUGINS = f"fault_vector_scale_tunable={TUNABLE_REF},fault_vector_scale_broken={BROKEN_REF}"
+PLUGINS = (f"fault_vector_scale_tunable={TUNABLE_REF},fault_vector_scale_broken={BROKEN_REF},"
+           f"fault_vector_scale_hanging={HANGING_REF}")
 VS = "fault_vector_scale_tunable"
 
 
+ENV = {**os.environ, "TUNER_TEMPLATES": PLUGINS, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+
+
 def tuner(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TUNER_TEMPLATES": PLUGINS, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    env = ENV
     return subprocess.run(
         [sys.executable, "-m", "tuner.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT,
         timeout=timeout,
@@ -96,3 +100,44 @@ def test_tune_then_best_history_and_report(tmp_path: Path) -> None:
     assert "### Relative L2 error per output" in report.stdout
     assert "| n=256 | best config | 0.0e+00 |" in report.stdout  # exact output y
     assert "| n=256 | torch | 0.0e+00 |" in report.stdout
+
+
+def test_sigterm_stops_a_sweep_and_queues_its_unmeasured_trial_again(tmp_path: Path) -> None:
+    """`timeout` or a batch system stops `tuner tune` with SIGTERM: the trial being measured (here the
+    hanging default) is failed with the reason and queued again, so that the study's next run measures
+    it; nothing is left RUNNING."""
+    import optuna
+
+    url = db.sqlite_url(tmp_path / "t.db")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner.cli", "tune", "fault_vector_scale_hanging", "--shape", "n=256",
+         "--trials", "4", "--device", "cpu", "--samples", "3", "--timeout", "300", "--db", url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        running: list[optuna.trial.FrozenTrial] = []
+        while not running and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            try:
+                (summary,) = optuna.get_all_study_summaries(url) or [None]
+                if summary is not None:
+                    study = optuna.load_study(study_name=summary.study_name, storage=url)
+                    running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+            except Exception:  # the store is being created by the sweep
+                continue
+        assert running, "the sweep never started measuring"
+        time.sleep(2)  # inside the hanging measurement
+        started = time.monotonic()
+        proc.send_signal(15)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and time.monotonic() - started < 60, err
+    trials = optuna.load_study(study_name=study.study_name, storage=url).get_trials()
+    assert optuna.trial.TrialState.RUNNING not in [t.state for t in trials]
+    failed = trials[0]
+    assert failed.state is optuna.trial.TrialState.FAIL and failed.params == {"mode": "hang", "BLOCK": 64}
+    assert "KeyboardInterrupt: stopped by signal 15" in failed.user_attrs["reason"]
+    waiting = [t.system_attrs["fixed_params"] for t in trials if t.state is optuna.trial.TrialState.WAITING]
+    assert sorted(waiting, key=str) == [{"mode": "hang", "BLOCK": 64}, {"mode": "ok", "BLOCK": 64}]

@@ -91,6 +91,22 @@ def test_reopening_continues_the_same_study_and_skips_known_configs(tmp_path, me
     assert [r.config for r in records if r.duplicate_of is not None] == [Config(mode="ok", BLOCK=64)]
 
 
+def test_a_seed_left_running_by_a_killed_run_is_measured_on_reopening(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    shape = Shape(n=64)
+    first = open_study(NAME, shape, store=store, measurer=measurer, sampler="random", seed=0)
+    orphan = first.study.ask()  # the enqueued default, asked by a run that was then killed (never told)
+    assert first.space.suggest(orphan) == Config(mode="ok", BLOCK=64)
+    again = open_study(NAME, shape, store=store, measurer=measurer, sampler="random", seed=0)
+    (record,) = run_trials(again, CountBudget(1))
+    assert record.config == Config(mode="ok", BLOCK=64) and record.status is Status.OK
+    assert record.duplicate_of is None
+    # Measured now, the default is settled: a third opening does not queue it again.
+    third = open_study(NAME, shape, store=store, measurer=measurer, sampler="random", seed=0)
+    waiting = third.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    assert [t.system_attrs["fixed_params"] for t in waiting] == []
+
+
 def test_a_study_with_no_passing_config_publishes_nothing(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     ctx = open_study(NAME, Shape(n=8), store=store, measurer=measurer)  # every BLOCK > n: all invalid
