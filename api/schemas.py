@@ -204,6 +204,7 @@ class MeasurementOut(BaseModel):
     p80_us: float | None
     n_samples: int | None
     timer: str | None
+    kernels: dict[str, float]  # device time per kernel, median µs per sample (CUPTI measurements)
     worker: str | None
     created_at: datetime
 
@@ -212,7 +213,8 @@ class MeasurementOut(BaseModel):
         return cls(
             id=m.id, study_id=m.study_id, role=m.role, trial_number=m.trial_number, candidate=m.candidate,
             config=m.config, status=m.status.value, reason=m.reason, median_us=m.median_us, p20_us=m.p20_us,
-            p80_us=m.p80_us, n_samples=m.n_samples, timer=m.timer, worker=m.worker, created_at=m.created_at,
+            p80_us=m.p80_us, n_samples=m.n_samples, timer=m.timer, kernels=m.kernels, worker=m.worker,
+            created_at=m.created_at,
         )
 
 

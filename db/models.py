@@ -97,6 +97,7 @@ class MeasurementRow(Base):
     status: Mapped[str] = mapped_column(String(32))  # tuner.results.Status values
     reason: Mapped[str | None] = mapped_column(Text)
     errors_json: Mapped[str] = mapped_column(Text)  # output name -> relative L2 error
+    kernels_json: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")  # name -> median µs
     median_us: Mapped[float | None] = mapped_column(Double)
     p20_us: Mapped[float | None] = mapped_column(Double)
     p80_us: Mapped[float | None] = mapped_column(Double)

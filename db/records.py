@@ -47,6 +47,7 @@ class MeasurementRecord:
     status: Status
     reason: str | None
     errors_json: str
+    kernels_json: str
     median_us: float | None
     p20_us: float | None
     p80_us: float | None
@@ -73,6 +74,11 @@ class MeasurementRecord:
     def errors(self) -> dict[str, float]:
         """Relative L2 error per output (NaN where an output was NaN)."""
         return {name: float(value) for name, value in json.loads(self.errors_json).items()}
+
+    @property
+    def kernels(self) -> dict[str, float]:
+        """Median µs per sample of each device activity (empty where the timer does not see kernels)."""
+        return {name: float(value) for name, value in json.loads(self.kernels_json).items()}
 
 
 @dataclass(frozen=True)

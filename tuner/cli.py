@@ -221,6 +221,8 @@ def report(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the markdown to this file.")] = None,
     title: Annotated[str | None, typer.Option(help="Title of a multi-template report.")] = None,
     errors: Annotated[bool, typer.Option("--errors", help="Add each output's relative error (one template).")] = False,
+    kernels: Annotated[bool, typer.Option(
+        "--kernels", help="Add the device time per kernel, where the timer saw kernels (one template).")] = False,
 ) -> None:
     """Markdown report: per workload, best vs default vs comparators, geometric means, roofline."""
     from tuner import registry
@@ -228,11 +230,12 @@ def report(
 
     for name in templates:
         registry.get(name)
-    if errors and len(templates) > 1:
-        raise UserInputError("--errors takes one template")
+    if (errors or kernels) and len(templates) > 1:
+        raise UserInputError(f"{'--errors' if errors else '--kernels'} takes one template")
     store = _store(db_url)
     reports = [collect(store, name, device_kind=device) for name in templates]
-    text = render_markdown(reports[0], errors=errors) if len(reports) == 1 else render_comparison(reports, title=title)
+    text = (render_markdown(reports[0], errors=errors, kernels=kernels) if len(reports) == 1
+            else render_comparison(reports, title=title))
     if output:
         output.write_text(text)
         err_console.print(f"wrote {output}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -304,7 +305,8 @@ def time_together(
     start = time.perf_counter()
     try:
         fns = [call(p, r) for p, r in ready]
-        samples = backend.time(fns, n_samples=options.n_samples, warmup=options.warmup)
+        timing = backend.time_by_kernel(fns, n_samples=options.n_samples, warmup=options.warmup)
+        samples = timing.samples
     except DeviceError:
         raise
     except Exception as exc:
@@ -325,15 +327,30 @@ def time_together(
             f"{backend.kind} backend returned sample counts {[len(s) for s in samples]} for "
             f"{len(ready)} candidates × {options.n_samples}"
         )
+    kernels = timing.kernels if len(timing.kernels) == len(ready) else [{} for _ in ready]
     return Timed(
         [
             (position, MeasureResult(Status.OK, r.config, SampleSummary.of(s), r.errors, None, backend.timer,
-                                     PhaseTimes(r.build_s, r.verify_s, measure_s)))
-            for (position, r), s in zip(ready, samples, strict=True)
+                                     PhaseTimes(r.build_s, r.verify_s, measure_s), kernel_medians(k)))
+            for (position, r), s, k in zip(ready, samples, kernels, strict=True)
         ],
         [],
         split=False,
     )
+
+
+MAX_KERNEL_NAMES = 32  # per measurement; the rest are summed under OTHER_KERNELS
+OTHER_KERNELS = "(other kernels)"
+
+
+def kernel_medians(per_sample: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """Median µs per sample of each activity name, the longest first; beyond ``MAX_KERNEL_NAMES`` names
+    the rest are folded into one ``OTHER_KERNELS`` entry (a candidate launching many distinct kernels)."""
+    medians = sorted(((statistics.median(v), k) for k, v in per_sample.items() if v), reverse=True)
+    kept = {name: us for us, name in medians[:MAX_KERNEL_NAMES]}
+    if len(medians) > MAX_KERNEL_NAMES:
+        kept[OTHER_KERNELS] = sum(us for us, _ in medians[MAX_KERNEL_NAMES:])
+    return kept
 
 
 # Messages of errors a kernel leaves on the device, raised by whatever call meets them next.

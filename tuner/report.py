@@ -33,6 +33,7 @@ class Line:
     member: str | None = None  # which comparator of the group gave the time
     note: str | None = None
     errors: dict[str, float] = field(default_factory=dict)  # relative error per output of that member
+    kernels: dict[str, float] = field(default_factory=dict)  # median µs per kernel of that member
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class ReportRow:
     search_s: float | None
     best_errors: dict[str, float] = field(default_factory=dict)  # relative error per output, final round
     version: str = ""  # the template version the row's study measured
+    best_kernels: dict[str, float] = field(default_factory=dict)  # median µs per kernel, final round
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ def _row(session: Session, template: object, st: db.StudyRecord, fingerprint: di
         search_s=search_s,
         best_errors=json.loads(best.errors_json) if best else {},
         version=st.template_version,
+        best_kernels=best.kernels if best else {},
     )
 
 
@@ -151,7 +154,8 @@ def _line(name: str, members: Sequence[db.MeasurementRecord]) -> Line:
         reasons = "; ".join(sorted({f"{m.status}: {(m.reason or '').splitlines()[0][:80]}" for m in members}))
         return Line(name, None, note=reasons)
     best = min(ok, key=lambda m: m.median_us or math.inf)
-    return Line(name, best.median_us, best.candidate[len(COMPARATOR_PREFIX):], errors=json.loads(best.errors_json))
+    return Line(name, best.median_us, best.candidate[len(COMPARATOR_PREFIX):], errors=json.loads(best.errors_json),
+                kernels=best.kernels)
 
 
 def _ratio(other: float | None, best: float | None) -> str:
@@ -170,11 +174,12 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
-def render_markdown(report: Report, *, errors: bool = False) -> str:
+def render_markdown(report: Report, *, errors: bool = False, kernels: bool = False) -> str:
     """The report as markdown: one table per device, a geometric-mean row, the environment.
 
     ``errors`` adds, per device, a table of each output's relative L2 error (worst over the check seeds of
-    the final round) for the best config and every comparator line that was timed.
+    the final round) for the best config and every comparator line that was timed; ``kernels`` a table
+    of their device time per kernel (timers that see kernels only: CUPTI).
     """
     versions = sorted({r.version for r in report.rows} - {""}) or [report.version]
     if versions == [report.version]:
@@ -233,6 +238,8 @@ def render_markdown(report: Report, *, errors: bool = False) -> str:
             out.append("")
         if errors:
             out += _error_table(rows, line_names)
+        if kernels:
+            out += _kernel_table(rows, line_names)
     out += _environment(report.fingerprints)
     return "\n".join(out) + "\n"
 
@@ -251,6 +258,44 @@ def _error_table(rows: Sequence[ReportRow], line_names: Sequence[str]) -> list[s
             cells = [f"{errs[n]:.1e}" if n in errs else "–" for n in names]
             out.append(f"| {r.workload} | {label} | " + " | ".join(cells) + " |")
     return [*out, ""]
+
+
+def _kernel_table(rows: Sequence[ReportRow], line_names: Sequence[str]) -> list[str]:
+    """Device time per kernel (median µs per sample), longest first: the best config and each timed
+    comparator line, per workload. Empty where no row has a breakdown."""
+    entries = []
+    for r in rows:
+        if r.best_kernels:
+            entries.append((r.workload, "best config", r.best_us, r.best_kernels))
+        entries += [(r.workload, ln.name, ln.median_us, ln.kernels)
+                    for ln in r.lines if ln.name in line_names and ln.kernels]
+    if not entries:
+        return []
+    out = ["### Device time per kernel (final round; median µs per sample, longest first)", "",
+           "| workload | candidate | total µs | kernels |", "|---|---|---|---|"]
+    for workload, label, total, per_kernel in entries:
+        ordered = sorted(per_kernel.items(), key=lambda item: -item[1])
+        cell = "; ".join(f"{kernel_label(name)} {_us(us)}" for name, us in ordered)
+        out.append(f"| {workload} | {label} | {_us(total)} | {cell} |")
+    return [*out, ""]
+
+
+def kernel_label(name: str, width: int = 48) -> str:
+    """A short name for a kernel: C++ return type, namespaces, template arguments and parameter list
+    dropped (``void at::native::f<4, …>(…)`` -> ``f``), at most ``width`` characters."""
+    text = name.strip()
+    if text.startswith("void "):
+        text = text[5:]
+    depth, kept = 0, []
+    for ch in text:  # drop <...> and (...) at any nesting depth
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            kept.append(ch)
+    short = "".join(kept).rsplit("::", 1)[-1].strip() or name.strip()
+    return short if len(short) <= width else short[: width - 1] + "…"
 
 
 def render_comparison(reports: Sequence[Report], *, title: str | None = None) -> str:

@@ -92,7 +92,8 @@ class MeasureResult:
 
     Immutable. ``summary`` is set only when ``status`` is OK; ``errors`` holds the relative L2 error of
     every output that was compared (also for WRONG_RESULT, so the figure is kept); ``reason`` is a short
-    human-readable cause for every status but OK.
+    human-readable cause for every status but OK; ``kernels`` (OK results of backends that see the device's
+    activities: CUPTI) the median per sample of each kernel's (memcpy's, memset's) summed duration.
     """
 
     status: Status
@@ -102,6 +103,7 @@ class MeasureResult:
     reason: str | None = None
     timer: Timer | None = None
     phases: PhaseTimes = field(default_factory=PhaseTimes)
+    kernels: Mapping[str, float] = field(default_factory=dict)  # device activity name -> median µs per sample
 
     @property
     def ok(self) -> bool:

@@ -18,5 +18,5 @@ else
   echo "skipped chunk_cumsum reports: $H/chunk_cumsum.db is missing" >&2
 fi
 { cat $H/mamba3_mimo_bwd.head.md
-  $TUNER report mamba3_mimo_bwd --device cuda --errors --db "sqlite:///$H/mamba3_mimo_bwd.db"
+  $TUNER report mamba3_mimo_bwd --device cuda --errors --kernels --db "sqlite:///$H/mamba3_mimo_bwd.db"
 } > $H/mamba3_mimo_bwd.md

@@ -1,9 +1,12 @@
-"""Rendering of reports: rows measured by an older template version are labelled as such."""
+"""Rendering of reports: version labels, the error and per-kernel tables."""
 
 from __future__ import annotations
 
+import db
+from tests.fixtures.studies import study_fields
 from tuner.frozen import Config, Shape
-from tuner.report import Report, ReportRow, render_markdown
+from tuner.report import Report, ReportRow, collect, kernel_label, render_markdown
+from tuner.results import MeasureResult, SampleSummary, Status, Timer
 
 
 def _row(workload: str, version: str) -> ReportRow:
@@ -28,3 +31,34 @@ def test_rows_of_older_versions_say_which_version_measured_them() -> None:
 def test_errors_table_lists_every_output_of_the_best_config() -> None:
     text = render_markdown(Report("t", "1", (_row("w1", "1"),)), errors=True)
     assert "### Relative L2 error per output" in text and "| w1 | best config | 1.0e-04 |" in text
+
+
+def test_kernel_labels_drop_types_namespaces_templates_and_parameters() -> None:
+    assert kernel_label("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>,"
+                        " std::array<char*, 1> >(int, at::native::FillFunctor<float>, std::array<char*, 1>)") \
+        == "vectorized_elementwise_kernel"
+    assert kernel_label("chunk_values_kernel") == "chunk_values_kernel"
+    assert kernel_label("x" * 60, width=10) == "x" * 9 + "…"
+
+
+def test_kernel_breakdown_goes_from_a_measurement_to_the_report(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A final round stored with per-kernel times (as the CUPTI timer records them) is rendered longest
+    first for the best config and the comparator line; without ``kernels`` the table is left out."""
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    config = Config(block_h=8)
+    summary = SampleSummary.of([6.0, 6.5, 7.0])
+    best = MeasureResult(Status.OK, config, summary, timer=Timer.CUPTI,
+                         kernels={"scan_kernel": 1.5, "void ns::load_kernel<8>(float*)": 4.5})
+    other = MeasureResult(Status.OK, Config(), SampleSummary.of([9.0]), timer=Timer.CUPTI,
+                          kernels={"_chunk_cumsum_fwd_kernel": 9.0})
+    with store.session() as session:
+        study = db.get_or_create_study(session, **study_fields())
+        db.add_result(session, study_id=study.id, role="final", candidate="config", result=best, round_id="r")
+        db.add_result(session, study_id=study.id, role="final", candidate="comparator:mamba_ssm", result=other,
+                      round_id="r")
+    report = collect(store, "mamba2_chunk_cumsum")
+    text = render_markdown(report, kernels=True)
+    assert "### Device time per kernel" in text
+    assert "| best config | 6.50 | load_kernel 4.50; scan_kernel 1.50 |" in text
+    assert "| mamba_ssm | 9.00 | _chunk_cumsum_fwd_kernel 9.00 |" in text
+    assert "Device time per kernel" not in render_markdown(report)

@@ -23,6 +23,8 @@ from db import (
     default_url,
     get_or_create_study,
     get_study,
+    list_measurements,
+    list_studies,
     mask_url,
 )
 from db.migrate import VERSION_TABLE, current_revision, head_revision, schema_drift
@@ -40,7 +42,7 @@ OUR_TABLES = {
 
 def test_open_migrates_an_empty_database_to_head(db_url: str) -> None:
     with Store.open(db_url) as store, store.engine.connect() as conn:
-        assert current_revision(conn) == head_revision() == "0002"
+        assert current_revision(conn) == head_revision() == "0003"
         assert set(inspect(conn).get_table_names()) == OUR_TABLES
 
 
@@ -57,7 +59,34 @@ def test_open_twice_keeps_data_and_revision(db_url: str, make_study: StudyFactor
         with again.engine.connect() as conn:
             assert current_revision(conn) == head_revision()
             rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
-    assert rows == [("0002",)]
+    assert rows == [("0003",)]
+
+
+def test_a_database_at_0002_is_upgraded_keeping_its_measurements(db_url: str) -> None:
+    """0003 adds ``kernels_json``; measurements stored before it read back with an empty breakdown."""
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from db.migrate import alembic_config
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0002")
+        conn.execute(text(
+            "INSERT INTO tuner_studies (name, template, template_version, shape_key, shape_json, device_kind,"
+            " device_name, fingerprint_hash, fingerprint_json, created_at) VALUES ('s', 't', '1', 'n=1',"
+            " '{}', 'cpu', 'cpu', 'f', '{}', CURRENT_TIMESTAMP)"))
+        conn.execute(text(
+            "INSERT INTO tuner_measurements (study_id, role, candidate, config_json, status, errors_json,"
+            " median_us, created_at) SELECT id, 'trial', 'config', '{}', 'OK', '{}', 2.5, CURRENT_TIMESTAMP"
+            " FROM tuner_studies"))
+    engine.dispose()
+    with Store.open(db_url) as store, store.session() as session:
+        (study,) = list_studies(session)
+        (row,) = list_measurements(session, study_id=study.id)
+        assert row.median_us == 2.5 and row.kernels == {}
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == "0003" and schema_drift(conn) == []
 
 
 def test_database_migrated_by_a_newer_tuner_is_refused(db_url: str) -> None:

@@ -81,6 +81,10 @@ def test_triton_kernels_count_and_the_flush_does_not(backend, add_one) -> None: 
     ratio = statistics.median(two) / statistics.median(once)
     assert 1.5 < ratio < 2.6, ratio  # a sample sums the durations of all of its kernels
 
+    timing = backend.time_by_kernel([twice], n_samples=5, warmup=1)
+    ((name, per_sample),) = timing.kernels[0].items()  # one kernel name, launched twice per sample
+    assert "add_one" in name and per_sample == timing.samples[0]
+
 
 def test_cuda_events_fallback(add_one) -> None:  # type: ignore[no-untyped-def]
     from tuner.devices.cuda import CudaEventsBackend

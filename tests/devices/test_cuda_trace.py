@@ -16,6 +16,7 @@ from tuner.devices.cuda import (
     backend_from_env,
     chrome_trace_events,
     device_time_by_range,
+    kernels_from_ranges,
     samples_from_ranges,
 )
 from tuner.errors import DeviceError
@@ -66,6 +67,28 @@ def test_activities_are_attributed_through_their_launch_call(launch_cat: str) ->
     found = device_time_by_range(_two_samples(TraceBuilder(launch_cat)), ["s0", "s1"])
     assert (found["s0"].us, found["s0"].count) == (4.0, 2)  # the 30 µs flush is not counted
     assert (found["s1"].us, found["s1"].count) == (6.75, 3)  # memcpy and memset count too
+
+
+def test_each_sample_is_broken_down_by_activity_name() -> None:
+    builder = TraceBuilder()
+    builder.sample("a0", [("kernel", 2.5), ("kernel", 1.5)])  # one name twice: summed within the sample
+    builder.sample("b0", [("gpu_memcpy", 4.0)])
+    builder.sample("a1", [("kernel", 3.0)])
+    builder.sample("b1", [("gpu_memcpy", 5.0), ("kernel", 1.0)])
+    # the builder names activities after their sample: rename them after their candidate
+    for ev in builder.events:
+        if ev.get("name", "").endswith(("_of_a0", "_of_a1")):
+            ev["name"] = ev["name"].rsplit("_of_", 1)[0] + "_of_a"
+        if ev.get("name", "").endswith(("_of_b0", "_of_b1")):
+            ev["name"] = ev["name"].rsplit("_of_", 1)[0] + "_of_b"
+    labels = [["a0", "a1"], ["b0", "b1"]]
+    found = device_time_by_range(builder.events, [label for row in labels for label in row])
+    assert found["a0"].by_name == {"kernel_of_a": 4.0}
+    assert kernels_from_ranges(labels, found) == [
+        {"kernel_of_a": [4.0, 3.0]},
+        {"gpu_memcpy_of_b": [4.0, 5.0], "kernel_of_b": [0.0, 1.0]},  # 0 where it did not run
+    ]
+    assert samples_from_ranges(labels, found) == [[4.0, 3.0], [4.0, 6.0]]
 
 
 def test_gpu_annotation_spans_place_activities_without_launch_records() -> None:

@@ -70,6 +70,16 @@ class Fingerprint:
         return cls(**data)
 
 
+@dataclass(frozen=True)
+class Timing:
+    """What :meth:`DeviceBackend.time_by_kernel` returns, per callable in call order: ``samples`` (µs per
+    sample, as :meth:`DeviceBackend.time`) and ``kernels`` (activity name -> µs per sample, 0 in a sample
+    where it did not run; empty where the backend cannot tell kernels apart)."""
+
+    samples: list[list[float]]
+    kernels: list[dict[str, list[float]]]
+
+
 class DeviceBackend(abc.ABC):
     """One device of one kind, as seen from inside a measurement subprocess.
 
@@ -117,6 +127,13 @@ class DeviceBackend(abc.ABC):
     def time(
         self, fns: Sequence[Callable[[], None]], *, n_samples: int, warmup: int
     ) -> list[list[float]]: ...
+
+    def time_by_kernel(
+        self, fns: Sequence[Callable[[], None]], *, n_samples: int, warmup: int
+    ) -> Timing:
+        """:meth:`time`, with each sample's device time per kernel where the backend sees the kernels
+        (default: it does not, and ``Timing.kernels`` holds an empty mapping per callable). Same errors."""
+        return Timing(self.time(fns, n_samples=n_samples, warmup=warmup), [{} for _ in fns])
 
     def warm_up(self, fns: Sequence[Callable[[], None]], warmup: int) -> None:
         """Run each callable ``warmup`` times, interleaved and after a flush as when timed, then wait for

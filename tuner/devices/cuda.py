@@ -35,10 +35,10 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tuner.devices.base import DeviceBackend, DeviceKind, Fingerprint
+from tuner.devices.base import DeviceBackend, DeviceKind, Fingerprint, Timing
 from tuner.devices.common import (
     FLUSH_MIN_BYTES,
     check_counts,
@@ -105,6 +105,11 @@ class CudaBackend(DeviceBackend):
     def time(
         self, fns: Sequence[Callable[[], None]], *, n_samples: int, warmup: int
     ) -> list[list[float]]:
+        return self.time_by_kernel(fns, n_samples=n_samples, warmup=warmup).samples
+
+    def time_by_kernel(
+        self, fns: Sequence[Callable[[], None]], *, n_samples: int, warmup: int
+    ) -> Timing:
         check_counts(len(fns), n_samples, warmup)
         self.warm_up(fns, warmup)
         self._warm_profiler()
@@ -112,7 +117,7 @@ class CudaBackend(DeviceBackend):
         labels = [[f"tuner#{run}#{i}#{s}" for s in range(n_samples)] for i in range(len(fns))]
         events = self._profile(fns, labels, n_samples)
         found = device_time_by_range(events, [label for row in labels for label in row])
-        return samples_from_ranges(labels, found)
+        return Timing(samples_from_ranges(labels, found), kernels_from_ranges(labels, found))
 
     def _warm_profiler(self) -> None:
         # The first profiler session of a process initialises CUPTI; keep that out of the timed sessions.
@@ -197,6 +202,12 @@ class CudaEventsBackend(CudaBackend):
 
     timer: ClassVar[Timer] = Timer.CUDA_EVENTS
 
+    def time_by_kernel(
+        self, fns: Sequence[Callable[[], None]], *, n_samples: int, warmup: int
+    ) -> Timing:
+        # Events see the calls, not their kernels: no breakdown (the base class's answer).
+        return DeviceBackend.time_by_kernel(self, fns, n_samples=n_samples, warmup=warmup)
+
     def time(
         self, fns: Sequence[Callable[[], None]], *, n_samples: int, warmup: int
     ) -> list[list[float]]:
@@ -230,10 +241,17 @@ def backend_from_env(index: int = 0) -> CudaBackend:
 # -- trace analysis (pure functions: tested without a GPU) ------------------------------------------
 @dataclass
 class RangeTime:
-    """Device time attributed to one labelled range: summed durations (µs) and number of activities."""
+    """Device time attributed to one labelled range: summed durations (µs), number of activities, and
+    the summed durations per activity name (kernel, memcpy or memset)."""
 
     us: float = 0.0
     count: int = 0
+    by_name: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, us: float) -> None:
+        self.us += us
+        self.count += 1
+        self.by_name[name] = self.by_name.get(name, 0.0) + us
 
 
 class _SpanIndex:
@@ -298,8 +316,7 @@ def device_time_by_range(
             unplaced += 1
             continue
         if label is not None:
-            found[label].us += float(act.get("dur", 0.0))
-            found[label].count += 1
+            found[label].add(str(act.get("name", "?")), float(act.get("dur", 0.0)))
     if unplaced:
         raise DeviceError(
             f"{unplaced} device activities have neither a launch record nor a GPU annotation in the trace; "
@@ -323,6 +340,18 @@ def samples_from_ranges(labels: Sequence[Sequence[str]], found: Mapping[str, Ran
             "(activity records lost, or a candidate that launches nothing on the device)"
         )
     return [[found[label].us for label in row] for row in labels]
+
+
+def kernels_from_ranges(
+    labels: Sequence[Sequence[str]], found: Mapping[str, RangeTime]
+) -> list[dict[str, list[float]]]:
+    """Per candidate (label rows in order): activity name -> its µs in each of the row's samples (0 where
+    it did not run in a sample). Names in order of first appearance."""
+    out: list[dict[str, list[float]]] = []
+    for row in labels:
+        names = list(dict.fromkeys(name for label in row for name in found[label].by_name))
+        out.append({name: [found[label].by_name.get(name, 0.0) for label in row] for name in names})
+    return out
 
 
 def chrome_trace_events(prof: Any) -> list[dict[str, Any]]:
