@@ -19,6 +19,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import optuna
 from optuna.trial import TrialState
@@ -195,10 +196,29 @@ def _abandon(ctx: StudyContext, budget: TrialBudget, p: _Pending, reason: str) -
 
 
 def _fail_stale_trials(ctx: StudyContext) -> None:
-    if ctx.heartbeats:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-            optuna.storages.fail_stale_trials(ctx.study)
+    """Fail (and so retry) the trials of workers that stopped beating, and the orphans Optuna cannot see:
+    a worker killed between asking a trial and its first heartbeat leaves a RUNNING trial with neither a
+    heartbeat nor parameters. A live worker suggests right after its first beat, so such a trial older
+    than the grace period has no owner; with no parameters there is nothing to retry."""
+    if not ctx.heartbeats:
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(ctx.study)
+    storage = ctx.storage
+    assert storage is not None  # heartbeats need the RDB storage
+    interval = getattr(storage, "heartbeat_interval", None) or 1
+    grace = getattr(storage, "grace_period", None) or 2 * interval
+    cutoff = datetime.now() - timedelta(seconds=grace)  # Optuna stores naive local start times
+    for trial in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not trial.params and trial._trial_id not in ctx.in_flight and trial.datetime_start \
+                and trial.datetime_start < cutoff:
+            try:
+                storage.set_trial_user_attr(trial._trial_id, "reason", "orphaned: its worker died "
+                                            "before the trial's first heartbeat")
+                storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            except Exception:  # another worker failed it first (it is finished now): nothing to do
+                log.debug("orphan trial %d already settled", trial.number, exc_info=True)
 
 
 def _record(number: int, result: MeasureResult, duplicate_of: int | None, started: float) -> TrialRecord:

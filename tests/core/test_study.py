@@ -107,6 +107,24 @@ def test_a_seed_left_running_by_a_killed_run_is_measured_on_reopening(tmp_path, 
     assert [t.system_attrs["fixed_params"] for t in waiting] == []
 
 
+def test_a_trial_orphaned_before_its_first_heartbeat_is_failed(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    """A worker killed between asking a trial and beating for it leaves a RUNNING trial that Optuna's
+    stale-trial check never sees (no heartbeat); the next worker fails it once the grace period is over."""
+    import time
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    shape = Shape(n=64)
+    dead = open_study(NAME, shape, store=store, measurer=measurer, sampler="random", seed=0, heartbeat_s=1.0)
+    orphan = dead.study.ask()  # no heartbeat, no parameters: the worker died here
+    live = open_study(NAME, shape, store=store, measurer=measurer, sampler="random", seed=0, heartbeat_s=1.0)
+    run_trials(live, CountBudget(1))  # within the grace period: left alone (its worker may be alive)
+    assert live.study.trials[orphan.number].state is optuna.trial.TrialState.RUNNING
+    time.sleep(4.5)  # the grace period: 4 heartbeat intervals, at least 4 s
+    run_trials(live, CountBudget(1))
+    failed = live.study.trials[orphan.number]
+    assert failed.state is optuna.trial.TrialState.FAIL and "orphaned" in failed.user_attrs["reason"]
+
+
 def test_a_study_with_no_passing_config_publishes_nothing(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     ctx = open_study(NAME, Shape(n=8), store=store, measurer=measurer)  # every BLOCK > n: all invalid
