@@ -31,7 +31,7 @@ class Mamba2ChunkCumsumTileLang(Mamba2ChunkCumsumOp, KernelTemplate):
     """TileLang kernels for the Mamba2 chunk cumsum: one CTA per (batch, chunk group, head block)."""
 
     name: ClassVar[str] = "mamba2_chunk_cumsum_tilelang"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"  # 2: persist (looping, pipelined CTAs)
     backend: ClassVar[Backend] = "tilelang"
     doc: ClassVar[str] = __doc__ or ""
     compile_in_parallel: ClassVar[bool] = True
@@ -76,7 +76,7 @@ def _compile(plan: CumsumPlan, toolchain: TileLangToolchain, artifact_dir: Path)
         make_program(plan),
         target=toolchain.target(),
         execution_backend=toolchain.execution_backend,
-        pass_configs=toolchain.pass_configs(fast_math=plan.fast_math),
+        pass_configs={**toolchain.pass_configs(fast_math=plan.fast_math), **_loop_pass_configs(plan)},
     )
 
 
@@ -91,3 +91,11 @@ def _launcher(compiled: Any, plan: CumsumPlan, device_type: str) -> Kernel:
         compiled(*[inputs[n] for n in names], outputs["dt_out"], outputs["dA_cumsum"])
 
     return launch
+
+
+def _loop_pass_configs(plan: CumsumPlan) -> dict[str, bool]:
+    """The looping kernel (persist > 1) pipelines its raw-tile copies with cp.async: TileLang would
+    otherwise warp-specialise the loop (a TMA producer warp group and setmaxnreg, which need sm_90a)."""
+    if plan.persist == 1:
+        return {}
+    return {"tl.disable_warp_specialized": True, "tl.disable_tma_lower": True}

@@ -16,6 +16,10 @@ D. write ``dt_out`` (rounded to the output dtype) and ``dA_cumsum`` = partial + 
    ``staged``: the partial sums were staged in ``st[1]`` and all threads store along Q from shared memory;
    ``direct``: each thread kept its segment (values, partial sums) in registers and stores it itself.
 
+With ``persist`` > 1 a CTA loops over that many consecutive tiles (in ``sweep`` order, over a 1-D grid):
+phase A then reads a raw dt tile that a two-stage ``T.Pipelined`` loop copies into shared memory with
+cp.async while the previous tile is scanned and stored (whole tiles only: ``block_h`` divides H).
+
 Heads are the fastest thread index in phases B and C (the rows of different heads are ``pad``-skewed, those
 of one head are not), the sequence position in phase D (coalesced stores). When ``block_h`` does not divide
 H, the last head block is masked. Everything is written with tile-level operators only, so the same program
@@ -45,6 +49,7 @@ PARAMS = (
     "layout",
     "sweep",
     "fast_math",
+    "persist",
 )
 SWEEPS = ("heads", "chunks")
 STORES = ("staged", "direct")
@@ -54,6 +59,7 @@ SCANS = ("serial", "twolevel")
 LAYOUTS = ("qh", "hq")
 MAX_THREADS = 1024
 MAX_SMEM_BYTES = 232448  # 227 KB: the most dynamic shared memory one block may opt into on sm_90
+MAX_STATIC_RAW = 16384  # persist > 1: bytes of one raw tile stage (static shared memory, two stages < 48 KB)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,12 @@ class CumsumPlan:
     store: str = "staged"  # staged: stores along Q from shared memory; direct: from registers (_direct_macro)
     sweep: str = "heads"  # which tile index is blockIdx.x (varies fastest across CTAs)
     fast_math: bool = False  # softplus as log(1 + exp(x)) and nvcc --use_fast_math (see _softplus)
+    persist: int = 1  # tiles per CTA; above 1 the CTA loops over them, loading the next while it scans
+
+    @property
+    def tiles(self) -> int:
+        """(batch, chunk group, head block) tiles of the whole problem."""
+        return self.B * (self.S // self.Q // self.rows) * self.head_blocks
 
     @property
     def segments(self) -> int:
@@ -102,6 +114,8 @@ class CumsumPlan:
         """(head blocks, chunk groups, batch) for ``sweep`` = heads (neighbouring CTAs read the same dt
         rows), (chunk groups, head blocks, batch) for chunks (they write consecutive chunks of a row)."""
         groups = self.S // self.Q // self.rows
+        if self.persist > 1:
+            return (self.tiles // self.persist, 1, 1)
         if self.sweep == "heads":
             return (self.head_blocks, groups, self.B)
         return (groups, self.head_blocks, self.B)
@@ -136,7 +150,7 @@ def plan_for(config: Config, shape: Shape) -> CumsumPlan:
         block_h=int(config["block_h"]), rows=int(config["rows"]), threads=int(config["threads"]),
         scan=str(config["scan"]), pad=int(config["pad"]), vec=int(config["vec"]),
         layout=str(config["layout"]), prefix=str(config["prefix"]), store=str(config["store"]),
-        sweep=str(config["sweep"]), fast_math=bool(config["fast_math"]),
+        sweep=str(config["sweep"]), fast_math=bool(config["fast_math"]), persist=int(config["persist"]),
     )  # fmt: skip
     reason = _violation(plan)
     if reason:
@@ -167,6 +181,10 @@ def _violation(p: CumsumPlan) -> str | None:
         ),
         (lambda: p.store == "staged" or p.layout == "qh" or p.vec == 1, "direct store with hq: vec unused"),
         (lambda: p.smem_bytes <= MAX_SMEM_BYTES, f"shared memory above {MAX_SMEM_BYTES} B"),
+        (lambda: p.persist >= 1 and p.tiles % p.persist == 0, "persist must divide the number of tiles"),
+        (lambda: p.persist == 1 or not p.masked, "persist > 1: block_h must divide H (whole-tile copies)"),
+        (lambda: p.persist == 1 or 4 * p.rows * p.Q * p.block_h <= MAX_STATIC_RAW,
+         f"persist > 1: the raw tile ({MAX_STATIC_RAW} B of static shared memory per stage at most)"),
     )
     for ok, reason in checks:
         if not ok():
@@ -227,6 +245,9 @@ def _body_macro(p: CumsumPlan) -> Any:
     at = _stage_index(p)
     scan_and_store = _staged_macro(p, at) if p.store == "staged" else _direct_macro(p, at)
 
+    if p.persist > 1:
+        return _persistent_body_macro(p, at, scan_and_store)
+
     @T.macro
     def body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum):
         with T.Kernel(*p.grid, threads=p.threads) as (gx, gy, bb):
@@ -243,6 +264,42 @@ def _body_macro(p: CumsumPlan) -> Any:
                     x = T.if_then_else(x <= 20.0, _softplus(x, p.fast_math), x)
                 st[at(0, q, h)] = T.min(T.max(x, lo), hi)
             scan_and_store(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc)
+
+    return body
+
+
+def _persistent_body_macro(p: CumsumPlan, at: Callable[..., Any], scan_and_store: Any) -> Any:
+    """``persist`` tiles per CTA (consecutive in ``sweep`` order), in a software-pipelined loop: the raw dt
+    tile of the next iteration is copied into shared memory (cp.async on sm_90, two stages) while the CTA
+    activates, scans and stores the current one. Phases B-D are those of the one-tile kernel."""
+    import tilelang.language as T
+
+    bh_, rq = p.block_h, p.rows * p.Q
+    groups, n_hb = p.S // p.Q // p.rows, p.head_blocks
+
+    def tile_of(t: Any) -> tuple[Any, Any, Any]:  # (head block, chunk group, batch) of tile t
+        if p.sweep == "heads":
+            return t % n_hb, (t // n_hb) % groups, t // (n_hb * groups)
+        return (t // groups) % n_hb, t % groups, t // (n_hb * groups)
+
+    @T.macro
+    def body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum):
+        with T.Kernel(p.grid[0], threads=p.threads) as cta:
+            st = T.alloc_shared(p.stage_shape, "float32")
+            raw = T.alloc_shared((rq, bh_), "float32", scope="shared")  # static: the C target's rule
+            aux = T.alloc_shared((2, p.rows, p.segments, bh_), "float32", scope="shared")
+            acc = T.alloc_fragment((p.rows, p.segments, bh_), "float32")
+            lo = dt_limit[0]
+            hi = dt_limit[1]
+            for it in T.Pipelined(p.persist, num_stages=2):
+                bh, bc, bb = tile_of(cta * p.persist + it)
+                T.copy(dt[bb, bc * rq : bc * rq + rq, bh * bh_ : bh * bh_ + bh_], raw)
+                for q, h in T.Parallel(rq, bh_):  # A: activate from the raw stage
+                    x = raw[q, h] if dt_bias is None else raw[q, h] + dt_bias[bh * bh_ + h]
+                    if p.softplus:
+                        x = T.if_then_else(x <= 20.0, _softplus(x, p.fast_math), x)
+                    st[at(0, q, h)] = T.min(T.max(x, lo), hi)
+                scan_and_store(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc)
 
     return body
 

@@ -24,6 +24,7 @@ CASES = [
     ("mamba2-1p3b-b8-s2k", {"fast_math": False, "prefix": "serial", "store": "direct"}),
     ("mamba2-2p7b-b2-s32k-dt-bias", {"block_h": 32, "threads": 512, "vec": 4, "pad": 0, "fast_math": True}),
     ("mamba2-780m-b1-s4k", {"scan": "serial", "prefix": "serial", "block_h": 4, "threads": 128}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 4}),
 ]
 
 
@@ -40,3 +41,5 @@ def test_compiles_for_sm90(
     assert f"__launch_bounds__({plan.threads}, 1)" in source
     if shape["dtype"] == "bfloat16":
         assert "bfloat16" in source
+    if plan.persist > 1:  # the raw tiles are copied asynchronously, two stages, plain sm_90 (no setmaxnreg)
+        assert "cp_async_commit" in source and "cp_async_wait" in source and "reg_alloc" not in source

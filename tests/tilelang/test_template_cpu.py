@@ -61,6 +61,15 @@ VARIANTS = [
     ({"vec": 4, "pad": 0, "block_h": 16, "threads": 256}, {"H": 20, "has_bias": True}),
     # one head per CTA, two-level scan with 64 segments of the Q=256 chunk, 4 chunks per CTA
     ({"block_h": 1, "rows": 4, "threads": 256, "pad": 2}, {"H": 3, "Q": 256, "S": 1024}),
+    # looping CTAs: 4 tiles each along the heads (tile index across head blocks, chunk groups, batches), bias
+    ({"persist": 4, "block_h": 4, "threads": 128}, {"H": 16, "has_bias": True}),
+    # looping CTAs along the chunks, hq staging with vector stores, float32 output
+    (
+        {"persist": 8, "sweep": "chunks", "layout": "hq", "vec": 4, "pad": 4, "threads": 128},
+        {"H": 16, "dtype": "float32"},
+    ),
+    # looping CTAs, two chunks per tile, serial scan
+    ({"persist": 2, "rows": 2, "scan": "serial", "prefix": "serial", "threads": 128}, {"H": 8}),
 ]
 
 
