@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What issue 4 still needs from the H200, in one call: the parallel-compile speed-up of the TileLang template
-# on the host's 16 cores, an Nsight Compute profile of its best 2p7b kernel (the row short of 80% of the
-# copy bandwidth), and (RETUNE=1) both templates' sweeps again, so that the store behind chunk_cumsum.md
-# exists (the first run's store was lost). Bundle: ../shared/tools/gpu-bundle .gpu (tilelang 0.1.15), then
+# on the host's 16 cores (measured 2026-11-29: 4.98x), Nsight Compute profiles of its best 2p7b kernel (the
+# row short of 80% of the copy bandwidth) and of the same config as a looping kernel (persist), and with
+# RETUNE=1 both templates' sweeps again, so that the store behind chunk_cumsum.md exists (the first run's
+# store was lost). Bundle: ../shared/tools/gpu-bundle .gpu (tilelang 0.1.15), then
 # PYTHONPATH=/tmp/site:$PWD TRITON_INTERPRET=0.
 #
 # usage: benchmarks/h200/followup_chunk_cumsum.sh OUTDIR
@@ -19,14 +20,19 @@ timeout 240 python3 benchmarks/compile_throughput.py mamba2_chunk_cumsum_tilelan
   --json "$W/compile_throughput.json" 2>&1 | grep -v TileLang | tee "$W/compile_throughput.log" | tail -4
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1)
 if [[ -n $NCU ]]; then
-  timeout 150 "$NCU" --clock-control none --target-processes all --kernel-name regex:chunk_cumsum \
-    --launch-skip 2 --launch-count 1 --set full -o "$W/cumsum_2p7b" python3 benchmarks/run_config.py \
-    mamba2_chunk_cumsum_tilelang --workload mamba2-2p7b-b2-s32k-dt-bias --config "$BEST" --iters 3 \
-    > "$W/ncu_run.log" 2>&1
-  tail -3 "$W/ncu_run.log"
-  "$NCU" --import "$W/cumsum_2p7b.ncu-rep" --page details > "$W/profile.txt" 2>&1
-  grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Waves Per SM|Registers Per Thread|Block Size|Grid Size|L2 Hit|Elapsed Cycles|Mem Busy|Max Bandwidth|L1/TEX Hit|Issued Ipc" \
-    "$W/profile.txt" | head -40
+  # the tuned best of the first run, and the same config as a looping kernel (persist, template version 2)
+  for NAME in best persist4; do
+    CONFIG=$BEST; [[ $NAME == persist4 ]] && CONFIG=${BEST%\}},\"persist\":4}
+    timeout 150 "$NCU" --clock-control none --target-processes all --kernel-name regex:chunk_cumsum \
+      --launch-skip 2 --launch-count 1 --set full -o "$W/cumsum_2p7b_$NAME" python3 benchmarks/run_config.py \
+      mamba2_chunk_cumsum_tilelang --workload mamba2-2p7b-b2-s32k-dt-bias --config "$CONFIG" --iters 3 \
+      > "$W/ncu_run_$NAME.log" 2>&1
+    tail -3 "$W/ncu_run_$NAME.log"
+    "$NCU" --import "$W/cumsum_2p7b_$NAME.ncu-rep" --page details > "$W/profile_$NAME.txt" 2>&1
+    echo "== $NAME"
+    grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Achieved Occupancy|Waves Per SM|Registers Per Thread|Grid Size|Eligible Warps" \
+      "$W/profile_$NAME.txt" | head -12
+  done
 else
   echo "ncu not found on this machine" | tee "$W/profile.txt"
 fi
