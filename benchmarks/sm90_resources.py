@@ -81,6 +81,8 @@ def main() -> None:
     ap.add_argument("template")
     ap.add_argument("--workload", required=True)
     ap.add_argument("--config", action="append", default=None, help="JSON overrides of the default")
+    ap.add_argument("--ignore-constraints", action="store_true",
+                    help="compile configs the search space rules out (to see what a constraint costs)")
     args = ap.parse_args()
     compiled = _compile_only()
 
@@ -92,7 +94,7 @@ def main() -> None:
     for overrides in args.config or ["{}"]:
         config = space.validate_config({**space.default.to_dict(), **json.loads(overrides)})
         print(f"{args.workload} {overrides}")
-        if not space.is_valid(config, shape):
+        if not args.ignore_constraints and not space.is_valid(config, shape):
             print("  invalid for this shape (the search space's constraints)")
             continue
         compiled.clear()
