@@ -199,7 +199,8 @@ def _fail_stale_trials(ctx: StudyContext) -> None:
     """Fail (and so retry) the trials of workers that stopped beating, and the orphans Optuna cannot see:
     a worker killed between asking a trial and its first heartbeat leaves a RUNNING trial with neither a
     heartbeat nor parameters. A live worker suggests right after its first beat, so such a trial older
-    than the grace period has no owner; with no parameters there is nothing to retry."""
+    than the grace period has no owner: it is failed, and queued again if it held an enqueued config (a
+    seed or a retry), whose fixed parameters it carries."""
     if not ctx.heartbeats:
         return
     with warnings.catch_warnings():
@@ -219,6 +220,9 @@ def _fail_stale_trials(ctx: StudyContext) -> None:
                 storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             except Exception:  # another worker failed it first (it is finished now): nothing to do
                 log.debug("orphan trial %d already settled", trial.number, exc_info=True)
+                continue
+            if "fixed_params" in trial.system_attrs:
+                ctx.study.enqueue_trial(dict(trial.system_attrs["fixed_params"]))
 
 
 def _record(number: int, result: MeasureResult, duplicate_of: int | None, started: float) -> TrialRecord:

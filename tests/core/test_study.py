@@ -120,9 +120,11 @@ def test_a_trial_orphaned_before_its_first_heartbeat_is_failed(tmp_path, measure
     run_trials(live, CountBudget(1))  # within the grace period: left alone (its worker may be alive)
     assert live.study.trials[orphan.number].state is optuna.trial.TrialState.RUNNING
     time.sleep(4.5)  # the grace period: 4 heartbeat intervals, at least 4 s
-    run_trials(live, CountBudget(1))
+    (record,) = run_trials(live, CountBudget(1))
     failed = live.study.trials[orphan.number]
     assert failed.state is optuna.trial.TrialState.FAIL and "orphaned" in failed.user_attrs["reason"]
+    # It held the enqueued default: queued again and measured next, so the default is not lost.
+    assert record.config == Config(mode="ok", BLOCK=64) and record.number > orphan.number
 
 
 def test_a_study_with_no_passing_config_publishes_nothing(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
