@@ -13,6 +13,7 @@ the compile cache): the way slow-compiling backends (TileLang) are swept.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -48,7 +49,8 @@ class TrialRecord:
     reason: str | None
     duplicate_of: int | None
     wall_s: float  # from ask to tell (in batches: including the wait for the batch's compile)
-    overhead_s: float  # wall time outside build, verification and timing: sampling, checks, store, IPC, tell
+    overhead_s: float  # the trial's own wall time outside build, verification and timing (sampling, checks,
+    # store, IPC, tell); the waits in a batch (its compile, the trials measured before) are left out
 
     @property
     def measured(self) -> bool:
@@ -61,6 +63,7 @@ class _Pending:
     config: Config
     token: object
     asked_at: float
+    proposed_s: float = 0.0  # ask, suggest, checks: the trial's own share before it waits in its batch
 
 
 def run_trials(
@@ -157,11 +160,12 @@ def _propose(ctx: StudyContext, token: object) -> TrialRecord | _Pending:
         _tell(ctx, trial, result, previous.id)
         return _record(trial.number, result, previous.trial_number, started)
     ctx.in_flight.add(trial._trial_id)
-    return _Pending(trial, config, token, started)
+    return _Pending(trial, config, token, started, time.perf_counter() - started)
 
 
 def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending) -> TrialRecord:
     trial = p.trial
+    measuring_from = time.perf_counter()
     try:
         result = ctx.measurer.measure(
             ctx.template_ref, ctx.shape, Candidate(config=p.config), seed=ctx.seed_base + trial.number
@@ -179,7 +183,13 @@ def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending) -> TrialRecord
         raise
     ctx.in_flight.discard(trial._trial_id)
     _tell(ctx, trial, result, measurement_id)
-    return _record(trial.number, result, None, p.asked_at)
+    record = _record(trial.number, result, None, p.asked_at)
+    # Overhead: its own proposal and measurement call, not the wait for its batch's compile and for the
+    # trials measured before it in the batch (those are in wall_s).
+    own = p.proposed_s + (time.perf_counter() - measuring_from)
+    phases = result.phases
+    return dataclasses.replace(
+        record, overhead_s=max(0.0, own - (phases.build_s + phases.verify_s + phases.measure_s)))
 
 
 def _abandon(ctx: StudyContext, budget: TrialBudget, p: _Pending, reason: str) -> None:

@@ -127,6 +127,18 @@ def test_a_trial_orphaned_before_its_first_heartbeat_is_failed(tmp_path, measure
     assert record.config == Config(mode="ok", BLOCK=64) and record.number > orphan.number
 
 
+def test_in_a_batch_a_trials_overhead_leaves_out_its_wait(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    """Trials asked together are measured one after another: the last one's wall time holds the others'
+    measurements, its overhead (what the tuner itself costs per trial) does not."""
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=5)
+    records = [r for r in run_trials(ctx, CountBudget(4), batch=4) if r.measured]
+    assert len(records) == 4
+    last = records[-1]
+    assert last.wall_s > records[-2].wall_s  # it waited for the three measured before it
+    assert last.overhead_s < 0.5 * last.wall_s  # which its overhead leaves out
+
+
 def test_a_study_with_no_passing_config_publishes_nothing(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     ctx = open_study(NAME, Shape(n=8), store=store, measurer=measurer)  # every BLOCK > n: all invalid
