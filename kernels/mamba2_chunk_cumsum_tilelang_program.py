@@ -260,9 +260,7 @@ def _body_macro(p: CumsumPlan) -> Any:
             hi = dt_limit[1]
             for q, h in T.Parallel(rq, bh_, coalesced_width=width_a):  # A: load, activate, stage
                 x = _load_x(dt, dt_bias, bb, bc * rq + q, bh * bh_ + h, p.H, p.masked)
-                if p.softplus:
-                    x = T.if_then_else(x <= 20.0, _softplus(x, p.fast_math), x)
-                st[at(0, q, h)] = T.min(T.max(x, lo), hi)
+                st[at(0, q, h)] = _activate(x, lo, hi, p)
             scan_and_store(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc)
 
     return body
@@ -296,9 +294,7 @@ def _persistent_body_macro(p: CumsumPlan, at: Callable[..., Any], scan_and_store
                 T.copy(dt[bb, bc * rq : bc * rq + rq, bh * bh_ : bh * bh_ + bh_], raw)
                 for q, h in T.Parallel(rq, bh_):  # A: activate from the raw stage
                     x = raw[q, h] if dt_bias is None else raw[q, h] + dt_bias[bh * bh_ + h]
-                    if p.softplus:
-                        x = T.if_then_else(x <= 20.0, _softplus(x, p.fast_math), x)
-                    st[at(0, q, h)] = T.min(T.max(x, lo), hi)
+                    st[at(0, q, h)] = _activate(x, lo, hi, p)
                 scan_and_store(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc)
 
     return body
@@ -425,6 +421,16 @@ def _load_x(dt: Any, dt_bias: Any, b: Any, s: Any, h: Any, n_heads: int, masked:
 
     x = dt[b, s, h] if dt_bias is None else dt[b, s, h] + dt_bias[h]
     return T.if_then_else(h < n_heads, x, T.float32(0.0)) if masked else x
+
+
+def _activate(x: Any, lo: Any, hi: Any, p: CumsumPlan) -> Any:
+    """Phase A's value of a (biased) dt: softplus where the shape asks for it (identity above 20), then
+    clamped to [lo, hi] (dt_limit)."""
+    import tilelang.language as T
+
+    if p.softplus:
+        x = T.if_then_else(x <= 20.0, _softplus(x, p.fast_math), x)
+    return T.min(T.max(x, lo), hi)
 
 
 def _softplus(x: Any, fast: bool) -> Any:
