@@ -124,7 +124,7 @@ def _row(session: Session, template: object, st: db.StudyRecord, fingerprint: di
         trials=len(measured),
         failed=failed,
         search_s=search_s,
-        best_errors=json.loads(best.errors_json) if best else {},
+        best_errors=best.errors if best else {},
         version=st.template_version,
         best_kernels=best.kernels if best else {},
     )
@@ -154,7 +154,7 @@ def _line(name: str, members: Sequence[db.MeasurementRecord]) -> Line:
         reasons = "; ".join(sorted({f"{m.status}: {(m.reason or '').splitlines()[0][:80]}" for m in members}))
         return Line(name, None, note=reasons)
     best = min(ok, key=lambda m: m.median_us or math.inf)
-    return Line(name, best.median_us, best.candidate[len(COMPARATOR_PREFIX):], errors=json.loads(best.errors_json),
+    return Line(name, best.median_us, best.candidate[len(COMPARATOR_PREFIX):], errors=best.errors,
                 kernels=best.kernels)
 
 
@@ -207,7 +207,7 @@ def render_markdown(report: Report, *, errors: bool = False, kernels: bool = Fal
             spread = f" ({_us(r.best_spread[0])}–{_us(r.best_spread[1])})" if r.best_spread else ""
             cells = [
                 r.workload if len(versions) == 1 else f"{r.workload} (v{r.version})",
-                "`" + json.dumps(r.best_config.to_dict(), separators=(",", ":")) + "`" if r.best_config else "none",
+                _config_cell(r.best_config),
                 _us(r.best_us) + spread,
                 _us(r.default_us),
                 _ratio(r.default_us, r.best_us),

@@ -13,7 +13,6 @@ the compile cache): the way slow-compiling backends (TileLang) are swept.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -183,13 +182,10 @@ def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending) -> TrialRecord
         raise
     ctx.in_flight.discard(trial._trial_id)
     _tell(ctx, trial, result, measurement_id)
-    record = _record(trial.number, result, None, p.asked_at)
     # Overhead: its own proposal and measurement call, not the wait for its batch's compile and for the
     # trials measured before it in the batch (those are in wall_s).
-    own = p.proposed_s + (time.perf_counter() - measuring_from)
-    phases = result.phases
-    return dataclasses.replace(
-        record, overhead_s=max(0.0, own - (phases.build_s + phases.verify_s + phases.measure_s)))
+    return _record(trial.number, result, None, p.asked_at,
+                   own_s=p.proposed_s + (time.perf_counter() - measuring_from))
 
 
 def _abandon(ctx: StudyContext, budget: TrialBudget, p: _Pending, reason: str) -> None:
@@ -235,13 +231,17 @@ def _fail_stale_trials(ctx: StudyContext) -> None:
                 ctx.study.enqueue_trial(dict(trial.system_attrs["fixed_params"]))
 
 
-def _record(number: int, result: MeasureResult, duplicate_of: int | None, started: float) -> TrialRecord:
+def _record(
+    number: int, result: MeasureResult, duplicate_of: int | None, started: float, own_s: float | None = None
+) -> TrialRecord:
+    """The trial's record: wall time since ``started``; overhead = ``own_s`` (the trial's own wall time,
+    default: all of it) minus the measurement's phases."""
     wall = time.perf_counter() - started
     phases = result.phases
     spent = phases.build_s + phases.verify_s + phases.measure_s
     return TrialRecord(
         number, result.config, result.status, result.median_us, result.reason, duplicate_of, wall,
-        max(0.0, wall - spent),
+        max(0.0, (wall if own_s is None else own_s) - spent),
     )
 
 
