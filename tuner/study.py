@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
@@ -75,6 +76,7 @@ class StudyContext:
     worker: str = field(default_factory=db.worker_id)
     seed_base: int = 0
     in_flight: set[int] = field(default_factory=set)  # Optuna trial ids asked and not yet told (heartbeats)
+    orphans_checked_at: float = -math.inf  # time.monotonic() of the last orphan scan (tuner.trials)
 
     @property
     def heartbeats(self) -> bool:

@@ -216,6 +216,9 @@ def _fail_stale_trials(ctx: StudyContext) -> None:
     assert storage is not None  # heartbeats need the RDB storage
     interval = getattr(storage, "heartbeat_interval", None) or 1
     grace = getattr(storage, "grace_period", None) or 2 * interval
+    if time.monotonic() - ctx.orphans_checked_at < interval:  # at most once per heartbeat interval: the
+        return  # scan reads every RUNNING trial, and it runs before every ask
+    ctx.orphans_checked_at = time.monotonic()
     cutoff = datetime.now() - timedelta(seconds=grace)  # Optuna stores naive local start times
     for trial in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not trial.params and trial._trial_id not in ctx.in_flight and trial.datetime_start \
