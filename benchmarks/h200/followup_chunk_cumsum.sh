@@ -6,7 +6,7 @@
 # store was lost). Bundle: ../shared/tools/gpu-bundle .gpu (tilelang 0.1.15), then
 # PYTHONPATH=/tmp/site:$PWD TRITON_INTERPRET=0.
 #
-# usage: benchmarks/h200/followup_chunk_cumsum.sh OUTDIR
+# usage: [COMPILE=0] [RETUNE=1] benchmarks/h200/followup_chunk_cumsum.sh OUTDIR
 #   writes everything into OUTDIR/followup.tar.xz (the device tool returns at most 8 files)
 set -uo pipefail
 OUT=${1:?outdir}; mkdir -p "$OUT"; W=$(mktemp -d)
@@ -15,9 +15,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 date -u +"%Y-%m-%dT%H:%M:%SZ" | tee -a "$W/gpu.txt"
 # The tuned best config for mamba2-2p7b-b2-s32k-dt-bias (benchmarks/h200/chunk_cumsum.md, 2026-11-29).
 BEST='{"block_h":8,"fast_math":true,"layout":"qh","pad":1,"prefix":"tree","rows":1,"scan":"twolevel","store":"staged","sweep":"heads","threads":256,"vec":1}'
-timeout 240 python3 benchmarks/compile_throughput.py mamba2_chunk_cumsum_tilelang \
-  --workload mamba2-2p7b-b2-s32k-dt-bias --configs "${CONFIGS:-24}" --workers 16 \
-  --json "$W/compile_throughput.json" 2>&1 | grep -v TileLang | tee "$W/compile_throughput.log" | tail -4
+if [[ ${COMPILE:-1} == 1 ]]; then  # COMPILE=0 skips the compile-throughput measurement
+  timeout 240 python3 benchmarks/compile_throughput.py mamba2_chunk_cumsum_tilelang \
+    --workload mamba2-2p7b-b2-s32k-dt-bias --configs "${CONFIGS:-24}" --workers 16 \
+    --json "$W/compile_throughput.json" 2>&1 | grep -v TileLang | tee "$W/compile_throughput.log" | tail -4
+fi
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1)
 if [[ -n $NCU ]]; then
   # the tuned best of the first run, and the same config as a looping kernel (persist, template version 2)
