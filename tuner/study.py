@@ -12,15 +12,18 @@ measurements, and the budget decides who may run the next trial.
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import logging
 import math
 import uuid
+import warnings
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import optuna
+import sqlalchemy as sa
 from optuna.trial import TrialState
 from sqlalchemy import event
 from sqlalchemy.orm import Session
@@ -131,12 +134,11 @@ def open_study(
         study.set_user_attr("template", template.name)
         study.set_user_attr("shape", shape.key())
         study.set_user_attr("device", f"{key.device_kind}:{key.device_name}")
-    # Warm starts are enqueued at every opening: a study resumed after the space gained seeds, or after
-    # neighbouring shapes were tuned, measures them next (configs it already has are skipped).
-    settled = settled_params(study, heartbeats=heartbeat_s is not None)
-    for config in warm_starts(store, space, key):
-        if config.to_dict() not in settled:
-            study.enqueue_trial(config.to_dict())
+    # Warm starts are queued at every opening, in their current order: a study resumed after the space gained
+    # or reordered seeds, or after neighbouring shapes were tuned, measures them next (configs it already
+    # has are skipped).
+    settled = settled_params(study, heartbeats=heartbeat_s is not None, waiting=False)
+    queue_in_order(study, [c.to_dict() for c in warm_starts(store, space, key) if c.to_dict() not in settled])
     seed_base = zlib.crc32(key.study_name().encode()) if seed is None else seed
     return StudyContext(
         template, template_ref, shape, space, key, study_row.id, study, optuna_sampler, store, measurer,
@@ -144,9 +146,9 @@ def open_study(
     )
 
 
-def settled_params(study: optuna.Study, *, heartbeats: bool) -> list[dict[str, object]]:
+def settled_params(study: optuna.Study, *, heartbeats: bool, waiting: bool = True) -> list[dict[str, object]]:
     """Parameters of the study's trials that a warm start must not repeat: measured ones (complete,
-    pruned as invalid, failed with a stored measurement) and queued ones. A trial failed without a
+    pruned as invalid, failed with a stored measurement) and, with ``waiting``, queued ones. A trial failed without a
     measurement (abandoned when its run was interrupted) does not count, nor, without heartbeats, a
     RUNNING one: no live process can own it then (a run killed outright leaves its trials RUNNING), so a
     seed it held is measured again rather than lost. With heartbeats a RUNNING trial may be another
@@ -155,13 +157,63 @@ def settled_params(study: optuna.Study, *, heartbeats: bool) -> list[dict[str, o
     for trial in study.get_trials(deepcopy=False):
         state = trial.state
         counts = (
-            state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.WAITING)
+            state in (TrialState.COMPLETE, TrialState.PRUNED)
+            or (state is TrialState.WAITING and waiting)
             or (state is TrialState.FAIL and "measurement_id" in trial.user_attrs)
             or (state is TrialState.RUNNING and heartbeats)
         )
         if counts:
             settled.append(dict(trial.system_attrs.get("fixed_params", trial.params)))
     return settled
+
+
+def queue_in_order(study: optuna.Study, wanted: Sequence[Mapping[str, object]]) -> None:
+    """Make ``wanted`` the head of the study's queue of WAITING trials, in this order, ahead of the other
+    queued configs (kept, in their order, after it).
+
+    Optuna pops WAITING trials oldest first, so a seed added to the space would otherwise wait behind
+    everything earlier runs queued and never run in a short resumed run. When the queue is already in
+    order, missing entries are appended. Otherwise the queued trials are withdrawn (failed without a
+    measurement, so nothing counts them) and the whole queue is enqueued again. Withdrawing is a
+    conditional update (only a trial still WAITING): a trial another worker popped meanwhile keeps
+    running and is left out of the new queue; two workers reordering at once may queue a config twice,
+    which the trial loop counts as a duplicate instead of measuring it again."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    queued = [dict(t.system_attrs.get("fixed_params", t.params)) for t in waiting]
+    desired = [dict(p) for p in wanted] + [q for q in queued if q not in wanted]
+    if desired[: len(queued)] == queued:
+        for params in desired[len(queued):]:
+            study.enqueue_trial(params)
+        return
+    withdrawn = _withdraw_waiting(study, [t._trial_id for t in waiting])
+    taken = [q for t, q in zip(waiting, queued, strict=True) if t._trial_id not in withdrawn]
+    for params in desired:
+        if params not in taken:  # popped by another worker meanwhile: running
+            study.enqueue_trial(params)
+
+
+def _withdraw_waiting(study: optuna.Study, trial_ids: Sequence[int]) -> set[int]:
+    """Fail those of ``trial_ids`` that are still WAITING, atomically per trial; returns the ids failed."""
+    storage = study._storage
+    backend = getattr(storage, "_backend", storage)  # create_study wraps the RDB storage in a cache
+    if not isinstance(backend, optuna.storages.RDBStorage):  # in-memory studies have one process
+        for trial_id in trial_ids:
+            storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        return set(trial_ids)
+    state = sa.Enum(TrialState, name="trialstate")  # Optuna's column: a native enum on PostgreSQL
+    trials = sa.table("trials", sa.column("trial_id"), sa.column("state", state), sa.column("datetime_complete"))
+    now = datetime.datetime.now()
+    withdrawn: set[int] = set()
+    with backend.engine.begin() as connection:
+        for trial_id in trial_ids:
+            result = connection.execute(
+                sa.update(trials)
+                .where(trials.c.trial_id == trial_id, trials.c.state == TrialState.WAITING)
+                .values(state=TrialState.FAIL, datetime_complete=now)
+            )
+            if result.rowcount:
+                withdrawn.add(trial_id)
+    return withdrawn
 
 
 def warm_starts(store: db.Store, space: SearchSpace, key: StudyKey, limit: int = 4) -> list[Config]:
@@ -209,19 +261,23 @@ def optuna_storage(store: db.Store, *, heartbeat_s: float | None = None) -> optu
     On SQLite its connections get ``synchronous=NORMAL`` (safe under WAL, which the store has switched the
     file to): Optuna commits once per user attribute, and a full fsync per commit made the per-trial
     overhead several times larger than the 50 ms target. With ``heartbeat_s``, trials carry heartbeats
-    and stale ones are retried (RetryFailedTrialCallback) with the same parameters.
+    and stale ones are retried (Optuna's retry callback) with the same parameters.
     """
     extra: dict[str, object] = {}
     if heartbeat_s is not None:
-        # Optuna 4.9 renamed the stale-trial callback argument; older releases know only the old name.
+        # Optuna 4.9 renamed the stale-trial callback (argument and class); older releases know the old names.
         params = inspect.signature(optuna.storages.RDBStorage).parameters
         callback = "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params \
             else "failed_trial_callback"
-        extra = {
-            "heartbeat_interval": max(1, round(heartbeat_s)),
-            "grace_period": max(4, round(4 * heartbeat_s)),
-            callback: optuna.storages.RetryFailedTrialCallback(max_retry=3),
-        }
+        retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) \
+            or optuna.storages.RetryFailedTrialCallback
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+            extra = {
+                "heartbeat_interval": max(1, round(heartbeat_s)),
+                "grace_period": max(4, round(4 * heartbeat_s)),
+                callback: retry(max_retry=3),
+            }
     storage = optuna.storages.RDBStorage(store.optuna_url, **extra)  # type: ignore[arg-type]
     if store.dialect == "sqlite":
         event.listen(storage.engine, "connect", _sqlite_synchronous_normal)
