@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate the committed H200 reports from the committed stores (no GPU needed).
-# chunk_cumsum.db did not reach the repository (an ignore rule kept it out); those two reports are skipped
-# with a note until a new H200 run writes it again.
+# Each report is its .head.md (hand-written: status, commands, analysis) followed by `tuner report` over the
+# committed store; a missing store skips its reports with a note.
+
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TUNER="${PYTHON:-.venv/bin/python} -m tuner.cli"
