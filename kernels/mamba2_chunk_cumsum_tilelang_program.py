@@ -16,9 +16,12 @@ D. write ``dt_out`` (rounded to the output dtype) and ``dA_cumsum`` = partial + 
    ``staged``: the partial sums were staged in ``st[1]`` and all threads store along Q from shared memory;
    ``direct``: each thread kept its segment (values, partial sums) in registers and stores it itself.
 
-With ``persist`` > 1 a CTA loops over that many consecutive tiles (in ``sweep`` order, over a 1-D grid):
-phase A then reads a raw dt tile that a two-stage ``T.Pipelined`` loop copies into shared memory with
-cp.async while the previous tile is scanned and stored (whole tiles only: ``block_h`` divides H).
+With ``persist`` > 1 a CTA loops over that many consecutive tiles (in ``sweep`` order, over a 1-D grid of
+ceil(tiles / persist) CTAs): phase A then reads a raw dt tile that a two-stage ``T.Pipelined`` loop copies
+into shared memory with cp.async while the previous tile is scanned and stored (whole tiles only:
+``block_h`` divides H). ``persist`` need not divide the tiles: the last CTA's surplus iterations redo its
+last tile (the same values to the same addresses, by the same CTA), which lets the grid fit the device in
+one wave (2p7b: 2560 tiles, persist 5 = 512 CTAs).
 
 Heads are the fastest thread index in phases B and C (the rows of different heads are ``pad``-skewed, those
 of one head are not), the sequence position in phase D (coalesced stores). When ``block_h`` does not divide
@@ -115,7 +118,7 @@ class CumsumPlan:
         rows), (chunk groups, head blocks, batch) for chunks (they write consecutive chunks of a row)."""
         groups = self.S // self.Q // self.rows
         if self.persist > 1:
-            return (self.tiles // self.persist, 1, 1)
+            return (-(-self.tiles // self.persist), 1, 1)
         if self.sweep == "heads":
             return (self.head_blocks, groups, self.B)
         return (groups, self.head_blocks, self.B)
@@ -181,7 +184,7 @@ def _violation(p: CumsumPlan) -> str | None:
         ),
         (lambda: p.store == "staged" or p.layout == "qh" or p.vec == 1, "direct store with hq: vec unused"),
         (lambda: p.smem_bytes <= MAX_SMEM_BYTES, f"shared memory above {MAX_SMEM_BYTES} B"),
-        (lambda: p.persist >= 1 and p.tiles % p.persist == 0, "persist must divide the number of tiles"),
+        (lambda: 1 <= p.persist <= p.tiles, "persist: between 1 and the number of tiles"),
         (lambda: p.persist == 1 or not p.masked, "persist > 1: block_h must divide H (whole-tile copies)"),
         (lambda: p.persist == 1 or 4 * p.rows * p.Q * p.block_h <= MAX_STATIC_RAW,
          f"persist > 1: the raw tile ({MAX_STATIC_RAW} B of static shared memory per stage at most)"),
@@ -290,7 +293,8 @@ def _persistent_body_macro(p: CumsumPlan, at: Callable[..., Any], scan_and_store
             lo = dt_limit[0]
             hi = dt_limit[1]
             for it in T.Pipelined(p.persist, num_stages=2):
-                bh, bc, bb = tile_of(cta * p.persist + it)
+                # past the last tile (persist not dividing the tiles): redo the last one, same values
+                bh, bc, bb = tile_of(T.min(cta * p.persist + it, p.tiles - 1))
                 T.copy(dt[bb, bc * rq : bc * rq + rq, bh * bh_ : bh * bh_ + bh_], raw)
                 for q, h in T.Parallel(rq, bh_):  # A: activate from the raw stage
                     x = raw[q, h] if dt_bias is None else raw[q, h] + dt_bias[bh * bh_ + h]

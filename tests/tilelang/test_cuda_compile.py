@@ -25,6 +25,8 @@ CASES = [
     ("mamba2-2p7b-b2-s32k-dt-bias", {"block_h": 32, "threads": 512, "vec": 4, "pad": 0, "fast_math": True}),
     ("mamba2-780m-b1-s4k", {"scan": "serial", "prefix": "serial", "block_h": 4, "threads": 128}),
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 4}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 5}),  # 512 CTAs: one wave at 4 CTAs per SM
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 3}),  # 2560 tiles: 854 CTAs, the last redoes two
 ]
 
 

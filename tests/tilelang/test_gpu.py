@@ -68,6 +68,8 @@ VARIANTS = [
     ("mamba2-780m-b1-s4k-dt-bias", {"block_h": 2, "rows": 4, "threads": 512, "pad": 2}),
     # looping CTAs with cp.async-pipelined raw tiles
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 4}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 5}),  # 512 CTAs: one wave at 4 CTAs per SM
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 3}),  # 2560 tiles: 854 CTAs, the last redoes two
     ("mamba2-1p3b-b8-s2k", {"persist": 16, "sweep": "chunks", "layout": "hq", "vec": 4, "pad": 4}),
 ]
 

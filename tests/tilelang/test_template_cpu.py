@@ -9,18 +9,28 @@ from tuner.compile_cache import CompileFailed, default_cache
 from tuner.frozen import Shape
 from tuner.verify import relative_l2
 
+GUARD = -7.0  # fills the memory just past each output: a write out of bounds changes it
+
+
+def _guarded(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``out``'s shape and dtype as the first half of a buffer twice its size (the second half: GUARD)."""
+    buffer = torch.full((2 * out.numel(),), GUARD, dtype=out.dtype, device=out.device)
+    return buffer[: out.numel()].view(out.shape).fill_(float("nan")), buffer[out.numel():]
+
 
 def _check(template, config, shape: Shape, seed: int = 0) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """Build, run on NaN-poisoned outputs, compare; returns the relative L2 errors."""
+    """Build, run on NaN-poisoned outputs, compare; returns the relative L2 errors. Each output is followed
+    by guard memory that must stay untouched (a tile index past the last tile would write there)."""
     assert template.space().check(config, shape) is None
     fn = template.build(config, shape)
     inputs = template.make_inputs(shape, "cpu", seed)
-    outputs = template.allocate_outputs(shape, inputs)
-    for out in outputs.values():
-        out.fill_(float("nan"))
+    guarded = {k: _guarded(v) for k, v in template.allocate_outputs(shape, inputs).items()}
+    outputs = {k: out for k, (out, _) in guarded.items()}
     pointers = {k: v.data_ptr() for k, v in outputs.items()}
     fn(inputs, outputs)
     assert {k: v.data_ptr() for k, v in outputs.items()} == pointers  # written in place
+    for name, (_, guard) in guarded.items():
+        assert bool((guard == GUARD).all()), f"{name}: written out of bounds"
     ref = template.reference(shape, inputs)
     errors = {}
     for spec in template.output_specs(shape):
@@ -70,6 +80,10 @@ VARIANTS = [
     ),
     # looping CTAs, two chunks per tile, serial scan
     ({"persist": 2, "rows": 2, "scan": "serial", "prefix": "serial", "threads": 128}, {"H": 8}),
+    # persist not dividing the tiles (32 tiles, 11 CTAs): the last CTA redoes its last tile, bias
+    ({"persist": 3, "block_h": 4, "threads": 128}, {"H": 16, "has_bias": True}),
+    # the same along the chunks with two chunks per tile (16 tiles, 4 CTAs, the last one 1 tile + 4 redone)
+    ({"persist": 5, "block_h": 4, "rows": 2, "sweep": "chunks", "threads": 128}, {"H": 16}),
 ]
 
 
