@@ -94,8 +94,9 @@ def _launcher(compiled: Any, plan: CumsumPlan, device_type: str) -> Kernel:
 
 
 def _loop_pass_configs(plan: CumsumPlan) -> dict[str, bool]:
-    """The looping kernel (persist > 1) pipelines its raw-tile copies with cp.async: TileLang would
-    otherwise warp-specialise the loop (a TMA producer warp group and setmaxnreg, which need sm_90a)."""
+    """The looping kernel (persist > 1) pipelines its raw-tile copies with cp.async (its copy is marked
+    ``disable_tma``): TileLang would otherwise warp-specialise the loop (a producer warp group and
+    setmaxnreg, which need sm_90a)."""
     if plan.persist == 1:
         return {}
-    return {"tl.disable_warp_specialized": True, "tl.disable_tma_lower": True}
+    return {"tl.disable_warp_specialized": True}

@@ -295,7 +295,7 @@ def _persistent_body_macro(p: CumsumPlan, at: Callable[..., Any], scan_and_store
             for it in T.Pipelined(p.persist, num_stages=2):
                 # past the last tile (persist not dividing the tiles): redo the last one, same values
                 bh, bc, bb = tile_of(T.min(cta * p.persist + it, p.tiles - 1))
-                T.copy(dt[bb, bc * rq : bc * rq + rq, bh * bh_ : bh * bh_ + bh_], raw)
+                T.copy(dt[bb, bc * rq : bc * rq + rq, bh * bh_ : bh * bh_ + bh_], raw, disable_tma=True)
                 for q, h in T.Parallel(rq, bh_):  # A: activate from the raw stage
                     x = raw[q, h] if dt_bias is None else raw[q, h] + dt_bias[bh * bh_ + h]
                     st[at(0, q, h)] = _activate(x, lo, hi, p)
