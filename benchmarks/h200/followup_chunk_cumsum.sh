@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# What issue 4 still needs from the H200, in one call: the parallel-compile speed-up of the TileLang template
-# on the host's 16 cores (measured 2026-11-29: 4.98x), Nsight Compute profiles of its best 2p7b kernel (the
-# row short of 80% of the copy bandwidth) and of the same config as a looping kernel (persist), and with
-# RETUNE=1 both templates' sweeps again, so that the store behind chunk_cumsum.md exists (the first run's
-# store was lost). Bundle: ../shared/tools/gpu-bundle .gpu (tilelang 0.1.15), then
+# What issue 4 needs from the H200 beyond the first sweep, in one call: the parallel-compile speed-up of the
+# TileLang template on the host's 16 cores (measured 2026-11-29: 4.98x), Nsight Compute profiles of its best
+# 2p7b kernel (the row short of 80% of the copy bandwidth) and of the same config as a looping kernel
+# (persist), and with RETUNE=1 the templates' sweeps (2026-11-29, third session: both, writing the committed
+# store chunk_cumsum.db). Bundle: ../shared/tools/gpu-bundle .gpu (tilelang 0.1.15), then
 # PYTHONPATH=/tmp/site:$PWD TRITON_INTERPRET=0.
 #
-# usage: [COMPILE=0] [RETUNE=1] benchmarks/h200/followup_chunk_cumsum.sh OUTDIR
+# usage: [COMPILE=0] [PROFILES="best persist5"] [RETUNE=1 [TEMPLATES=…] [DB_FROM=store.db]]
+#          benchmarks/h200/followup_chunk_cumsum.sh OUTDIR
+#   e.g. the next step of issue 4 (template version 3's one-wave looping kernel, sweeps continuing the
+#   committed store): COMPILE=0 PROFILES="best persist5" RETUNE=1 TEMPLATES=mamba2_chunk_cumsum_tilelang
+#   DB_FROM=benchmarks/h200/chunk_cumsum.db
 #   writes everything into OUTDIR/followup.tar.xz (the device tool returns at most 8 files)
 set -uo pipefail
 OUT=${1:?outdir}; mkdir -p "$OUT"; W=$(mktemp -d)
@@ -22,9 +26,9 @@ if [[ ${COMPILE:-1} == 1 ]]; then  # COMPILE=0 skips the compile-throughput meas
 fi
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1)
 if [[ -n $NCU ]]; then
-  # the tuned best of the first run, and the same config as a looping kernel (persist, template version 2)
-  for NAME in best persist4; do
-    CONFIG=$BEST; [[ $NAME == persist4 ]] && CONFIG=${BEST%\}},\"persist\":4}
+  # the tuned best (persist 1) and the same config as a looping kernel: PROFILES="best persist4 persist5 …"
+  for NAME in ${PROFILES:-best persist4}; do
+    CONFIG=${BEST%\}},\"persist\":${NAME#persist}}; [[ $NAME == best ]] && CONFIG=${BEST%\}},\"persist\":1}
     timeout 150 "$NCU" --clock-control none --target-processes all --kernel-name regex:chunk_cumsum \
       --launch-skip 2 --launch-count 1 --set full -o "$W/cumsum_2p7b_$NAME" python3 benchmarks/run_config.py \
       mamba2_chunk_cumsum_tilelang --workload mamba2-2p7b-b2-s32k-dt-bias --config "$CONFIG" --iters 3 \
@@ -38,8 +42,11 @@ if [[ -n $NCU ]]; then
 else
   echo "ncu not found on this machine" | tee "$W/profile.txt"
 fi
-if [[ ${RETUNE:-0} == 1 ]]; then
-  bash benchmarks/h200/tune_chunk_cumsum.sh mamba2_chunk_cumsum 60 "$W"
-  bash benchmarks/h200/tune_chunk_cumsum.sh mamba2_chunk_cumsum_tilelang 64 "$W"
+if [[ ${RETUNE:-0} == 1 ]]; then  # TEMPLATES picks which sweeps run (default both); DB: a store to continue
+  [[ -n ${DB_FROM:-} ]] && cp "$DB_FROM" "$W/chunk_cumsum.db"
+  for T in ${TEMPLATES:-mamba2_chunk_cumsum mamba2_chunk_cumsum_tilelang}; do
+    TRIALS=60; [[ $T == mamba2_chunk_cumsum_tilelang ]] && TRIALS=64
+    bash benchmarks/h200/tune_chunk_cumsum.sh "$T" "$TRIALS" "$W"
+  done
 fi
 tar -cJf "$OUT/followup.tar.xz" -C "$W" .
