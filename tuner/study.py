@@ -138,7 +138,8 @@ def open_study(
     # or reordered seeds, or after neighbouring shapes were tuned, measures them next (configs it already
     # has are skipped).
     settled = settled_params(study, heartbeats=heartbeat_s is not None, waiting=False)
-    queue_in_order(study, [c.to_dict() for c in warm_starts(store, space, key) if c.to_dict() not in settled])
+    wanted = [c.to_dict() for c in warm_starts(store, space, key) if c.to_dict() not in settled]
+    queue_in_order(study, storage, wanted)
     seed_base = zlib.crc32(key.study_name().encode()) if seed is None else seed
     return StudyContext(
         template, template_ref, shape, space, key, study_row.id, study, optuna_sampler, store, measurer,
@@ -167,7 +168,9 @@ def settled_params(study: optuna.Study, *, heartbeats: bool, waiting: bool = Tru
     return settled
 
 
-def queue_in_order(study: optuna.Study, wanted: Sequence[Mapping[str, object]]) -> None:
+def queue_in_order(
+    study: optuna.Study, storage: optuna.storages.BaseStorage, wanted: Sequence[Mapping[str, object]]
+) -> None:
     """Make ``wanted`` the head of the study's queue of WAITING trials, in this order, ahead of the other
     queued configs (kept, in their order, after it).
 
@@ -185,18 +188,17 @@ def queue_in_order(study: optuna.Study, wanted: Sequence[Mapping[str, object]]) 
         for params in desired[len(queued):]:
             study.enqueue_trial(params)
         return
-    withdrawn = _withdraw_waiting(study, [t._trial_id for t in waiting])
+    withdrawn = _withdraw_waiting(storage, [t._trial_id for t in waiting])
     taken = [q for t, q in zip(waiting, queued, strict=True) if t._trial_id not in withdrawn]
     for params in desired:
         if params not in taken:  # popped by another worker meanwhile: running
             study.enqueue_trial(params)
 
 
-def _withdraw_waiting(study: optuna.Study, trial_ids: Sequence[int]) -> set[int]:
-    """Fail those of ``trial_ids`` that are still WAITING, atomically per trial; returns the ids failed."""
-    storage = study._storage
-    backend = getattr(storage, "_backend", storage)  # create_study wraps the RDB storage in a cache
-    if not isinstance(backend, optuna.storages.RDBStorage):  # in-memory studies have one process
+def _withdraw_waiting(storage: optuna.storages.BaseStorage, trial_ids: Sequence[int]) -> set[int]:
+    """Fail those of ``trial_ids`` that are still WAITING, atomically per trial; returns the ids failed.
+    ``storage`` is the study's (the RDB storage the store opened, or an in-memory one)."""
+    if not isinstance(storage, optuna.storages.RDBStorage):  # in-memory studies have one process
         for trial_id in trial_ids:
             storage.set_trial_state_values(trial_id, TrialState.FAIL)
         return set(trial_ids)
@@ -204,7 +206,7 @@ def _withdraw_waiting(study: optuna.Study, trial_ids: Sequence[int]) -> set[int]
     trials = sa.table("trials", sa.column("trial_id"), sa.column("state", state), sa.column("datetime_complete"))
     now = datetime.datetime.now()
     withdrawn: set[int] = set()
-    with backend.engine.begin() as connection:
+    with storage.engine.begin() as connection:
         for trial_id in trial_ids:
             result = connection.execute(
                 sa.update(trials)

@@ -117,14 +117,15 @@ def test_warm_starts_missing_from_a_resumed_queue_go_ahead_of_it(db_url: str) ->
     """A resumed study whose queue holds configs of earlier runs measures the current warm starts first (a
     seed added to the space must not wait behind the old queue), in their order, then the rest."""
     store = db.Store.open(db_url)
-    study = optuna.create_study(study_name="q", storage=optuna_storage(store), direction="minimize")
+    storage = optuna_storage(store)
+    study = optuna.create_study(study_name="q", storage=storage, direction="minimize")
     a, b, c = {"BLOCK": 16, "mode": "ok"}, {"BLOCK": 32, "mode": "ok"}, {"BLOCK": 64, "mode": "ok"}
     study.enqueue_trial(a)
     study.enqueue_trial(b)
-    queue_in_order(study, [a, b, c])  # in order already: c is appended, nothing withdrawn
+    queue_in_order(study, storage, [a, b, c])  # in order already: c is appended, nothing withdrawn
     assert _queue(study) == [a, b, c]
     assert not study.get_trials(states=(optuna.trial.TrialState.FAIL,))
-    queue_in_order(study, [c, a])  # c first now: the old queue is withdrawn and queued again behind it
+    queue_in_order(study, storage, [c, a])  # c first now: the old queue is withdrawn and queued again behind it
     assert _queue(study) == [c, a, b]
     popped = [study.ask().number for _ in range(3)]
     assert [study.trials[n].system_attrs["fixed_params"] for n in popped] == [c, a, b]
@@ -134,7 +135,8 @@ def test_warm_starts_missing_from_a_resumed_queue_go_ahead_of_it(db_url: str) ->
 
 def test_reordering_the_queue_leaves_a_trial_another_worker_popped(db_url: str) -> None:
     store = db.Store.open(db_url)
-    study = optuna.create_study(study_name="q", storage=optuna_storage(store), direction="minimize")
+    storage = optuna_storage(store)
+    study = optuna.create_study(study_name="q", storage=storage, direction="minimize")
     a, b = {"BLOCK": 16}, {"BLOCK": 32}
     study.enqueue_trial(a)
     study.enqueue_trial(b)
@@ -143,7 +145,7 @@ def test_reordering_the_queue_leaves_a_trial_another_worker_popped(db_url: str) 
     other = optuna.load_study(study_name="q", storage=optuna_storage(store))
     running = other.ask()
     assert running.params == {} and running._trial_id == waiting[0]._trial_id  # params come with suggest
-    assert _withdraw_waiting(study, [t._trial_id for t in waiting]) == {waiting[1]._trial_id}
+    assert _withdraw_waiting(storage, [t._trial_id for t in waiting]) == {waiting[1]._trial_id}
     assert study.trials[running.number].state is optuna.trial.TrialState.RUNNING
 
 
