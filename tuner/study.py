@@ -180,7 +180,8 @@ def queue_in_order(
     measurement, so nothing counts them) and the whole queue is enqueued again. Withdrawing is a
     conditional update (only a trial still WAITING): a trial another worker popped meanwhile keeps
     running and is left out of the new queue; two workers reordering at once may queue a config twice,
-    which the trial loop counts as a duplicate instead of measuring it again."""
+    which the trial loop counts as a duplicate instead of measuring it again. A queued heartbeat retry
+    that is withdrawn and queued again starts its retry count afresh."""
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     queued = [dict(t.system_attrs.get("fixed_params", t.params)) for t in waiting]
     desired = [dict(p) for p in wanted] + [q for q in queued if q not in wanted]
