@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import db
 from tests.fixtures.studies import study_fields
 from tuner.frozen import Config, Shape
@@ -26,6 +28,12 @@ def test_rows_of_older_versions_say_which_version_measured_them() -> None:
     text = render_markdown(Report("t", "2", (_row("w1", "1"), _row("w2", "2"))))
     assert text.startswith("# t (measured with template version 1, 2; the code is now version 2)\n")
     assert "| w1 (v1) |" in text and "| w2 (v2) |" in text
+
+
+def test_the_geometric_mean_has_three_decimals() -> None:
+    # default / best = 2.0 and 1.69: geomean 1.8385, which two decimals would print as a round 1.84x
+    rows = (_row("w1", "1"), dataclasses.replace(_row("w2", "1"), default_us=16.9))
+    assert "**1.838x**" in render_markdown(Report("t", "1", rows))
 
 
 def test_errors_table_lists_every_output_of_the_best_config() -> None:
