@@ -27,6 +27,8 @@ CASES = [
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 4}),
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 5}),  # 512 CTAs: one wave at 4 CTAs per SM
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 3}),  # 2560 tiles: 854 CTAs, the last redoes two
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 5, "block_h": 4, "threads": 128}),  # version-3 seeds
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 5, "store": "direct"}),
 ]
 
 

@@ -84,6 +84,8 @@ VARIANTS = [
     ({"persist": 3, "block_h": 4, "threads": 128}, {"H": 16, "has_bias": True}),
     # the same along the chunks with two chunks per tile (16 tiles, 4 CTAs, the last one 1 tile + 4 redone)
     ({"persist": 5, "block_h": 4, "rows": 2, "sweep": "chunks", "threads": 128}, {"H": 16}),
+    # the looping kernel with direct stores from registers (a version-3 seed), 32 tiles over 7 CTAs
+    ({"persist": 5, "block_h": 4, "store": "direct", "threads": 128}, {"H": 16, "has_bias": True}),
 ]
 
 
