@@ -112,7 +112,7 @@ def analyse(workload: str, overrides: dict) -> dict:
             res = cubin_resources(cubin.read_bytes())
         finally:
             set_default_cache(None)
-    dynamic = plan.smem_bytes - 4 * 2 * plan.rows * plan.segments * plan.block_h  # aux is static
+    dynamic = plan.stage_bytes  # the segment totals (aux) are static: in the cubin's figure
     smem = res.static_smem + dynamic
     limits = ctas_per_sm(plan.threads, res.registers, smem)
     fit = min(limits.values())

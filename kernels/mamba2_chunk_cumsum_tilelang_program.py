@@ -90,9 +90,14 @@ class CumsumPlan:
     persist: int = 1  # tiles per CTA; above 1 the CTA loops over them, loading the next while it scans
 
     @property
+    def groups(self) -> int:
+        """Chunk groups (``rows`` consecutive chunks) per sequence."""
+        return self.S // self.Q // self.rows
+
+    @property
     def tiles(self) -> int:
         """(batch, chunk group, head block) tiles of the whole problem."""
-        return self.B * (self.S // self.Q // self.rows) * self.head_blocks
+        return self.B * self.groups * self.head_blocks
 
     @property
     def segments(self) -> int:
@@ -116,12 +121,11 @@ class CumsumPlan:
     def grid(self) -> tuple[int, int, int]:
         """(head blocks, chunk groups, batch) for ``sweep`` = heads (neighbouring CTAs read the same dt
         rows), (chunk groups, head blocks, batch) for chunks (they write consecutive chunks of a row)."""
-        groups = self.S // self.Q // self.rows
         if self.persist > 1:
             return (-(-self.tiles // self.persist), 1, 1)
         if self.sweep == "heads":
-            return (self.head_blocks, groups, self.B)
-        return (groups, self.head_blocks, self.B)
+            return (self.head_blocks, self.groups, self.B)
+        return (self.groups, self.head_blocks, self.B)
 
     @property
     def stage_shape(self) -> tuple[int, int, int]:
@@ -132,10 +136,15 @@ class CumsumPlan:
         return (stages, self.block_h, rq + self.pad)
 
     @property
+    def stage_bytes(self) -> int:
+        """The stage (dynamic shared memory), in bytes."""
+        a, b, c = self.stage_shape
+        return 4 * a * b * c
+
+    @property
     def smem_bytes(self) -> int:
         """Dynamic stage plus the static segment totals and offsets (aux), in bytes."""
-        a, b, c = self.stage_shape
-        return 4 * (a * b * c + 2 * self.rows * self.segments * self.block_h)
+        return self.stage_bytes + 4 * 2 * self.rows * self.segments * self.block_h
 
 
 def plan_for(config: Config, shape: Shape) -> CumsumPlan:
@@ -276,7 +285,7 @@ def _persistent_body_macro(p: CumsumPlan, at: Callable[..., Any], scan_and_store
     import tilelang.language as T
 
     bh_, rq = p.block_h, p.rows * p.Q
-    groups, n_hb = p.S // p.Q // p.rows, p.head_blocks
+    groups, n_hb = p.groups, p.head_blocks
 
     def tile_of(t: Any) -> tuple[Any, Any, Any]:  # (head block, chunk group, batch) of tile t
         if p.sweep == "heads":
