@@ -58,13 +58,23 @@ def _kernel_stats() -> dict[str, dict[str, int]]:
     return stats
 
 
-def _build(template, shape, overrides: str):
-    """The kernel a probe row measures: ``"tilelang"`` names the template's comparator, else a config."""
+class ComparatorUnavailable(RuntimeError):
+    """The TileLang comparator cannot run on this host or shape; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"comparator unavailable: {reason}")
+        self.reason = reason
+
+
+def build_candidate(template, shape, overrides: str):
+    """The kernel of one candidate: ``"tilelang"`` names the template's comparator, anything else is a JSON
+    config (overrides of the default; a whole config works too). Shared with warm_mimo.py.
+    Raises ComparatorUnavailable, or what the build raises."""
     if overrides == TILELANG:
         (comparator,) = template.comparators()
         reason = comparator.unavailable(shape)
         if reason is not None:
-            raise RuntimeError(f"comparator unavailable: {reason}")
+            raise ComparatorUnavailable(reason)
         return comparator.build(shape)
     return template.build(_config(overrides), shape)
 
@@ -84,7 +94,7 @@ def _check(workload: str, overrides: str) -> dict:
         if overrides != TILELANG and not template.space().is_valid(_config(overrides), shape):
             row["status"] = "invalid for shape"
             return row
-        kernel = _build(template, shape, overrides)
+        kernel = build_candidate(template, shape, overrides)
         inputs = template.make_inputs(shape, "cuda", 1)
         outputs = template.allocate_outputs(shape, inputs)
         for v in outputs.values():
@@ -112,7 +122,7 @@ def _time(workload: str, overrides: str, samples: int) -> dict[str, float]:
 
     template = registry.get(TEMPLATE_NAME)
     shape = template.workload(workload)
-    kernel = _build(template, shape, overrides)
+    kernel = build_candidate(template, shape, overrides)
     inputs = template.make_inputs(shape, "cuda", 2)
     outputs = template.allocate_outputs(shape, inputs)
     kernel(inputs, outputs)

@@ -20,22 +20,18 @@ import time
 
 def _warm(workload: str, candidate: str) -> tuple[str, str, float, str]:
     import torch
+    from mimo_probe import ComparatorUnavailable, build_candidate  # this script's folder is on sys.path
 
     from tuner import registry
-    from tuner.frozen import Config
 
     template = registry.get("mamba3_mimo_bwd")
     shape = template.workload(workload)
     started = time.perf_counter()
     try:
-        if candidate == "tilelang":
-            (comparator,) = template.comparators()
-            reason = comparator.unavailable(shape)
-            if reason is not None:
-                return workload, candidate, 0.0, f"unavailable: {reason}"
-            kernel = comparator.build(shape)
-        else:
-            kernel = template.build(Config.from_json(candidate), shape)
+        try:
+            kernel = build_candidate(template, shape, candidate)
+        except ComparatorUnavailable as exc:
+            return workload, candidate, 0.0, f"unavailable: {exc.reason}"
         inputs = template.make_inputs(shape, "cuda", 0)
         kernel(inputs, template.allocate_outputs(shape, inputs))
         torch.cuda.synchronize()
