@@ -23,9 +23,8 @@ ENV = {**os.environ, "TUNER_TEMPLATES": PLUGINS, "PYTHONPATH": str(ROOT), "COLUM
 
 
 def tuner(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = ENV
     return subprocess.run(
-        [sys.executable, "-m", "tuner.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT,
+        [sys.executable, "-m", "tuner.cli", *args], capture_output=True, text=True, env=ENV, cwd=ROOT,
         timeout=timeout,
     )
 
