@@ -31,7 +31,7 @@ class Mamba2ChunkCumsumTileLang(Mamba2ChunkCumsumOp, KernelTemplate):
     """TileLang kernels for the Mamba2 chunk cumsum: one CTA per (batch, chunk group, head block)."""
 
     name: ClassVar[str] = "mamba2_chunk_cumsum_tilelang"
-    version: ClassVar[str] = "3"  # 2: persist (looping, pipelined CTAs); 3: persist need not divide the tiles
+    version: ClassVar[str] = "4"  # 2: persist (looping CTAs); 3: persist need not divide the tiles; 4: min_blocks
     backend: ClassVar[Backend] = "tilelang"
     doc: ClassVar[str] = __doc__ or ""
     compile_in_parallel: ClassVar[bool] = True

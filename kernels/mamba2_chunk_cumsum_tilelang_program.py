@@ -23,6 +23,9 @@ into shared memory with cp.async while the previous tile is scanned and stored (
 last tile (the same values to the same addresses, by the same CTA), which lets the grid fit the device in
 one wave (2p7b: 2560 tiles, persist 5 = 512 CTAs).
 
+``min_blocks`` > 0 asks ptxas to fit that many CTAs on one SM (``__launch_bounds__``), capping the registers
+per thread: more warps in flight for a latency-bound kernel, or spills.
+
 Heads are the fastest thread index in phases B and C (the rows of different heads are ``pad``-skewed, those
 of one head are not), the sequence position in phase D (coalesced stores). When ``block_h`` does not divide
 H, the last head block is masked. Everything is written with tile-level operators only, so the same program
@@ -53,6 +56,7 @@ PARAMS = (
     "sweep",
     "fast_math",
     "persist",
+    "min_blocks",
 )
 SWEEPS = ("heads", "chunks")
 STORES = ("staged", "direct")
@@ -61,6 +65,7 @@ PREFIXES = ("serial", "tree")
 SCANS = ("serial", "twolevel")
 LAYOUTS = ("qh", "hq")
 MAX_THREADS = 1024
+MAX_THREADS_PER_SM = 2048  # sm_90: min_blocks CTAs of `threads` must fit one SM
 MAX_SMEM_BYTES = 232448  # 227 KB: the most dynamic shared memory one block may opt into on sm_90
 MAX_STATIC_RAW = 16384  # persist > 1: bytes of one raw tile stage (static shared memory, two stages < 48 KB)
 
@@ -88,6 +93,7 @@ class CumsumPlan:
     sweep: str = "heads"  # which tile index is blockIdx.x (varies fastest across CTAs)
     fast_math: bool = False  # softplus as log(1 + exp(x)) and nvcc --use_fast_math (see _softplus)
     persist: int = 1  # tiles per CTA; above 1 the CTA loops over them, loading the next while it scans
+    min_blocks: int = 0  # CTAs per SM that ptxas must leave registers for (__launch_bounds__); 0: its choice
 
     @property
     def groups(self) -> int:
@@ -163,6 +169,7 @@ def plan_for(config: Config, shape: Shape) -> CumsumPlan:
         scan=str(config["scan"]), pad=int(config["pad"]), vec=int(config["vec"]),
         layout=str(config["layout"]), prefix=str(config["prefix"]), store=str(config["store"]),
         sweep=str(config["sweep"]), fast_math=bool(config["fast_math"]), persist=int(config["persist"]),
+        min_blocks=int(config["min_blocks"]),
     )  # fmt: skip
     reason = _violation(plan)
     if reason:
@@ -197,6 +204,8 @@ def _violation(p: CumsumPlan) -> str | None:
         (lambda: p.persist == 1 or not p.masked, "persist > 1: block_h must divide H (whole-tile copies)"),
         (lambda: p.persist == 1 or 4 * p.rows * p.Q * p.block_h <= MAX_STATIC_RAW,
          f"persist > 1: the raw tile ({MAX_STATIC_RAW} B of static shared memory per stage at most)"),
+        (lambda: p.min_blocks >= 0 and p.min_blocks * p.threads <= MAX_THREADS_PER_SM,
+         f"min_blocks: at most {MAX_THREADS_PER_SM} threads per SM"),
     )
     for ok, reason in checks:
         if not ok():
@@ -263,6 +272,7 @@ def _body_macro(p: CumsumPlan) -> Any:
     @T.macro
     def body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum):
         with T.Kernel(*p.grid, threads=p.threads) as (gx, gy, bb):
+            _occupancy_hint(p)
             bh, bc = (gx, gy) if p.sweep == "heads" else (gy, gx)
             st = T.alloc_shared(p.stage_shape, "float32")
             # segment totals and offsets: small and static (the C target allows one dynamic buffer only)
@@ -295,6 +305,7 @@ def _persistent_body_macro(p: CumsumPlan, at: Callable[..., Any], scan_and_store
     @T.macro
     def body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum):
         with T.Kernel(p.grid[0], threads=p.threads) as cta:
+            _occupancy_hint(p)
             st = T.alloc_shared(p.stage_shape, "float32")
             raw = T.alloc_shared((rq, bh_), "float32", scope="shared")  # static: the C target's rule
             aux = T.alloc_shared((2, p.rows, p.segments, bh_), "float32", scope="shared")
@@ -311,6 +322,17 @@ def _persistent_body_macro(p: CumsumPlan, at: Callable[..., Any], scan_and_store
                 scan_and_store(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc)
 
     return body
+
+
+def _occupancy_hint(p: CumsumPlan) -> Any:
+    """With ``min_blocks``, ``__launch_bounds__(threads, min_blocks)``: ptxas caps the registers so that
+    that many CTAs fit one SM (65536 / (min_blocks * threads) per thread, spilling if it must). The
+    default kernel holds 35 registers at 256 threads, 6 CTAs per SM; at most 32 lets 8 fit. The C target
+    ignores the hint. Returns the annotation's frame (the script parser enters a frame that a statement
+    evaluates to), or None."""
+    import tilelang.language as T
+
+    return T.annotate_min_blocks_per_sm(p.min_blocks) if p.min_blocks else None
 
 
 def _stage_index(p: CumsumPlan) -> Callable[[int, Any, Any], tuple[Any, Any, Any]]:

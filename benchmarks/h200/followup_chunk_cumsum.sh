@@ -6,11 +6,11 @@
 # store chunk_cumsum.db). Bundle: ../shared/tools/gpu-bundle .gpu (tilelang 0.1.15), then
 # PYTHONPATH=/tmp/site:$PWD TRITON_INTERPRET=0.
 #
-# usage: [COMPILE=0] [PROFILES="best persist5"] [RETUNE=1 [TEMPLATES=…] [DB_FROM=store.db]]
+# usage: [COMPILE=0] [PROFILES="best minblocks8 persist4-minblocks5"] [RETUNE=1 [TEMPLATES=…] [DB_FROM=store.db]]
 #          benchmarks/h200/followup_chunk_cumsum.sh OUTDIR
-#   e.g. the next step of issue 4 (template version 3's one-wave looping kernel, sweeps continuing the
-#   committed store): COMPILE=0 PROFILES="best persist5" RETUNE=1 TEMPLATES=mamba2_chunk_cumsum_tilelang
-#   DB_FROM=benchmarks/h200/chunk_cumsum.db
+#   e.g. the fourth session's call (template version 4's occupancy hint and version 3's one-wave looping
+#   kernel, sweeps continuing the committed store): COMPILE=0 PROFILES="best minblocks8 persist5
+#   persist4-minblocks5" RETUNE=1 TEMPLATES=mamba2_chunk_cumsum_tilelang DB_FROM=benchmarks/h200/chunk_cumsum.db
 #   writes everything into OUTDIR/followup.tar.xz (the device tool returns at most 8 files)
 set -uo pipefail
 OUT=${1:?outdir}; mkdir -p "$OUT"; W=$(mktemp -d)
@@ -26,9 +26,19 @@ if [[ ${COMPILE:-1} == 1 ]]; then  # COMPILE=0 skips the compile-throughput meas
 fi
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1)
 if [[ -n $NCU ]]; then
-  # the tuned best (persist 1) and the same config as a looping kernel: PROFILES="best persist4 persist5 …"
-  for NAME in ${PROFILES:-best persist4}; do
-    CONFIG=${BEST%\}},\"persist\":${NAME#persist}}; [[ $NAME == best ]] && CONFIG=${BEST%\}},\"persist\":1}
+  # the tuned best and variants of it named by dash-joined overrides: persistN (tiles per CTA) and
+  # minblocksN (the occupancy hint), e.g. PROFILES="best minblocks8 persist4-minblocks5"
+  for NAME in ${PROFILES:-best minblocks8}; do
+    CONFIG=${BEST%\}}
+    for TOKEN in ${NAME//-/ }; do
+      case $TOKEN in
+        best) ;;
+        persist*) CONFIG+=",\"persist\":${TOKEN#persist}" ;;
+        minblocks*) CONFIG+=",\"min_blocks\":${TOKEN#minblocks}" ;;
+        *) echo "unknown profile token $TOKEN" >&2; continue 2 ;;
+      esac
+    done
+    CONFIG+="}"
     timeout 150 "$NCU" --clock-control none --target-processes all --kernel-name regex:chunk_cumsum \
       --launch-skip 2 --launch-count 1 --set full -o "$W/cumsum_2p7b_$NAME" python3 benchmarks/run_config.py \
       mamba2_chunk_cumsum_tilelang --workload mamba2-2p7b-b2-s32k-dt-bias --config "$CONFIG" --iters 3 \

@@ -29,6 +29,9 @@ CASES = [
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 3}),  # 2560 tiles: 854 CTAs, the last redoes two
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 5, "block_h": 4, "threads": 128}),  # version-3 seeds
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 5, "store": "direct"}),
+    # version 4: the occupancy hint (8 CTAs of 256 threads: ptxas keeps to 32 registers; looping at 5)
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"min_blocks": 8}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 4, "min_blocks": 5}),
 ]
 
 
@@ -42,7 +45,7 @@ def test_compiles_for_sm90(
     assert TEMPLATE.space().check(config, shape) is None
     kernel, plan = TEMPLATE.compile(config, shape)  # raises CompileFailed on a lowering or nvcc error
     source = kernel.get_kernel_source()
-    assert f"__launch_bounds__({plan.threads}, 1)" in source
+    assert f"__launch_bounds__({plan.threads}, {plan.min_blocks or 1})" in source
     if shape["dtype"] == "bfloat16":
         assert "bfloat16" in source
     if plan.persist > 1:  # the raw tiles are copied asynchronously, two stages, plain sm_90 (no setmaxnreg)

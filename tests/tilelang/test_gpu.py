@@ -71,6 +71,9 @@ VARIANTS = [
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 5}),  # 512 CTAs: one wave at 4 CTAs per SM
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 3}),  # 2560 tiles: 854 CTAs, the last redoes two
     ("mamba2-1p3b-b8-s2k", {"persist": 16, "sweep": "chunks", "layout": "hq", "vec": 4, "pad": 4}),
+    # the occupancy hint: 8 CTAs per SM (32 registers), and a looping kernel held to 5
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"min_blocks": 8}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 4, "min_blocks": 5}),
 ]
 
 

@@ -86,6 +86,9 @@ VARIANTS = [
     ({"persist": 5, "block_h": 4, "rows": 2, "sweep": "chunks", "threads": 128}, {"H": 16}),
     # the looping kernel with direct stores from registers (a version-3 seed), 32 tiles over 7 CTAs
     ({"persist": 5, "block_h": 4, "store": "direct", "threads": 128}, {"H": 16, "has_bias": True}),
+    # the occupancy hint (version 4): __launch_bounds__ on CUDA, ignored by the C target; one tile and looping
+    ({"min_blocks": 8}, {"H": 16, "has_bias": True}),
+    ({"persist": 4, "min_blocks": 5, "block_h": 4, "threads": 128}, {"H": 16}),
 ]
 
 
