@@ -31,7 +31,7 @@ class Mamba2ChunkCumsumTileLang(Mamba2ChunkCumsumOp, KernelTemplate):
     """TileLang kernels for the Mamba2 chunk cumsum: one CTA per (batch, chunk group, head block)."""
 
     name: ClassVar[str] = "mamba2_chunk_cumsum_tilelang"
-    version: ClassVar[str] = "4"  # 2: persist (looping CTAs); 3: persist need not divide the tiles; 4: min_blocks
+    version: ClassVar[str] = "5"  # 2: persist; 3: persist need not divide the tiles; 4: min_blocks; 5: load_cache
     backend: ClassVar[Backend] = "tilelang"
     doc: ClassVar[str] = __doc__ or ""
     compile_in_parallel: ClassVar[bool] = True
@@ -73,7 +73,7 @@ def _compile(plan: CumsumPlan, toolchain: TileLangToolchain, artifact_dir: Path)
 
     point_tilelang_cache(artifact_dir)
     return tilelang.compile(
-        make_program(plan),
+        make_program(plan, cuda=toolchain.kind == "cuda"),
         target=toolchain.target(),
         execution_backend=toolchain.execution_backend,
         pass_configs={**toolchain.pass_configs(fast_math=plan.fast_math), **_loop_pass_configs(plan)},

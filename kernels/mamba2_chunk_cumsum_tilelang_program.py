@@ -57,8 +57,10 @@ PARAMS = (
     "fast_math",
     "persist",
     "min_blocks",
+    "load_cache",
 )
 SWEEPS = ("heads", "chunks")
+LOAD_CACHES = ("default", "streaming")
 STORES = ("staged", "direct")
 MAX_DIRECT_SEG = 32  # values per thread kept twice in registers by the direct store
 PREFIXES = ("serial", "tree")
@@ -94,6 +96,7 @@ class CumsumPlan:
     fast_math: bool = False  # softplus as log(1 + exp(x)) and nvcc --use_fast_math (see _softplus)
     persist: int = 1  # tiles per CTA; above 1 the CTA loops over them, loading the next while it scans
     min_blocks: int = 0  # CTAs per SM that ptxas must leave registers for (__launch_bounds__); 0: its choice
+    load_cache: str = "default"  # streaming: dt loaded with ld.global.cs (evict-first lines in L1 and L2)
 
     @property
     def groups(self) -> int:
@@ -169,7 +172,7 @@ def plan_for(config: Config, shape: Shape) -> CumsumPlan:
         scan=str(config["scan"]), pad=int(config["pad"]), vec=int(config["vec"]),
         layout=str(config["layout"]), prefix=str(config["prefix"]), store=str(config["store"]),
         sweep=str(config["sweep"]), fast_math=bool(config["fast_math"]), persist=int(config["persist"]),
-        min_blocks=int(config["min_blocks"]),
+        min_blocks=int(config["min_blocks"]), load_cache=str(config["load_cache"]),
     )  # fmt: skip
     reason = _violation(plan)
     if reason:
@@ -206,6 +209,9 @@ def _violation(p: CumsumPlan) -> str | None:
          f"persist > 1: the raw tile ({MAX_STATIC_RAW} B of static shared memory per stage at most)"),
         (lambda: p.min_blocks >= 0 and p.min_blocks * p.threads <= MAX_THREADS_PER_SM,
          f"min_blocks: at most {MAX_THREADS_PER_SM} threads per SM"),
+        (lambda: p.load_cache in LOAD_CACHES, "unknown load_cache"),
+        (lambda: p.persist == 1 or p.load_cache == "default",
+         "persist > 1 copies dt with cp.async (load_cache applies to the one-tile kernel's loads)"),
     )
     for ok, reason in checks:
         if not ok():
@@ -222,11 +228,14 @@ def _vec_aligned(p: CumsumPlan) -> bool:
     return p.Q % p.vec == 0 and (p.rows * p.Q + p.pad) % p.vec == 0  # vectors along Q
 
 
-def make_program(plan: CumsumPlan) -> Any:
-    """The TileLang PrimFunc of ``plan``. Parameters: dt, A, [dt_bias,] dt_limit, dt_out, dA_cumsum."""
+def make_program(plan: CumsumPlan, *, cuda: bool = True) -> Any:
+    """The TileLang PrimFunc of ``plan``. Parameters: dt, A, [dt_bias,] dt_limit, dt_out, dA_cumsum.
+
+    ``cuda`` False (TileLang's C target) drops what only CUDA has: the streaming loads of ``load_cache``
+    (a cache hint, so the results are the same)."""
     import tilelang.language as T
 
-    body = _body_macro(plan)
+    body = _body_macro(plan, streaming=cuda and plan.load_cache == "streaming")
     b, s, h, q = plan.B, plan.S, plan.H, plan.Q
     c = s // q
     if plan.has_bias:
@@ -257,7 +266,7 @@ def make_program(plan: CumsumPlan) -> Any:
     return chunk_cumsum
 
 
-def _body_macro(p: CumsumPlan) -> Any:
+def _body_macro(p: CumsumPlan, *, streaming: bool = False) -> Any:
     """The kernel body as a T.macro over the buffers (``dt_bias`` is None without a bias)."""
     import tilelang.language as T
 
@@ -281,7 +290,7 @@ def _body_macro(p: CumsumPlan) -> Any:
             lo = dt_limit[0]
             hi = dt_limit[1]
             for q, h in T.Parallel(rq, bh_, coalesced_width=width_a):  # A: load, activate, stage
-                x = _load_x(dt, dt_bias, bb, bc * rq + q, bh * bh_ + h, p.H, p.masked)
+                x = _load_x(dt, dt_bias, bb, bc * rq + q, bh * bh_ + h, p.H, p.masked, streaming)
                 st[at(0, q, h)] = _activate(x, lo, hi, p)
             scan_and_store(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc)
 
@@ -450,11 +459,19 @@ def _offsets_macro(p: CumsumPlan) -> tuple[Any, Callable[..., Any]]:
     )
 
 
-def _load_x(dt: Any, dt_bias: Any, b: Any, s: Any, h: Any, n_heads: int, masked: bool) -> Any:
-    """dt[b, s, h] (+ dt_bias[h]); 0 for the masked heads past H (their loads are not issued)."""
+def _load_x(
+    dt: Any, dt_bias: Any, b: Any, s: Any, h: Any, n_heads: int, masked: bool, streaming: bool = False
+) -> Any:
+    """dt[b, s, h] (+ dt_bias[h]); 0 for the masked heads past H (their loads are not issued).
+
+    ``streaming``: dt is read with ``__ldcs`` (ld.global.cs), whose lines L2 evicts first. Each dt value is
+    read once; after the contract's L2 flush (zero_() of a buffer twice the L2) every line the kernel
+    allocates evicts a dirty line of the flush buffer, which is written back while the kernel runs, unless
+    an evict-first line of dt (already consumed, clean) can go instead."""
     import tilelang.language as T
 
-    x = dt[b, s, h] if dt_bias is None else dt[b, s, h] + dt_bias[h]
+    v = T.call_extern("float32", "__ldcs", T.address_of(dt[b, s, h])) if streaming else dt[b, s, h]
+    x = v if dt_bias is None else v + dt_bias[h]
     return T.if_then_else(h < n_heads, x, T.float32(0.0)) if masked else x
 
 

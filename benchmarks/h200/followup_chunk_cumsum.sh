@@ -25,7 +25,7 @@ if [[ ${COMPILE:-1} == 1 ]]; then  # COMPILE=0 skips the compile-throughput meas
     --json "$W/compile_throughput.json" 2>&1 | grep -v TileLang | tee "$W/compile_throughput.log" | tail -4
 fi
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1)
-if [[ -n $NCU ]]; then
+if [[ -n $NCU && ${PROFILES:-} != none ]]; then  # PROFILES=none: no profiles
   # the tuned best and variants of it named by dash-joined overrides: persistN (tiles per CTA) and
   # minblocksN (the occupancy hint), e.g. PROFILES="best minblocks8 persist4-minblocks5"
   for NAME in ${PROFILES:-best minblocks8}; do
@@ -50,7 +50,7 @@ if [[ -n $NCU ]]; then
       "$W/profile_$NAME.txt" | head -12
   done
 else
-  echo "ncu not found on this machine" | tee "$W/profile.txt"
+  echo "no profiles (ncu: ${NCU:-not found})" | tee "$W/profile.txt"
 fi
 if [[ ${RETUNE:-0} == 1 ]]; then  # TEMPLATES picks which sweeps run (default both); DB: a store to continue
   [[ -n ${DB_FROM:-} ]] && cp "$DB_FROM" "$W/chunk_cumsum.db"

@@ -32,6 +32,9 @@ CASES = [
     # version 4: the occupancy hint (8 CTAs of 256 threads: ptxas keeps to 32 registers; looping at 5)
     ("mamba2-2p7b-b2-s32k-dt-bias", {"min_blocks": 8}),
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 4, "min_blocks": 5}),
+    # version 5: dt read with __ldcs (evict-first lines), also vectorised and at 8 CTAs per SM
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"load_cache": "streaming"}),
+    ("mamba2-1p3b-b8-s2k-dt-bias", {"load_cache": "streaming", "vec": 4, "pad": 4, "min_blocks": 8}),
 ]
 
 
@@ -48,5 +51,6 @@ def test_compiles_for_sm90(
     assert f"__launch_bounds__({plan.threads}, {plan.min_blocks or 1})" in source
     if shape["dtype"] == "bfloat16":
         assert "bfloat16" in source
+    assert ("__ldcs(" in source) == (plan.load_cache == "streaming")
     if plan.persist > 1:  # the raw tiles are copied asynchronously, two stages, plain sm_90 (no setmaxnreg)
         assert "cp_async_commit" in source and "cp_async_wait" in source and "reg_alloc" not in source

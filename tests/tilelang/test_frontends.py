@@ -20,7 +20,7 @@ def _compile(plan: CumsumPlan, pass_configs: dict | None = NO_VECTORS):  # type:
     import tilelang
 
     return tilelang.compile(
-        make_program(plan), target="c", execution_backend="cython", pass_configs=pass_configs
+        make_program(plan, cuda=False), target="c", execution_backend="cython", pass_configs=pass_configs
     )
 
 

@@ -74,6 +74,8 @@ VARIANTS = [
     # the occupancy hint: 8 CTAs per SM (32 registers), and a looping kernel held to 5
     ("mamba2-2p7b-b2-s32k-dt-bias", {"min_blocks": 8}),
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 4, "min_blocks": 5}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"load_cache": "streaming"}),
+    ("mamba2-780m-b1-s4k-dt-bias", {"load_cache": "streaming", "block_h": 32, "threads": 512}),  # masked: 48
 ]
 
 

@@ -89,6 +89,8 @@ VARIANTS = [
     # the occupancy hint (version 4): __launch_bounds__ on CUDA, ignored by the C target; one tile and looping
     ({"min_blocks": 8}, {"H": 16, "has_bias": True}),
     ({"persist": 4, "min_blocks": 5, "block_h": 4, "threads": 128}, {"H": 16}),
+    # streaming dt loads (version 5): a CUDA cache hint, plain loads on the C target; masked heads
+    ({"load_cache": "streaming"}, {"H": 12, "has_bias": True}),
 ]
 
 

@@ -1,0 +1,145 @@
+"""How much of the chunk cumsum's time under the timing contract is the L2 flush's write-back debt.
+
+The contract (../shared/measuring.md) flushes L2 before every sample by zeroing a buffer of twice its size.
+That leaves L2 full of *dirty* lines: every line a kernel then brings into L2 (its reads, and its writes,
+which L2 allocates) evicts one of them, and the eviction writes it back to DRAM while the kernel runs. A
+memory-bound kernel therefore pays for about twice its own traffic. This script measures that debt on the
+five workloads for three implementations of the same bytes, under three flushes, CUPTI device time, median
+of N interleaved samples (the tuner's CUDA backend):
+
+  flushes   zero   the contract: zero_() of a buffer >= 2x L2 before each sample (L2 full of dirty lines)
+            clean  the same, then a read of a second such buffer (L2 full of clean lines: cold, no debt)
+            none   no flush (whatever the previous sample left in L2)
+  lines     tilelang   the TileLang template at each --config (JSON overrides of its default config, the
+                       tuned best on most rows of benchmarks/h200/chunk_cumsum.md; default: that config)
+            mamba_ssm  the best of mamba_ssm's kernel at fixed BLOCK_SIZE_H 1/2/4/8/16 (per flush)
+            copy       torch's device copy of bytes_moved/2 bytes (reads + writes = the operator's minimum
+                       bytes, 10*B*S*H): what the memory system gives a plain copy of the same bytes
+
+usage: python benchmarks/l2_flush_effect.py [--samples 100] [--config JSON ...] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+FLUSHES = ("zero", "clean", "none")
+
+
+def _flushes(backend: Any) -> dict[str, Callable[[], None]]:
+    import torch
+
+    contract = backend.flush_l2
+    reread = torch.empty(backend.flush_bytes // 4, dtype=torch.float32, device=backend.torch_device).fill_(1.0)
+
+    def clean() -> None:
+        contract()
+        torch.amax(reread)  # evicts the dirty zeros (written back now, outside the sample)
+
+    return {"zero": contract, "clean": clean, "none": lambda: None}
+
+
+def _lines(template: Any, shape: Any, configs: dict[str, Any]) -> dict[str, Callable[[], None]]:
+    """name -> zero-argument launcher, each on its own NaN-poisoned outputs, checked once against the
+    reference (a wrong kernel is not timed)."""
+    import torch
+
+    from tuner.verify import relative_l2
+
+    inputs = template.make_inputs(shape, "cuda", 0)
+    reference = template.reference(shape, inputs)
+    kernels = {name: template.build(config, shape) for name, config in configs.items()}
+    for comparator in template.comparators():
+        if comparator.group and comparator.unavailable(shape) is None:
+            kernels[comparator.name] = comparator.build(shape)
+    launchers: dict[str, Callable[[], None]] = {}
+    for name, kernel in kernels.items():
+        outputs = template.allocate_outputs(shape, inputs)
+        for out in outputs.values():
+            out.fill_(float("nan"))
+        kernel(inputs, outputs)
+        torch.cuda.synchronize()
+        for spec in template.output_specs(shape):
+            error = relative_l2(outputs[spec.name], reference[spec.name])
+            if not error <= spec.rtol:
+                raise SystemExit(f"{name} on {template.workload_name(shape)}: {spec.name} error {error:.2e}")
+        launchers[name] = (lambda k, o: lambda: k(inputs, o))(kernel, outputs)
+    half = template.bytes_moved(shape) // 2
+    src = torch.rand(half // 4, device="cuda")
+    dst = torch.empty_like(src)
+    launchers["copy"] = lambda: dst.copy_(src)
+    return launchers
+
+
+def measure(samples: int, overrides: list[str]) -> list[dict[str, Any]]:
+    from kernels.mamba2_chunk_cumsum_tilelang import Mamba2ChunkCumsumTileLang
+    from tuner.devices.cuda import CudaBackend
+
+    backend = CudaBackend(0)
+    template = Mamba2ChunkCumsumTileLang()
+    space = template.space()
+    configs = {
+        f"tilelang {o}": space.validate_config({**space.default.to_dict(), **json.loads(o)}) for o in overrides
+    }
+    flushes = _flushes(backend)
+    rows = []
+    for workload in template.workloads:
+        shape = template.workload(workload.name)
+        launchers = _lines(template, shape, configs)
+        names = list(launchers)
+        for flush in FLUSHES:
+            backend.flush_l2 = flushes[flush]  # type: ignore[method-assign]
+            timing = backend.time([launchers[n] for n in names], n_samples=samples, warmup=10)
+            medians = {n: statistics.median(s) for n, s in zip(names, timing, strict=True)}
+            fixed = {n: t for n, t in medians.items() if n.startswith("mamba_ssm")}
+            best_fixed = min(fixed, key=fixed.__getitem__) if fixed else None
+            rows.append({
+                "workload": workload.name, "bytes": template.bytes_moved(shape), "flush": flush,
+                "tilelang_us": {n: medians[n] for n in configs}, "copy_us": medians["copy"],
+                "mamba_ssm_us": fixed[best_fixed] if best_fixed else None, "mamba_ssm_line": best_fixed,
+                "all_us": medians,
+            })  # fmt: skip
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per (workload, flush), each TileLang config's time and the copy and mamba_ssm ratios to
+    the fastest of them."""
+    names = list(rows[0]["tilelang_us"]) if rows else []
+    out = [
+        "| workload | MB | flush | " + " | ".join(f"`{n}` µs" for n in names) + " | mamba_ssm best fixed µs | "
+        "copy of the same bytes µs | copy / fastest TileLang | mamba_ssm / fastest TileLang |",
+        "|---|---|---|" + "---|" * len(names) + "---|---|---|---|",
+    ]
+    for r in rows:
+        fastest = min(r["tilelang_us"].values())
+        ms = f"{r['mamba_ssm_us']:.2f} ({r['mamba_ssm_line']})" if r["mamba_ssm_us"] else "–"
+        ratio = f"{r['mamba_ssm_us'] / fastest:.2f}x" if r["mamba_ssm_us"] else "–"
+        times = " | ".join(f"{r['tilelang_us'][n]:.2f}" for n in names)
+        out.append(
+            f"| {r['workload']} | {r['bytes'] / 1e6:.1f} | {r['flush']} | {times} | {ms} | "
+            f"{r['copy_us']:.2f} | {r['copy_us'] / fastest:.2f} | {ratio} |"
+        )
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--config", action="append", default=[], help="JSON overrides of the TileLang "
+                        "template's default config (repeat for several; default: one, the default config)")
+    parser.add_argument("--json", help="write the rows here as well")
+    args = parser.parse_args()
+    rows = measure(args.samples, args.config or ["{}"])
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
