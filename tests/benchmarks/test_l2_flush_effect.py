@@ -1,0 +1,45 @@
+"""benchmarks/l2_flush_effect.py: its table on rows as measure() returns them, and (GPU) a short real run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from l2_flush_effect import FLUSHES, table  # noqa: E402
+
+
+def test_table_compares_with_the_fastest_template_config() -> None:
+    row = {
+        "workload": "mamba2-2p7b-b2-s32k-dt-bias", "bytes": 52_428_800, "flush": "zero",
+        "tilelang_us": {"tilelang {}": 17.6, 'tilelang {"min_blocks":8}': 16.0},
+        "copy_us": 16.8, "mamba_ssm_us": 20.0, "mamba_ssm_line": "mamba_ssm-bh8",
+    }  # fmt: skip
+    lines = table([row]).splitlines()
+    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[:5] == ["mamba2-2p7b-b2-s32k-dt-bias", "52.4", "zero", "17.60", "16.00"]
+    assert cells[5:] == ["20.00 (mamba_ssm-bh8)", "16.80", "1.05", "1.25x"]  # ratios to 16.0, the fastest
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_measures_every_workload_under_every_flush(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    out = tmp_path / "rows.json"
+    run = subprocess.run(
+        [sys.executable, "benchmarks/l2_flush_effect.py", "--samples", "5", "--json", str(out)],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert [r["flush"] for r in rows[:3]] == list(FLUSHES) and len(rows) == 5 * len(FLUSHES)
+    assert all(r["copy_us"] > 0 and min(r["tilelang_us"].values()) > 0 for r in rows)
