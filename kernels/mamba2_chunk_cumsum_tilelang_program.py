@@ -24,7 +24,8 @@ last tile (the same values to the same addresses, by the same CTA), which lets t
 one wave (2p7b: 2560 tiles, persist 5 = 512 CTAs).
 
 ``min_blocks`` > 0 asks ptxas to fit that many CTAs on one SM (``__launch_bounds__``), capping the registers
-per thread: more warps in flight for a latency-bound kernel, or spills.
+per thread: more warps in flight for a latency-bound kernel, or spills. ``load_cache`` = streaming reads dt
+with ``__ldcs`` (lines that L2 evicts first; CUDA only, plain loads on the C target).
 
 Heads are the fastest thread index in phases B and C (the rows of different heads are ``pad``-skewed, those
 of one head are not), the sequence position in phase D (coalesced stores). When ``block_h`` does not divide
