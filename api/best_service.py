@@ -1,13 +1,13 @@
 """``GET /v1/best``: the best verified config for a shape, with the fallback chain exact → nearest → default.
 
-The answer is :func:`tuner.lookup.choose` over the store's published best configs of the template (current
+The answer is :func:`tuner.service.lookup.choose` over the store's published best configs of the template (current
 template version) and device kind, checked against the template's constraints for the requested shape, with
 the search space's default as the last resort — the same function the runtime client runs over an export file.
 
 Two in-process caches keep the endpoint off the database under load (``ttl_s=0`` disables both):
   * answers, as the response body bytes, keyed by the raw query string: every parameter that changes the
     answer (template, shape or dims, device, device name, fingerprint) is in it, and a hit costs one dict
-    lookup (served before routing, see :mod:`api.fast_best`). Differently ordered queries are different keys
+    lookup (served before routing, see :mod:`tuner.api.fast_best`). Differently ordered queries are different keys
     with the same answer: harmless duplicates. An answer is fresh for ``ttl_s``; for another ``ttl_s`` it is
     still served while one background thread refreshes it (stale-while-revalidate: requests never wait for
     the database once an answer is cached, and expiries never make a burst of misses). A refresh recomputes
@@ -32,14 +32,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import db
-from api.catalog import Catalog, CatalogEntry
-from api.deps import StoreProvider
-from api.errors import FieldError
-from api.schemas import BestOut
+from tuner import db
+from tuner.api.catalog import Catalog, CatalogEntry
+from tuner.api.deps import StoreProvider
+from tuner.api.errors import FieldError
+from tuner.api.schemas import BestOut
 from tuner.errors import ShapeError, UnknownTemplateError
 from tuner.frozen import Shape
-from tuner.lookup import Answer, Entry, choose
+from tuner.service.lookup import Answer, Entry, choose
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """Dependencies of the routes: the store, the template catalog, the best-config service, and auth.
 
-Auth: ``Authorization: Bearer <token>``, checked against ``TUNER_TOKENS`` (see :mod:`api.settings`).
+Auth: ``Authorization: Bearer <token>``, checked against ``TUNER_TOKENS`` (see :mod:`tuner.api.settings`).
 No token (or not a bearer one) → 401 with ``WWW-Authenticate: Bearer``; an unknown token → 401 with
 ``error="invalid_token"``; a known token without the scope → 403. Reads need no token unless
 ``TUNER_READ_REQUIRES_TOKEN`` is on. Tokens never appear in responses or logs: callers are named by
-:func:`api.settings.token_label`.
+:func:`tuner.api.settings.token_label`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-import db
-from api.catalog import Catalog
-from api.errors import FieldError
-from api.settings import ApiSettings, Scope, token_label
+from tuner import db
+from tuner.api.catalog import Catalog
+from tuner.api.errors import FieldError
+from tuner.api.settings import ApiSettings, Scope, token_label
 from tuner.errors import StoreError
 
 

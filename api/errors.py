@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from db.errors import RecordConflictError
+from tuner.db.errors import RecordConflictError
 from tuner.errors import NotFoundError, StoreError, TunerError, UnknownTemplateError, UserInputError
 
 log = logging.getLogger(__name__)

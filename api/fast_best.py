@@ -2,7 +2,7 @@
 
 FastAPI's routing and dependency solving cost about half a millisecond of CPU per request on a small machine,
 ten times the rest of a cached answer; at the target load (500 requests/s, p99 ≤ 5 ms) that is most of a
-core. So a request for ``/v1/best`` whose answer is in :class:`api.best_service.BestService`'s cache (keyed
+core. So a request for ``/v1/best`` whose answer is in :class:`tuner.api.best_service.BestService`'s cache (keyed
 by the raw query string) is answered here. Everything else — misses, errors, and any request whose read
 access is not plainly granted (``TUNER_READ_REQUIRES_TOKEN`` on and no token with the ``read`` scope) — goes
 on to the FastAPI route, which validates, checks auth, computes, documents and fills the cache; so the answers
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.best_service import BestService
-from api.settings import ApiSettings
+from tuner.api.best_service import BestService
+from tuner.api.settings import ApiSettings
 
 PATH = "/v1/best"
 _HEADERS = [(b"content-type", b"application/json"), (b"x-cache", b"hit")]

@@ -14,16 +14,16 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI, Request
 from starlette.concurrency import run_in_threadpool
 
-import db
 import tuner
-from api import errors
-from api.best_service import BestService
-from api.catalog import Catalog
-from api.deps import StoreProvider
-from api.fast_best import CachedBest
-from api.limits import BodyLimit
-from api.routes import best, history, jobs, templates, workers
-from api.settings import ApiSettings
+from tuner import db
+from tuner.api import errors
+from tuner.api.best_service import BestService
+from tuner.api.catalog import Catalog
+from tuner.api.deps import StoreProvider
+from tuner.api.fast_best import CachedBest
+from tuner.api.limits import BodyLimit
+from tuner.api.routes import best, history, jobs, templates, workers
+from tuner.api.settings import ApiSettings
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from api.errors import FieldError
+from tuner.api.errors import FieldError
 from tuner.errors import ShapeError
 from tuner.shapes import parse_shape_text
 

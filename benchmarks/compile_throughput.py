@@ -2,7 +2,7 @@
 
 Samples ``--configs`` distinct valid configs of a template for one workload (the sampler the sweep uses
 would pick the same kind of points), then compiles them twice into fresh, empty compile caches: once in
-this process one after another (``workers=1``), once with ``tuner.compile_cache.precompile`` across
+this process one after another (``workers=1``), once with ``tuner.measure.compile_cache.precompile`` across
 ``--workers`` spawned processes, the way the tuner compiles a batch of trials. Prints both wall times,
 configs per second and the speed-up, and writes them as JSON with ``--json``.
 
@@ -34,7 +34,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from tuner import registry
-    from tuner.compile_cache import CompileCache, precompile
+    from tuner.measure.compile_cache import CompileCache, precompile
 
     template = registry.get(args.template)
     shape = template.workload(args.workload)

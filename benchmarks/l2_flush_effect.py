@@ -49,7 +49,7 @@ def _lines(template: Any, shape: Any, configs: dict[str, Any]) -> dict[str, Call
     reference (a wrong kernel is not timed)."""
     import torch
 
-    from tuner.verify import check_outputs, poison_
+    from tuner.measure.verify import check_outputs, poison_
 
     inputs = template.make_inputs(shape, "cuda", 0)
     reference = template.reference(shape, inputs)
@@ -76,8 +76,8 @@ def _lines(template: Any, shape: Any, configs: dict[str, Any]) -> dict[str, Call
 
 
 def measure(samples: int, overrides: list[str]) -> list[dict[str, Any]]:
-    from kernels.mamba2_chunk_cumsum_tilelang import Mamba2ChunkCumsumTileLang
-    from tuner.devices.cuda import CudaBackend
+    from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import Mamba2ChunkCumsumTileLang
+    from tuner.measure.devices.cuda import CudaBackend
 
     backend = CudaBackend(0)
     template = Mamba2ChunkCumsumTileLang()

@@ -23,7 +23,7 @@ def main() -> None:
     import torch
 
     from tuner import registry
-    from tuner.verify import relative_l2
+    from tuner.measure.verify import relative_l2
 
     template = registry.get(args.template)
     shape = template.workload(args.workload)

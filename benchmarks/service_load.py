@@ -47,10 +47,9 @@ def seed_shapes() -> list[dict[str, int]]:
 
 def seed(db_url: str) -> int:
     """Publish a best config (the space's default, a valid one) for every seed shape; returns how many."""
-    import db
-    from tuner import registry
-    from tuner.devices.base import Fingerprint
+    from tuner import db, registry
     from tuner.keys import StudyKey
+    from tuner.measure.devices.base import Fingerprint
 
     template = registry.get(TEMPLATE)
     config = template.space().default
@@ -218,7 +217,7 @@ def summarise(rows: list[tuple[float, float, float, int]], errors: list[str], du
 # -- the client's cached lookup ---------------------------------------------------------------------------------
 def client_lookup_ns(number: int = 200_000) -> dict[str, float]:
     """Best of 5 timeit runs of a cached ``Client.best`` (an export-file client: the hit path is the same)."""
-    from tuner.client import Client, ExportFile
+    from tuner.service.client import Client, ExportFile
 
     section = {"version": "1", "dims": [{"name": d, "kind": "int", "default": None} for d in ("B", "S", "H")],
                "default": {"BLOCK_H": 4}, "constraints": []}

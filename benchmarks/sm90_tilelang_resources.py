@@ -95,8 +95,8 @@ def ctas_per_sm(threads: int, registers: int, smem_bytes: int) -> dict[str, int]
 
 
 def analyse(workload: str, overrides: dict) -> dict:
-    from kernels.mamba2_chunk_cumsum_tilelang import Mamba2ChunkCumsumTileLang
-    from tuner.compile_cache import CompileCache, set_default_cache
+    from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import Mamba2ChunkCumsumTileLang
+    from tuner.measure.compile_cache import CompileCache, set_default_cache
 
     template = Mamba2ChunkCumsumTileLang()
     shape = template.workload(workload)

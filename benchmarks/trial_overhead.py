@@ -14,7 +14,7 @@ import sys
 
 import optuna
 
-import db
+from tuner import db
 from tuner.results import Status
 
 

@@ -2,15 +2,15 @@
 
 ``Store.open(url)`` connects and migrates; ``store.session()`` is the one transaction scope that
 commits, rolls back and turns database errors into :class:`tuner.errors.StoreError`; the repository
-functions (re-exported here, see :mod:`db.repository` for their shared conventions) take that session
+functions (re-exported here, see :mod:`tuner.db.repository` for their shared conventions) take that session
 and return frozen records. The store knows strings, JSON and numbers, not templates or devices.
 """
 
 from __future__ import annotations
 
-from db.engine import Store, default_path, default_url, mask_url, optuna_storage_url, sqlite_url
-from db.errors import RecordConflictError
-from db.jobs import (
+from tuner.db.engine import Store, default_path, default_url, mask_url, optuna_storage_url, sqlite_url
+from tuner.db.errors import RecordConflictError
+from tuner.db.jobs import (
     Claim,
     attach_study,
     begin_finalize,
@@ -34,8 +34,8 @@ from db.jobs import (
     reserve_slot,
     stop_worker,
 )
-from db.records import BestRecord, JobRecord, MeasurementRecord, StudyRecord, TaskRecord, WorkerRecord
-from db.repository import (
+from tuner.db.records import BestRecord, JobRecord, MeasurementRecord, StudyRecord, TaskRecord, WorkerRecord
+from tuner.db.repository import (
     add_measurement,
     add_result,
     count_measurements,

@@ -1,7 +1,7 @@
 """Repository functions for published best configs (one per study, replaced on republish).
 
 Functions take a session from :meth:`db.Store.session` first and keyword arguments after it; they
-return :mod:`db.records`. Lookups return None / empty lists when nothing matches.
+return :mod:`tuner.db.records`. Lookups return None / empty lists when nothing matches.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from db._convert import to_record
-from db.errors import RecordConflictError
-from db.models import BestConfigRow, MeasurementRow, StudyRow, utcnow
-from db.records import BestRecord
+from tuner.db._convert import to_record
+from tuner.db.errors import RecordConflictError
+from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, utcnow
+from tuner.db.records import BestRecord
 from tuner.errors import NotFoundError
 from tuner.results import Status
 

@@ -10,7 +10,7 @@ table ``tuner_alembic_version``) to the newest revision; Optuna's tables in the 
 alone.
 
 SQLite connections get ``busy_timeout`` (30 s), WAL journal, ``synchronous=NORMAL`` and foreign keys
-on, and write sessions take the write lock up front (``BEGIN IMMEDIATE``; see :mod:`db.sqlite`).
+on, and write sessions take the write lock up front (``BEGIN IMMEDIATE``; see :mod:`tuner.db.sqlite`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from db import migrate, sqlite
+from tuner.db import migrate, sqlite
 from tuner.errors import StoreError
 
 PG_CONNECT_TIMEOUT_S = 5

@@ -1,6 +1,6 @@
 """Repository functions of the job queue: jobs, tasks (one per shape), trial slots, workers and leases.
 
-Protocol (tuner.worker drives it):
+Protocol (tuner.service.worker drives it):
   * ``claim_task`` — a worker takes a task of a job whose device requirement and backend it satisfies, in
     one transaction (PostgreSQL: ``FOR UPDATE SKIP LOCKED``; SQLite: the store's writes take the database
     lock up front, so claims are serialised on one host). Several workers may hold the same task.
@@ -24,10 +24,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from db._convert import as_utc, to_record
-from db.errors import RecordConflictError
-from db.models import JobRow, SlotRow, TaskRow, WorkerRow, utcnow
-from db.records import JobRecord, TaskRecord, WorkerRecord
+from tuner.db._convert import as_utc, to_record
+from tuner.db.errors import RecordConflictError
+from tuner.db.models import JobRow, SlotRow, TaskRow, WorkerRow, utcnow
+from tuner.db.records import JobRecord, TaskRecord, WorkerRecord
 from tuner.errors import NotFoundError
 
 ACTIVE_JOB_STATES = ("queued", "running")

@@ -1,7 +1,7 @@
 """Repository functions for measurements: every measured candidate, success or failure, is one row.
 
 Functions take a session from :meth:`db.Store.session` first and keyword arguments after it; they
-return :mod:`db.records`. Lookups return None / empty lists when nothing matches; a write naming a
+return :mod:`tuner.db.records`. Lookups return None / empty lists when nothing matches; a write naming a
 study that does not exist raises :class:`tuner.errors.NotFoundError`; invalid arguments ValueError.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from db._convert import JsonInput, canonical_json, to_record
-from db.models import ROLES, MeasurementRow, StudyRow
-from db.records import MeasurementRecord
+from tuner.db._convert import JsonInput, canonical_json, to_record
+from tuner.db.models import ROLES, MeasurementRow, StudyRow
+from tuner.db.records import MeasurementRecord
 from tuner.errors import NotFoundError
 from tuner.results import MeasureResult, Status, Timer
 

@@ -8,8 +8,8 @@ Revisions live in ``db/migrations/versions/NNNN_<slug>.py`` with ``revision = "N
 ``down_revision`` the previous number. To draft the next one against a database at head::
 
     from alembic import command
-    from db import Store
-    from db.migrate import alembic_config
+    from tuner.db import Store
+    from tuner.db.migrate import alembic_config
     with Store.open(url) as store, store.engine.begin() as conn:
         command.revision(alembic_config(conn), message="jobs", autogenerate=True, rev_id="0002")
 
@@ -29,7 +29,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import Connection
 
-from db import sqlite
+from tuner.db import sqlite
 
 TABLE_PREFIX = "tuner_"
 VERSION_TABLE = "tuner_alembic_version"
@@ -102,7 +102,7 @@ def schema_drift(connection: Connection) -> list[Any]:
     """
     from alembic.autogenerate import compare_metadata
 
-    from db.models import Base  # env.py imports the models too; keep this module free of them
+    from tuner.db.models import Base  # env.py imports the models too; keep this module free of them
 
     opts = {
         "version_table": VERSION_TABLE,

@@ -1,4 +1,4 @@
-"""ORM models of tuner's tables (internal to ``db``: callers get :mod:`db.records`, never these rows).
+"""ORM models of tuner's tables (internal to ``db``: callers get :mod:`tuner.db.records`, never these rows).
 
 Every table name starts with ``tuner_`` (Optuna's tables share the database). JSON columns hold
 canonical JSON text (sorted keys, no spaces) so that equal values compare equal as text and NaN errors

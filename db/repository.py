@@ -2,16 +2,16 @@
 
 Conventions shared by every function: a :class:`sqlalchemy.orm.Session` from
 :meth:`db.Store.session` comes first, everything else is keyword-only; results are frozen records
-from :mod:`db.records`; lookups (``get_*``, ``list_*``, ``latest_round``) return None or an empty list
+from :mod:`tuner.db.records`; lookups (``get_*``, ``list_*``, ``latest_round``) return None or an empty list
 when nothing matches; writes that name a row by id raise :class:`tuner.errors.NotFoundError` when it
-does not exist and :class:`db.errors.RecordConflictError` when the stored state forbids them; invalid
+does not exist and :class:`tuner.db.errors.RecordConflictError` when the stored state forbids them; invalid
 arguments raise ValueError. Database failures surface as StoreError from the session scope.
 """
 
 from __future__ import annotations
 
-from db.best import get_best, get_study_best, list_best, publish_best
-from db.measurements import (
+from tuner.db.best import get_best, get_study_best, list_best, publish_best
+from tuner.db.measurements import (
     add_measurement,
     add_result,
     count_measurements,
@@ -21,7 +21,7 @@ from db.measurements import (
     measurement_fields,
     worker_id,
 )
-from db.studies import get_or_create_study, get_study, list_studies
+from tuner.db.studies import get_or_create_study, get_study, list_studies
 
 __all__ = [
     "add_measurement",

@@ -8,7 +8,7 @@ some vector types, so programs are lowered there with vectorisation off.
 
 The fingerprint names everything that changes a compiled artifact besides the program itself: TileLang's
 version, the device compiler (nvcc or the host C++ compiler) and its version, the target, Python and the
-machine. It keys the compile cache (tuner/compile_cache.py). Instances are immutable.
+machine. It keys the compile cache (tuner/measure/compile_cache.py). Instances are immutable.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuner.devices.base import Fingerprint
 from tuner.frozen import Shape
+from tuner.measure.devices.base import Fingerprint
 
 
 @dataclass(frozen=True)

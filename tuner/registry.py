@@ -19,9 +19,9 @@ from tuner.errors import UnknownTemplateError
 from tuner.template import KernelTemplate
 
 BUILTIN_TEMPLATES: dict[str, str] = {
-    "mamba2_chunk_cumsum": "kernels.mamba2_chunk_cumsum:Mamba2ChunkCumsum",
-    "mamba2_chunk_cumsum_tilelang": "kernels.mamba2_chunk_cumsum_tilelang:Mamba2ChunkCumsumTileLang",
-    "mamba3_mimo_bwd": "kernels.mamba3_mimo_bwd:Mamba3MimoBwd",
+    "mamba2_chunk_cumsum": "tuner.kernels.mamba2_chunk_cumsum.triton_template:Mamba2ChunkCumsum",
+    "mamba2_chunk_cumsum_tilelang": "tuner.kernels.mamba2_chunk_cumsum.tilelang_template:Mamba2ChunkCumsumTileLang",
+    "mamba3_mimo_bwd": "tuner.kernels.mamba3_mimo.bwd_template:Mamba3MimoBwd",
 }
 
 _lock = threading.Lock()

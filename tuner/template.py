@@ -29,7 +29,7 @@ Backend = Literal["triton", "tilelang"]
 Tensors = Mapping[str, "torch.Tensor"]
 Kernel = Callable[[Tensors, Tensors], None]
 
-SEARCH_SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SEARCH_SPACES_DIR = Path(__file__).resolve().parent / "search_spaces"  # package data (the repository's search_spaces/)
 
 DIM_TYPES: dict[str, type] = {"int": int, "bool": bool, "str": str}
 
@@ -133,7 +133,7 @@ class KernelTemplate(abc.ABC):
     outputs: ClassVar[tuple[OutputSpec, ...]]
     workloads: ClassVar[tuple[Workload, ...]] = ()
     doc: ClassVar[str] = ""
-    # Builds are slow and land in a cross-process cache (tuner.compile_cache, or the backend's own): the
+    # Builds are slow and land in a cross-process cache (tuner.measure.compile_cache, or the backend's own): the
     # driver then asks trials in batches and precompiles each batch in parallel across the host's cores
     # (:meth:`precompile`) before measuring.
     compile_in_parallel: ClassVar[bool] = False

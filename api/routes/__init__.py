@@ -1,1 +1,1 @@
-"""The API's routers, one module per resource; :mod:`api.main` mounts them under ``/v1``."""
+"""The API's routers, one module per resource; :mod:`tuner.api.main` mounts them under ``/v1``."""

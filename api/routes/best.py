@@ -1,4 +1,4 @@
-"""``GET /v1/best`` — see :mod:`api.best_service` for the lookup and its caches."""
+"""``GET /v1/best`` — see :mod:`tuner.api.best_service` for the lookup and its caches."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.best_service import BestRequest, BestService
-from api.deps import Reader
-from api.schemas import BestOut, DeviceKind
-from api.shape_params import raw_shape
+from tuner.api.best_service import BestRequest, BestService
+from tuner.api.deps import Reader
+from tuner.api.schemas import BestOut, DeviceKind
+from tuner.api.shape_params import raw_shape
 
 router = APIRouter(tags=["best"])
 RESERVED = frozenset({"template", "shape", "device", "device_name", "fingerprint"})

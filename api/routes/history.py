@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-import db
-from api.deps import CatalogDep, Reader, StoreDep
-from api.errors import FieldError
-from api.schemas import DeviceKind, HistoryPage, MeasurementOut, StudyOut
-from api.shape_params import raw_shape
+from tuner import db
+from tuner.api.deps import CatalogDep, Reader, StoreDep
+from tuner.api.errors import FieldError
+from tuner.api.schemas import DeviceKind, HistoryPage, MeasurementOut, StudyOut
+from tuner.api.shape_params import raw_shape
 from tuner.errors import ShapeError, UnknownTemplateError
 
 router = APIRouter(tags=["history"])

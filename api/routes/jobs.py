@@ -10,11 +10,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 
-import db
-from api.catalog import CatalogEntry
-from api.deps import CatalogDep, Reader, StoreDep, Submitter
-from api.errors import FieldError
-from api.schemas import JobIn, JobOut, JobPage, JobState
+from tuner import db
+from tuner.api.catalog import CatalogEntry
+from tuner.api.deps import CatalogDep, Reader, StoreDep, Submitter
+from tuner.api.errors import FieldError
+from tuner.api.schemas import JobIn, JobOut, JobPage, JobState
 from tuner.errors import UnknownTemplateError, UserInputError
 from tuner.frozen import Shape
 

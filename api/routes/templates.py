@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.catalog import CatalogEntry
-from api.deps import CatalogDep, Reader
-from api.errors import FieldError
-from api.schemas import ConstraintOut, DimOut, ParamOut, TemplateOut, WorkloadOut
+from tuner.api.catalog import CatalogEntry
+from tuner.api.deps import CatalogDep, Reader
+from tuner.api.errors import FieldError
+from tuner.api.schemas import ConstraintOut, DimOut, ParamOut, TemplateOut, WorkloadOut
 from tuner.errors import UnknownTemplateError
 
 router = APIRouter(tags=["templates"])

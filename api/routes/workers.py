@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 from fastapi import APIRouter
 
-import db
-from api.deps import Reader, StoreDep
-from api.schemas import WorkerOut
+from tuner import db
+from tuner.api.deps import Reader, StoreDep
+from tuner.api.schemas import WorkerOut
 
 router = APIRouter(tags=["workers"])
 

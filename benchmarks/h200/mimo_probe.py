@@ -37,7 +37,7 @@ def _config(overrides: str):
 
 def _kernel_stats() -> dict[str, dict[str, int]]:
     """Registers, spills and shared memory of every compiled Triton kernel of the template's module."""
-    from kernels import mamba3_mimo_bwd_triton as kern
+    from tuner.kernels.mamba3_mimo import bwd_kernel as kern
 
     stats: dict[str, dict[str, int]] = {}
     for name in ("group_local_kernel", "state_scan_kernel", "group_bwd_kernel", "chunk_values_kernel",
@@ -84,7 +84,7 @@ def _check(workload: str, overrides: str) -> dict:
     import torch
 
     from tuner import registry
-    from tuner.verify import check_outputs
+    from tuner.measure.verify import check_outputs
 
     template = registry.get(TEMPLATE_NAME)
     shape = template.workload(workload)

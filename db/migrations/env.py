@@ -1,9 +1,9 @@
 """Alembic environment for tuner's tables only (prefix ``tuner_``, version table ``tuner_alembic_version``).
 
-Run by :func:`db.migrate.upgrade_to_head` with an open connection in ``config.attributes["connection"]``
+Run by :func:`tuner.db.migrate.upgrade_to_head` with an open connection in ``config.attributes["connection"]``
 (already inside a transaction, which the caller commits). Without one (offline ``--sql`` or a config
 made with ``alembic_config(url=...)``) it uses ``sqlalchemy.url``. Optuna's tables in the same database
-are invisible here: the include filters of :mod:`db.migrate` drop every name without our prefix.
+are invisible here: the include filters of :mod:`tuner.db.migrate` drop every name without our prefix.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
-from db.migrate import VERSION_TABLE, include_name, include_object
-from db.models import Base
+from tuner.db.migrate import VERSION_TABLE, include_name, include_object
+from tuner.db.models import Base
 
 _OPTIONS: dict[str, Any] = {
     "target_metadata": Base.metadata,

@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-import db
-from api.settings import ApiSettings
 from tests.fixtures.servers import READ, SUBMIT, TOKENS, WORKER, auth, thread_server
+from tuner import db
+from tuner.api.settings import ApiSettings
 
 NAME = "fault_vector_scale_tunable"
 JOB = {"template": NAME, "shapes": [{"n": 256}], "device": {"kind": "cpu"}, "trials": 2}

@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-import db
-from api.settings import ApiSettings
 from tests.fixtures.servers import SUBMIT, TOKENS, auth, thread_server
+from tuner import db
+from tuner.api.settings import ApiSettings
 
 NAME = "fault_vector_scale_tunable"
 GOOD: dict[str, Any] = {"template": NAME, "shapes": [{"n": 256}], "device": {"kind": "cpu"}, "trials": 2}

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-import db
-from api.settings import ApiSettings
 from tests.fixtures.processes import start_worker
 from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
+from tuner import db
+from tuner.api.settings import ApiSettings
 
 NAME = "fault_vector_scale_tunable"
 JOB = {

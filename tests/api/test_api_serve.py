@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-import db
 from tests.fixtures.processes import ROOT, env, wait_for
 from tests.fixtures.servers import free_port, start_serve
+from tuner import db
 
 NAME = "fault_vector_scale_tunable"
 

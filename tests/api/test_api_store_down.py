@@ -10,10 +10,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-import db
-from api.settings import ApiSettings
 from tests.fixtures import databases
 from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
+from tuner import db
+from tuner.api.settings import ApiSettings
 
 NAME = "fault_vector_scale_tunable"
 JOB = {"template": NAME, "shapes": [{"n": 256}], "device": {"kind": "cpu"}, "trials": 2}

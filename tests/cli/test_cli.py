@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import db
 from tests.fixtures.fault_templates import BROKEN_REF, HANGING_REF, TUNABLE_REF
+from tuner import db
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = (f"fault_vector_scale_tunable={TUNABLE_REF},fault_vector_scale_broken={BROKEN_REF},"

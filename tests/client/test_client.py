@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-import db
-from api.settings import ApiSettings
 from tests.fixtures.fault_templates import _scale
 from tests.fixtures.processes import ROOT, env, wait_for
 from tests.fixtures.servers import READ, SUBMIT, TOKENS, free_port, publish, thread_server
-from tuner.client import BestConfig, Client, ClientError, ExportFile, split_launch_config, triton_launch_kwargs
+from tuner import db
+from tuner.api.settings import ApiSettings
+from tuner.service.client import BestConfig, Client, ClientError, ExportFile, split_launch_config, triton_launch_kwargs
 
 NAME = "fault_vector_scale_tunable"
 SHAPES = [{"n": 1024}, {"n": 2048}, {"n": 400}, {}, {"n": 64}]
@@ -166,8 +166,8 @@ def test_triton_launch_kwargs_split_options_from_meta_parameters() -> None:
 
 
 def test_the_client_imports_neither_torch_nor_the_store_nor_http() -> None:
-    heavy = ("torch", "triton", "httpx", "db", "sqlalchemy", "tuner.registry")
-    code = f"import sys, tuner.client; print([m for m in {heavy!r} if m in sys.modules])"
+    heavy = ("torch", "triton", "httpx", "tuner.db", "sqlalchemy", "tuner.registry")
+    code = f"import sys, tuner.service.client; print([m for m in {heavy!r} if m in sys.modules])"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), cwd=ROOT, check=True)
     assert run.stdout.strip() == "[]"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import db
 from tests.fixtures.studies import study_fields
+from tuner import db
 from tuner.frozen import Config, Shape
-from tuner.report import Report, ReportRow, collect, kernel_label, render_markdown
+from tuner.report.markdown import Report, ReportRow, collect, kernel_label, render_markdown
 from tuner.results import MeasureResult, SampleSummary, Status, Timer
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tuner.driver.samplers import exhausted, make_sampler
 from tuner.errors import ConfigError, SearchSpaceError
 from tuner.frozen import Config, Shape
-from tuner.samplers import exhausted, make_sampler
 from tuner.space import load_space, parse_space
 
 SPACE = {

@@ -8,17 +8,16 @@ from collections.abc import Iterator
 import optuna
 import pytest
 
-import db
 from tests.fixtures.fault_templates import TUNABLE_REF
-from tuner import registry
-from tuner.budget import CountBudget
-from tuner.devices.base import DeviceSpec
+from tuner import db, registry
+from tuner.driver.budget import CountBudget
+from tuner.driver.study import _withdraw_waiting, finalize, open_study, optuna_storage, queue_in_order
+from tuner.driver.trials import run_trials
 from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
-from tuner.measure import MeasureOptions, Measurer
+from tuner.measure.devices.base import DeviceSpec
+from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.results import Status
-from tuner.study import _withdraw_waiting, finalize, open_study, optuna_storage, queue_in_order
-from tuner.trials import run_trials
 
 NAME = "fault_vector_scale_tunable"
 

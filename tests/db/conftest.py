@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from db import Store, StudyRecord, get_or_create_study
 from tests.fixtures.studies import study_fields
+from tuner.db import Store, StudyRecord, get_or_create_study
 
 StudyFactory = Callable[..., StudyRecord]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from db import (
+from tuner.db import (
     BestRecord,
     MeasurementRecord,
     RecordConflictError,

@@ -14,7 +14,9 @@ from sqlalchemy import inspect, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from db import (
+from tests.fixtures.databases import PostgresSandbox
+from tests.fixtures.studies import study_fields
+from tuner.db import (
     Store,
     StudyRecord,
     add_measurement,
@@ -27,9 +29,7 @@ from db import (
     list_studies,
     mask_url,
 )
-from db.migrate import VERSION_TABLE, current_revision, head_revision, schema_drift
-from tests.fixtures.databases import PostgresSandbox
-from tests.fixtures.studies import study_fields
+from tuner.db.migrate import VERSION_TABLE, current_revision, head_revision, schema_drift
 from tuner.errors import StoreError
 
 StudyFactory = Callable[..., StudyRecord]
@@ -67,7 +67,7 @@ def test_a_database_at_0002_is_upgraded_keeping_its_measurements(db_url: str) ->
     from alembic import command
     from sqlalchemy import create_engine
 
-    from db.migrate import alembic_config
+    from tuner.db.migrate import alembic_config
 
     engine = create_engine(db_url)
     with engine.begin() as conn:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from db import (
+from tuner.db import (
     MeasurementRecord,
     Store,
     StudyRecord,

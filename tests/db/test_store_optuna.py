@@ -8,9 +8,9 @@ import optuna
 import pytest
 from sqlalchemy import inspect, text
 
-from db import Store, get_or_create_study
-from db.migrate import VERSION_TABLE, current_revision, head_revision, schema_drift
 from tests.fixtures.studies import study_fields
+from tuner.db import Store, get_or_create_study
+from tuner.db.migrate import VERSION_TABLE, current_revision, head_revision, schema_drift
 
 OPTUNA_TABLES = {"studies", "trials", "version_info", "alembic_version"}
 

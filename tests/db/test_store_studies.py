@@ -12,9 +12,9 @@ from datetime import timezone
 import pytest
 from sqlalchemy import func, select
 
-from db import RecordConflictError, Store, StudyRecord, get_or_create_study, get_study, list_studies
-from db.models import StudyRow
 from tests.fixtures.studies import open_and_create_study, study_fields
+from tuner.db import RecordConflictError, Store, StudyRecord, get_or_create_study, get_study, list_studies
+from tuner.db.models import StudyRow
 from tuner.errors import StoreError
 
 

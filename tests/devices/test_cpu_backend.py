@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tuner.devices.base import DeviceSpec, backend_class, resolve
-from tuner.devices.cpu import CpuBackend
+from tuner.measure.devices.base import DeviceSpec, backend_class, resolve
+from tuner.measure.devices.cpu import CpuBackend
 from tuner.results import SampleSummary, Timer
 
 

@@ -22,7 +22,7 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def backend():  # type: ignore[no-untyped-def]
-    from tuner.devices.cuda import CudaBackend
+    from tuner.measure.devices.cuda import CudaBackend
 
     return CudaBackend(0)
 
@@ -87,7 +87,7 @@ def test_triton_kernels_count_and_the_flush_does_not(backend, add_one) -> None: 
 
 
 def test_cuda_events_fallback(add_one) -> None:  # type: ignore[no-untyped-def]
-    from tuner.devices.cuda import CudaEventsBackend
+    from tuner.measure.devices.cuda import CudaEventsBackend
     from tuner.results import Timer
 
     events = CudaEventsBackend(0)
@@ -112,8 +112,8 @@ def test_fingerprint(backend) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def cuda_measurer() -> Iterator[object]:
-    from tuner.devices.base import DeviceSpec
-    from tuner.measure import MeasureOptions, Measurer
+    from tuner.measure.devices.base import DeviceSpec
+    from tuner.measure.measurer import MeasureOptions, Measurer
 
     with Measurer(DeviceSpec("cuda"), MeasureOptions(n_samples=20, warmup=3, timeout_s=180.0)) as m:
         yield m
@@ -122,7 +122,7 @@ def cuda_measurer() -> Iterator[object]:
 def test_measurer_on_cuda(cuda_measurer) -> None:  # type: ignore[no-untyped-def]
     from tests.fixtures.fault_templates import REF
     from tuner.frozen import Config, Shape
-    from tuner.measure import Candidate
+    from tuner.measure.measurer import Candidate
     from tuner.results import Status, Timer
 
     shape = Shape(n=1 << 20)

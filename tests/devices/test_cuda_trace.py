@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from tuner.devices.cuda import (
+from tuner.errors import DeviceError
+from tuner.measure.devices.cuda import (
     CudaBackend,
     backend_from_env,
     chrome_trace_events,
@@ -19,7 +20,6 @@ from tuner.devices.cuda import (
     kernels_from_ranges,
     samples_from_ranges,
 )
-from tuner.errors import DeviceError
 
 
 class TraceBuilder:

@@ -11,13 +11,13 @@ import warnings
 import pytest
 import torch
 
-from kernels.mamba2_chunk_cumsum import Mamba2ChunkCumsum
-from kernels.mamba2_chunk_cumsum_launch import plan
-from kernels.mamba2_chunk_cumsum_op import DA_CUMSUM_RTOL, DT_OUT_RTOL
 from tuner import registry
 from tuner.errors import ConfigError, ShapeError
 from tuner.frozen import Config, Shape
-from tuner.verify import relative_l2
+from tuner.kernels.mamba2_chunk_cumsum.op import DA_CUMSUM_RTOL, DT_OUT_RTOL
+from tuner.kernels.mamba2_chunk_cumsum.triton_launch import plan
+from tuner.kernels.mamba2_chunk_cumsum.triton_template import Mamba2ChunkCumsum
+from tuner.measure.verify import relative_l2
 
 T = registry.get("mamba2_chunk_cumsum")
 SPACE = T.space()

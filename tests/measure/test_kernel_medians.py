@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tuner.measure_worker import MAX_KERNEL_NAMES, OTHER_KERNELS, kernel_medians
+from tuner.measure.child import MAX_KERNEL_NAMES, OTHER_KERNELS, kernel_medians
 
 
 def test_medians_longest_first() -> None:

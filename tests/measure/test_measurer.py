@@ -15,10 +15,10 @@ import pytest
 
 from tests.fixtures.fault_templates import REF
 from tuner import registry
-from tuner.devices.base import DeviceSpec
 from tuner.errors import MeasureSetupError, UserInputError
 from tuner.frozen import Config, Shape
-from tuner.measure import Candidate, MeasureOptions, Measurer
+from tuner.measure.devices.base import DeviceSpec
+from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
 from tuner.results import MeasureResult, Status, Timer
 
 SHAPE = Shape(n=1024)

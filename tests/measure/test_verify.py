@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from tuner.measure.verify import check_outputs, poison_, relative_l2
 from tuner.template import OutputSpec
-from tuner.verify import check_outputs, poison_, relative_l2
 
 
 def test_relative_l2_in_float64() -> None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.devices.cpu import CpuBackend
 from tuner.errors import DeviceError
 from tuner.frozen import Config
-from tuner.measure_protocol import MeasureOptions
-from tuner.measure_worker import Runnable, time_together
+from tuner.measure.child import Runnable, time_together
+from tuner.measure.devices.cpu import CpuBackend
+from tuner.measure.protocol import MeasureOptions
 from tuner.results import Status
 
 OPTIONS = MeasureOptions(n_samples=4, warmup=0)

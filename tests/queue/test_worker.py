@@ -13,14 +13,13 @@ from pathlib import Path
 import optuna
 import pytest
 
-import db
 from tests.fixtures.fault_templates import TUNABLE_REF
 from tests.fixtures.processes import start_worker, wait_for
-from tuner import registry
-from tuner.devices.base import DeviceSpec
+from tuner import db, registry
 from tuner.frozen import Shape
+from tuner.measure.devices.base import DeviceSpec
 from tuner.results import Status
-from tuner.worker import Worker, WorkerOptions
+from tuner.service.worker import Worker, WorkerOptions
 
 NAME = "fault_vector_scale_tunable"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.compile_cache import CompileCache, set_default_cache
+from tuner.measure.compile_cache import CompileCache, set_default_cache
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,7 @@ def session_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture
 def cpu_template(session_home: Path):  # type: ignore[no-untyped-def]
-    from kernels.mamba2_chunk_cumsum_tilelang import Mamba2ChunkCumsumTileLang
+    from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import Mamba2ChunkCumsumTileLang
 
     return Mamba2ChunkCumsumTileLang()
 

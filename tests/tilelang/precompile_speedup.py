@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kernels.mamba2_chunk_cumsum_tilelang import Mamba2ChunkCumsumTileLang
-from tuner.compile_cache import CompileCache, precompile
+from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import Mamba2ChunkCumsumTileLang
+from tuner.measure.compile_cache import CompileCache, precompile
 
 
 def main() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.compile_cache import CacheKey, CompileCache, CompileFailed, kernel_cache_dir, tuner_home
 from tuner.frozen import Config, Shape
+from tuner.measure.compile_cache import CacheKey, CompileCache, CompileFailed, kernel_cache_dir, tuner_home
 
 KEY = CacheKey(
     "tmpl", "1", Config(a=1, b="x"), Shape(S=64, dtype="float16"), "tilelang", {"compiler": "nvcc 13"}
@@ -131,7 +131,7 @@ def test_threads_compile_one_key_once(tmp_path: Path) -> None:
 
 _WRITER = """
 import sys
-from tuner.compile_cache import CacheKey, CompileCache
+from tuner.measure.compile_cache import CacheKey, CompileCache
 from tuner.frozen import Config, Shape
 key = CacheKey(
     "tmpl", "1", Config(a=1, b="x"), Shape(S=64, dtype="float16"), "tilelang", {"compiler": "nvcc 13"}

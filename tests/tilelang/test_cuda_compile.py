@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.mamba2_chunk_cumsum_tilelang import Mamba2ChunkCumsumTileLang
+from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import Mamba2ChunkCumsumTileLang
 
 pytestmark = [
     pytest.mark.slow,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.mamba2_chunk_cumsum_tilelang_program import CumsumPlan, make_program
-from tuner.compile_cache import CompileFailed
 from tuner.frontends import is_compile_error
+from tuner.kernels.mamba2_chunk_cumsum.tilelang_program import CumsumPlan, make_program
+from tuner.measure.compile_cache import CompileFailed
 
 BASE = dict(
     B=1, S=128, H=8, Q=64, has_bias=False, softplus=True, dtype="float16",

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.mamba2_chunk_cumsum_tilelang import Mamba2ChunkCumsumTileLang
-from tuner.verify import relative_l2
+from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import Mamba2ChunkCumsumTileLang
+from tuner.measure.verify import relative_l2
 
 pytestmark = [
     pytest.mark.gpu,

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from kernels.mamba2_chunk_cumsum_op import DA_CUMSUM_RTOL, DT_MAX, DT_MIN, Mamba2ChunkCumsumOp
 from tuner.errors import ShapeError
+from tuner.kernels.mamba2_chunk_cumsum.op import DA_CUMSUM_RTOL, DT_MAX, DT_MIN, Mamba2ChunkCumsumOp
 from tuner.template import KernelTemplate
 
 

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from tuner.compile_cache import CompileCache, CompileFailed, precompile, set_default_cache
+from tuner.measure.compile_cache import CompileCache, CompileFailed, precompile, set_default_cache
 
 
 def _tilelang_kernels(cache: CompileCache, template, config, shape) -> set[Path]:  # type: ignore[no-untyped-def]
     """The compiled-kernel directories in TileLang's cache for this (template, toolchain)."""
-    from kernels.tilelang_toolchain import resolve_toolchain
-    from tuner.compile_cache import CacheKey
+    from tuner.kernels.tilelang_toolchain import resolve_toolchain
+    from tuner.measure.compile_cache import CacheKey
 
     key = CacheKey(
         template.name, template.version, config, shape, template.backend, resolve_toolchain().fingerprint()
@@ -64,8 +64,8 @@ def test_serial_precompile_records_compile_errors(cpu_template, tmp_path: Path) 
 
 
 def _key(template, config, shape):  # type: ignore[no-untyped-def]
-    from kernels.tilelang_toolchain import resolve_toolchain
-    from tuner.compile_cache import CacheKey
+    from tuner.kernels.tilelang_toolchain import resolve_toolchain
+    from tuner.measure.compile_cache import CacheKey
 
     return CacheKey(
         template.name, template.version, config, shape, template.backend, resolve_toolchain().fingerprint()

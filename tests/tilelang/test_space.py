@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from kernels.mamba2_chunk_cumsum_tilelang import Mamba2ChunkCumsumTileLang
-from kernels.mamba2_chunk_cumsum_tilelang_program import MAX_SMEM_BYTES, plan_for
 from tuner.errors import ConfigError
 from tuner.frozen import Config
+from tuner.kernels.mamba2_chunk_cumsum.tilelang_program import MAX_SMEM_BYTES, plan_for
+from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import Mamba2ChunkCumsumTileLang
 
 TEMPLATE = Mamba2ChunkCumsumTileLang()
 SPACE = TEMPLATE.space()

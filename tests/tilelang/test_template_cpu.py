@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tuner.compile_cache import CompileFailed, default_cache
 from tuner.frozen import Shape
-from tuner.verify import relative_l2
+from tuner.measure.compile_cache import CompileFailed, default_cache
+from tuner.measure.verify import relative_l2
 
 GUARD = -7.0  # fills the memory just past each output: a write out of bounds changes it
 

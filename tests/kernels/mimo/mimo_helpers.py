@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 import torch
 
-from kernels.mamba3_mimo_bwd import Mamba3MimoBwd
 from tuner.frozen import Shape
-from tuner.verify import relative_l2
+from tuner.kernels.mamba3_mimo.bwd_template import Mamba3MimoBwd
+from tuner.measure.verify import relative_l2
 
 TEMPLATE = Mamba3MimoBwd()
 

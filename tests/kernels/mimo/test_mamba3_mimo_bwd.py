@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import mamba3_mimo_ref as ref
-from kernels.mamba3_mimo_bwd import FP32_RTOL, LOWP_OUTPUTS, LOWP_RTOL
 from tests.kernels.mimo.mimo_helpers import TEMPLATE, errors, tiny
 from tuner.frozen import Config
+from tuner.kernels.mamba3_mimo import reference as ref
+from tuner.kernels.mamba3_mimo.bwd_template import FP32_RTOL, LOWP_OUTPUTS, LOWP_RTOL
 
 BASE = {"variant": "split", "chunk_rows": 16, "block_n": 16, "prec": "tf32x3", "prec_rot": "tf32x3",
         "num_warps": 4, "num_stages": 1, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.mamba3_mimo_bwd import LOWP_OUTPUTS
 from tests.kernels.mimo.mimo_helpers import TEMPLATE, errors
+from tuner.kernels.mamba3_mimo.bwd_template import LOWP_OUTPUTS
 
 pytestmark = [
     pytest.mark.gpu,

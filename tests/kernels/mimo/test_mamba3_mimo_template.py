@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import mamba3_mimo_tilelang as tl_cmp
-from kernels.mamba3_mimo_bwd import LOWP_OUTPUTS, Mamba3MimoBwd
 from tests.kernels.mimo.mimo_helpers import TEMPLATE, errors, tiny
 from tuner import registry
 from tuner.errors import ShapeError
+from tuner.kernels.mamba3_mimo import comparator_mamba_ssm as tl_cmp
+from tuner.kernels.mamba3_mimo.bwd_template import LOWP_OUTPUTS, Mamba3MimoBwd
 
 
 def test_eleven_official_workloads_with_valid_default_config():
@@ -96,7 +96,7 @@ def test_roofline_figures_and_registration():
     shape = TEMPLATE.workload("mimo-n128-p64-r4")
     assert TEMPLATE.bytes_moved(shape) > 4 * 2048 * 16 * 64 * 2 * 5
     assert TEMPLATE.flops(shape) > 0
-    assert isinstance(registry.load("kernels.mamba3_mimo_bwd:Mamba3MimoBwd"), Mamba3MimoBwd)
+    assert isinstance(registry.load("tuner.kernels.mamba3_mimo.bwd_template:Mamba3MimoBwd"), Mamba3MimoBwd)
 
 
 def test_compile_at_batch_one_runs_a_batch_one_plan(device):
@@ -108,7 +108,7 @@ def test_compile_at_batch_one_runs_a_batch_one_plan(device):
 
 
 def test_register_cap_fits_the_register_file_at_every_cta_size():
-    from kernels.mamba3_mimo_bwd_launch import register_cap
+    from tuner.kernels.mamba3_mimo.bwd_launch import register_cap
 
     for warps in (1, 2, 4, 8, 16, 32):
         cap = register_cap(warps)

@@ -1,0 +1,460 @@
+"""The ``tuner`` command line (Typer). One error boundary: user and infrastructure errors become a one-line
+message on stderr and exit code 2; nothing is written to the store before the input has been validated."""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tuner.errors import DeviceError, StoreError, TunerError, UserInputError
+
+app = typer.Typer(
+    name="tuner",
+    help="Kernel autotuning: sweep a kernel template per shape, verify, time on the device, store, serve.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+TemplateArg = Annotated[str, typer.Argument(help="Template name (see `tuner templates`).")]
+WorkloadOpt = Annotated[list[str], typer.Option("--workload", "-w", help="Named workload (repeatable).")]
+ShapeOpt = Annotated[list[str], typer.Option("--shape", "-s", help="Explicit shape, e.g. B=1,S=4096,H=48.")]
+DbOpt = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL (default: $TUNER_DB_URL or the SQLite file).")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto | cuda | npu | cpu")]
+
+
+def boundary(fn: F) -> F:
+    """Translate TunerError into a one-line message and an exit code (2: bad input or unreachable store)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (UserInputError, StoreError, DeviceError) as exc:
+            err_console.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False)
+            raise typer.Exit(2) from None
+        except TunerError as exc:
+            err_console.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0] if "\n" in text else text
+
+
+def _store(url: str | None):
+    from tuner import db
+    from tuner.settings import engine_settings
+
+    return db.Store.open(url or engine_settings().db_url)
+
+
+@app.command()
+@boundary
+def templates() -> None:
+    """List the registered templates with their workloads and parameters."""
+    from tuner import registry
+
+    table = Table("template", "version", "backend", "parameters", "workloads")
+    for name in registry.names():
+        t = registry.get(name)
+        space = t.space()
+        table.add_row(name, t.version, t.backend, ", ".join(space.names), "\n".join(w.name for w in t.workloads))
+    console.print(table)
+
+
+@app.command()
+@boundary
+def tune(
+    template: TemplateArg,
+    workload: WorkloadOpt = [],  # noqa: B006 - Typer reads list defaults, never mutates them
+    shape: ShapeOpt = [],  # noqa: B006
+    all_workloads: Annotated[bool, typer.Option("--all-workloads", help="Every workload of the template.")] = False,
+    trials: Annotated[int, typer.Option("--trials", "-n", min=1, max=100_000, help="Measured trials per shape.")] = 40,
+    device: DeviceOpt = "auto",
+    sampler: Annotated[str, typer.Option(help="tpe | random | grid | cmaes")] = "tpe",
+    db_url: DbOpt = None,
+    samples: Annotated[int, typer.Option(min=1, max=100_000, help="Timed samples per candidate.")] = 100,
+    timeout: Annotated[float, typer.Option(min=1.0, help="Seconds per candidate before TIMEOUT.")] = 120.0,
+    finalists: Annotated[int, typer.Option(min=1, max=50, help="Configs re-measured in the final round.")] = 3,
+    comparators: Annotated[bool, typer.Option(help="Measure the template's comparators in the final round.")] = True,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    compile_workers: Annotated[int, typer.Option(
+        min=0, help="Parallel compile processes (0: all cores for templates that compile slowly, else 1).")] = 0,
+) -> None:
+    """Sweep TEMPLATE for each shape, publish the best verified config, and print the report."""
+    from tuner import registry
+    from tuner.driver.samplers import SAMPLERS
+    from tuner.driver.tuning import tune_shapes
+    from tuner.measure.devices.base import DeviceSpec, resolve
+    from tuner.measure.measurer import MeasureOptions, Measurer
+    from tuner.report.markdown import collect, render_markdown
+    from tuner.shapes import select_shapes
+
+    t = registry.get(template)
+    t.space()  # validate the search-space file before anything is written
+    selected = select_shapes(t, workloads=workload, shapes=shape, all_workloads=all_workloads)
+    if sampler not in SAMPLERS:
+        raise UserInputError(f"unknown sampler {sampler!r}; known: {', '.join(SAMPLERS)}")
+    if device not in ("auto", "cuda", "npu", "cpu"):
+        raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
+    spec = resolve(DeviceSpec(device))  # type: ignore[arg-type]
+    store = _store(db_url)
+    options = MeasureOptions(n_samples=samples, timeout_s=timeout)
+    signal.signal(signal.SIGTERM, _interrupted)
+    with Measurer(spec, options) as measurer:
+        tune_shapes(
+            t.name, selected, store=store, measurer=measurer, trials=trials, sampler=sampler, seed=seed,
+            finalists=finalists, comparators=comparators, compile_workers=compile_workers, console=console,
+        )
+    console.print()
+    console.print(render_markdown(collect(store, t.name, device_kind=spec.kind)), markup=False, highlight=False)
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    """SIGTERM (``timeout``, a batch system) ends a sweep as Ctrl-C does: the trial being measured and
+    those waiting for it are failed and queued again for the study's next run, the measurer stops."""
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
+def _one_shape(template: str, workload: list[str], shape: list[str]):
+    from tuner import registry
+    from tuner.shapes import select_shapes
+
+    t = registry.get(template)
+    selected = select_shapes(t, workloads=workload, shapes=shape)
+    if len(selected) != 1:
+        raise UserInputError("give exactly one --workload or --shape")
+    return t, selected[0][1]
+
+
+@app.command()
+@boundary
+def best(
+    template: TemplateArg,
+    workload: WorkloadOpt = [],  # noqa: B006
+    shape: ShapeOpt = [],  # noqa: B006
+    device: Annotated[str | None, typer.Option(help="Device kind to look up (default: any).")] = None,
+    db_url: DbOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print the best verified config stored for one shape."""
+    from tuner import db
+
+    t, the_shape = _one_shape(template, workload, shape)
+    store = _store(db_url)
+    with store.session() as session:
+        record = db.get_best(session, template=t.name, shape_key=the_shape.key(), device_kind=device)
+    if record is None:
+        raise UserInputError(f"no best config stored for {t.name} at {the_shape.key()}; run `tuner tune` first")
+    data = {
+        "template": record.template, "version": record.template_version, "shape": record.shape_key,
+        "device": f"{record.device_kind}:{record.device_name}", "config": json.loads(record.config_json),
+        "median_us": record.median_us, "p20_us": record.p20_us, "p80_us": record.p80_us, "timer": record.timer,
+        "fingerprint": record.fingerprint_hash, "published_at": record.published_at.isoformat(),
+    }
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    table = Table(show_header=False)
+    for k, v in data.items():
+        table.add_row(k, json.dumps(v) if isinstance(v, dict) else str(v))
+    console.print(table)
+
+
+@app.command()
+@boundary
+def history(
+    template: TemplateArg,
+    workload: WorkloadOpt = [],  # noqa: B006
+    shape: ShapeOpt = [],  # noqa: B006
+    device: Annotated[str | None, typer.Option(help="Device kind (default: any).")] = None,
+    db_url: DbOpt = None,
+    role: Annotated[str | None, typer.Option(help="trial | final (default: both).")] = None,
+) -> None:
+    """Show every trial of the shape's studies, failures with their reasons."""
+    from tuner import db
+
+    t, the_shape = _one_shape(template, workload, shape)
+    store = _store(db_url)
+    with store.session() as session:
+        studies = [
+            s for s in db.list_studies(session, template=t.name, device_kind=device) if s.shape_key == the_shape.key()
+        ]
+        if not studies:
+            raise UserInputError(f"no study stored for {t.name} at {the_shape.key()}")
+        for st in studies:
+            rows = db.list_measurements(session, study_id=st.id, role=role)
+            table = Table("id", "role", "trial", "candidate", "config", "status", "median µs", "p20–p80", "reason",
+                          title=f"{st.name} — {len(rows)} measurements", title_justify="left")
+            for m in rows:
+                spread = f"{m.p20_us:.2f}–{m.p80_us:.2f}" if m.p20_us is not None and m.p80_us is not None else ""
+                table.add_row(
+                    str(m.id), m.role, "" if m.trial_number is None else str(m.trial_number), m.candidate,
+                    m.config_json, m.status, "" if m.median_us is None else f"{m.median_us:.2f}", spread,
+                    (m.reason or "").splitlines()[0][:100] if m.reason else "",
+                )
+            console.print(table)
+
+
+@app.command()
+@boundary
+def report(
+    templates: Annotated[list[str], typer.Argument(help="Template(s); several: one row per workload, best of all.")],
+    device: Annotated[str | None, typer.Option(help="Device kind (default: all).")] = None,
+    db_url: DbOpt = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the markdown to this file.")] = None,
+    title: Annotated[str | None, typer.Option(help="Title of a multi-template report.")] = None,
+    errors: Annotated[bool, typer.Option("--errors", help="Add each output's relative error (one template).")] = False,
+    kernels: Annotated[bool, typer.Option(
+        "--kernels", help="Add the device time per kernel, where the timer saw kernels (one template).")] = False,
+) -> None:
+    """Markdown report: per workload, best vs default vs comparators, geometric means, roofline."""
+    from tuner import registry
+    from tuner.report.markdown import collect, render_comparison, render_markdown
+
+    for name in templates:
+        registry.get(name)
+    if (errors or kernels) and len(templates) > 1:
+        raise UserInputError(f"{'--errors' if errors else '--kernels'} takes one template")
+    store = _store(db_url)
+    reports = [collect(store, name, device_kind=device) for name in templates]
+    text = (render_markdown(reports[0], errors=errors, kernels=kernels) if len(reports) == 1
+            else render_comparison(reports, title=title))
+    if output:
+        output.write_text(text)
+        err_console.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+@boundary
+def worker(
+    db_url: DbOpt = None,
+    device: DeviceOpt = "auto",
+    index: Annotated[int, typer.Option(min=0, help="Device index among devices of the kind (one worker per GPU).")] = 0,
+    backends: Annotated[str, typer.Option(help="Backends this worker runs, comma-separated.")] = "triton,tilelang",
+    heartbeat: Annotated[float, typer.Option(min=0.2, help="Heartbeat interval, seconds.")] = 5.0,
+    lease: Annotated[float, typer.Option(min=1.0, help="Seconds without heartbeat before the worker is lost.")] = 30.0,
+    exit_when_idle: Annotated[bool, typer.Option(help="Exit when no task is left instead of waiting.")] = False,
+) -> None:
+    """Serve tuning jobs from the store's queue on one device until interrupted (SIGINT/SIGTERM)."""
+    import logging
+    import threading
+
+    from tuner.measure.devices.base import DeviceSpec, resolve
+    from tuner.service.worker import Worker, WorkerOptions, parse_backends
+
+    if device not in ("auto", "cuda", "npu", "cpu"):
+        raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
+    if lease <= 2 * heartbeat:
+        raise UserInputError(f"--lease ({lease:g} s) must exceed twice --heartbeat ({heartbeat:g} s)")
+    names = parse_backends(backends)
+    spec = resolve(DeviceSpec(device, index))  # type: ignore[arg-type]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    store = _store(db_url)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    served = Worker(store, WorkerOptions(spec, names, heartbeat, lease)).run(stop, exit_when_idle=exit_when_idle)
+    err_console.print(f"worker stopped after {served} task(s)")
+
+
+# -- service: server, export, and the API's client commands ------------------------------------------------
+UrlOpt = Annotated[str | None, typer.Option("--url", help="Server URL (default: $TUNER_URL or http://127.0.0.1:8000).")]
+TokenOpt = Annotated[str | None, typer.Option(
+    "--token", help="Bearer token (default: $TUNER_TOKEN, else the local token of `tuner serve`).", show_default=False,
+)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON answer.")]
+
+
+@app.command()
+@boundary
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on (0.0.0.0 for other hosts).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
+    db_url: DbOpt = None,
+    worker: Annotated[bool, typer.Option("--worker/--no-worker", help="Start one local worker too.")] = True,
+    device: DeviceOpt = "auto",
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request.")] = True,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /docs) and, unless --no-worker, one worker on --device."""
+    from tuner.api.main import create_app
+    from tuner.api.settings import ApiSettings
+    from tuner.service import serve as serving
+    from tuner.service.remote import local_token, local_token_path
+
+    if device not in ("auto", "cuda", "npu", "cpu"):
+        raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
+    try:
+        settings = ApiSettings(**({"db_url": db_url} if db_url else {}))  # type: ignore[arg-type]
+    except ValueError as exc:  # pydantic's ValidationError or SettingsError; neither names a token (tuner.api.settings)
+        errors = getattr(exc, "errors", None)
+        text = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors()) if errors else str(exc)
+        raise UserInputError(f"invalid TUNER_ settings: {text}") from None
+    if not settings.tokens:
+        token = local_token(create=True)
+        settings = settings.model_copy(update={"tokens": {token: frozenset({"submit", "read"})}})
+        err_console.print(f"no TUNER_TOKENS set: submitting needs the local token in {local_token_path()}")
+    store = _store(settings.db_url)
+    err_console.print(f"store {store.url}; API on http://{host}:{port} (docs at /docs)")
+    serving.serve(
+        create_app(settings, store), host=host, port=port, log_level=log_level, access_log=access_log,
+        worker=(lambda: serving.start_worker(store, device)) if worker else None,
+    )
+
+
+@app.command()
+@boundary
+def export(
+    output: Annotated[Path, typer.Option("--output", "-o", help="The JSON file to write.")],
+    template: Annotated[list[str], typer.Option("--template", "-t", help="Only this template (repeatable).")] = [],  # noqa: B006
+    device: Annotated[str | None, typer.Option(help="Only this device kind (cuda, npu, cpu).")] = None,
+    db_url: DbOpt = None,
+) -> None:
+    """Write the best configs (with each template's default and constraints) for offline clients."""
+    from tuner.service.export import build_export, write_export
+
+    if device is not None and device not in ("cuda", "npu", "cpu"):
+        raise UserInputError(f"unknown device {device!r}; expected cuda, npu or cpu")
+    if template:
+        from tuner import registry
+
+        for name in template:
+            registry.get(name).space()  # unknown template or broken space: exit 2 before touching the store
+    document = build_export(
+        _store(db_url), templates=template or None, device_kind=device,
+        warn=lambda message: err_console.print(f"warning: {message}", highlight=False),
+    )
+    write_export(document, output)
+    n_entries, n_templates = len(document["entries"]), len(document["templates"])
+    err_console.print(f"wrote {output}: {n_entries} best config(s) of {n_templates} template(s)")
+
+
+@app.command()
+@boundary
+def submit(
+    template: TemplateArg,
+    workload: WorkloadOpt = [],  # noqa: B006
+    shape: ShapeOpt = [],  # noqa: B006
+    trials: Annotated[int, typer.Option("--trials", "-n", help="Measured trials per shape.")] = 40,
+    device: Annotated[str, typer.Option(help="Device kind the job needs: cuda | npu | cpu")] = "cuda",
+    device_name: Annotated[str | None, typer.Option(help='Device name, e.g. "NVIDIA H200" (default: any).')] = None,
+    sampler: Annotated[str, typer.Option(help="tpe | random | grid | cmaes")] = "tpe",
+    samples: Annotated[int, typer.Option(help="Timed samples per candidate.")] = 100,
+    timeout: Annotated[float, typer.Option(help="Seconds per candidate before TIMEOUT.")] = 120.0,
+    finalists: Annotated[int, typer.Option(help="Configs re-measured in the final round.")] = 3,
+    comparators: Annotated[bool, typer.Option(help="Measure the template's comparators.")] = True,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit a tuning job to a tuner server (validated there; workers with a matching device run it)."""
+    from tuner.service.remote import call
+    from tuner.shapes import parse_shape_text
+
+    body = {
+        "template": template, "workloads": workload, "shapes": [parse_shape_text(s) for s in shape],
+        "device": {"kind": device, "name": device_name}, "trials": trials, "sampler": sampler, "samples": samples,
+        "candidate_timeout_s": timeout, "finalists": finalists, "comparators": comparators, "seed": seed,
+        "priority": priority,
+    }
+    job = call("POST", "/v1/jobs", url=url, token=token, json=body)
+    if as_json:
+        print(json.dumps(job, indent=2))
+        return
+    where = device + (f" ({device_name})" if device_name else "")
+    console.print(f"job {job['id']} {job['state']}: {job['template']}, {len(job['tasks'])} shape(s) × "
+                  f"{job['trials']} trials on {where}", highlight=False)
+
+
+@app.command()
+@boundary
+def jobs(
+    state: Annotated[str | None, typer.Option(help="queued | running | done | failed | cancelled")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the server's jobs, newest first."""
+    from tuner.service.remote import call
+
+    params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}
+    page = call("GET", "/v1/jobs", url=url, token=token, params=params)
+    if as_json:
+        print(json.dumps(page, indent=2))
+        return
+    table = Table("id", "state", "template", "device", "shapes", "trials", "created",
+                  title=f"{len(page['items'])} of {page['total']} job(s)", title_justify="left")
+    for j in page["items"]:
+        dev = j["device"]["kind"] + (f" ({j['device']['name']})" if j["device"]["name"] else "")
+        table.add_row(str(j["id"]), j["state"], j["template"], dev, str(len(j["tasks"])),
+                      f"{j['progress']['trials_done']}/{j['progress']['trials_total']}", j["created_at"][:19])
+    console.print(table)
+
+
+@app.command()
+@boundary
+def status(
+    job_id: Annotated[int, typer.Argument(help="Job id.")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One job: state, progress and best so far per shape, workers on it."""
+    from tuner.service.remote import call
+
+    _print_job(call("GET", f"/v1/jobs/{job_id}", url=url, token=token), as_json)
+
+
+@app.command()
+@boundary
+def cancel(
+    job_id: Annotated[int, typer.Argument(help="Job id.")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a queued or running job (workers stop at their next trial)."""
+    from tuner.service.remote import call
+
+    _print_job(call("POST", f"/v1/jobs/{job_id}/cancel", url=url, token=token), as_json)
+
+
+def _print_job(job: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(job, indent=2))
+        return
+    progress = job["progress"]
+    console.print(f"job {job['id']} {job['state']}: {job['template']}@{job['template_version']} on "
+                  f"{job['device']['kind']}, {progress['trials_done']}/{progress['trials_total']} trials"
+                  + (f"; workers: {', '.join(job['workers'])}" if job["workers"] else "")
+                  + (f"; error: {job['error']}" if job["error"] else ""), highlight=False)
+    table = Table("shape", "state", "trials", "failed", "best µs", "best config")
+    for t in job["tasks"]:
+        table.add_row(t["label"], t["state"], f"{t['trials_done']}/{t['trials_total']}", str(t["trials_failed"]),
+                      "" if t["best_us"] is None else f"{t['best_us']:.2f}",
+                      json.dumps(t["best_config"]) if t["best_config"] else "")
+    console.print(table)
+
+

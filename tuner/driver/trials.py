@@ -1,0 +1,298 @@
+"""The trial loop of a study: ask, check, skip known configs, (pre)compile, measure, store, tell.
+
+Per trial: reserve a budget slot → ``ask`` → ``space.suggest`` → ``space.check`` (a violation is stored as
+INVALID and the trial pruned: no compile) → a config another worker is measuring right now, or one this
+study already measured, is not measured again (the trial reuses the stored value, ``duplicate_of``) →
+measure in the isolated pool → store the measurement and spend the slot in one transaction → ``tell``
+(value = median device time; failures FAIL with ``status`` and ``reason`` user attributes).
+
+With ``batch`` > 1 and a compile pool, up to ``batch`` trials are asked at once, their configs compiled in
+parallel across the host's cores, then measured one after another (the measurer's builds then load from
+the compile cache): the way slow-compiling backends (TileLang) are swept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import optuna
+from optuna.trial import TrialState
+from sqlalchemy.orm import Session
+
+from tuner import db
+from tuner.driver.budget import TrialBudget
+from tuner.driver.samplers import exhausted
+from tuner.driver.study import CONFIG_LABEL, StudyContext, store_result
+from tuner.frozen import Config
+from tuner.measure.compile_cache import CompilePool
+from tuner.measure.measurer import Candidate
+from tuner.results import MeasureResult, SampleSummary, Status, Timer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What one trial did; passed to progress callbacks and returned by :func:`run_trials`."""
+
+    number: int
+    config: Config
+    status: Status
+    median_us: float | None
+    reason: str | None
+    duplicate_of: int | None
+    wall_s: float  # from ask to tell (in batches: including the wait for the batch's compile)
+    overhead_s: float  # the trial's own wall time outside build, verification and timing (sampling, checks,
+    # store, IPC, tell); the waits in a batch (its compile, the trials measured before) are left out
+
+    @property
+    def measured(self) -> bool:
+        return self.status is not Status.INVALID and self.duplicate_of is None
+
+
+@dataclass
+class _Pending:
+    trial: optuna.Trial
+    config: Config
+    token: object
+    asked_at: float
+    proposed_s: float = 0.0  # ask, suggest, checks: the trial's own share before it waits in its batch
+
+
+def run_trials(
+    ctx: StudyContext,
+    budget: TrialBudget,
+    *,
+    on_trial: Callable[[TrialRecord], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    max_skips: int | None = None,
+    batch: int = 1,
+    compile_pool: CompilePool | None = None,
+) -> list[TrialRecord]:
+    """Run trials while the budget grants slots. Invalid and duplicate configs cost no slot; at most
+    ``max_skips`` of them in a row (default 200) end the loop, as does an exhausted grid. With trial
+    heartbeats on, trials of workers that stopped beating are failed (and so retried) before each ask."""
+    records: list[TrialRecord] = []
+    skips, limit = 0, 200 if max_skips is None else max_skips
+
+    def emit(record: TrialRecord) -> None:
+        records.append(record)
+        if on_trial:
+            on_trial(record)
+
+    while not (should_stop and should_stop()) and skips < limit:
+        pending: list[_Pending] = []
+        while len(pending) < max(1, batch) and skips < limit:
+            _fail_stale_trials(ctx)
+            if exhausted(ctx.sampler, ctx.study):
+                break
+            token = budget.reserve()
+            if token is None:
+                break
+            outcome = _propose(ctx, token)
+            if isinstance(outcome, TrialRecord):
+                budget.release(token)
+                skips += 1
+                emit(outcome)
+            else:
+                pending.append(outcome)
+        if not pending:
+            break
+        skips = 0
+        _measure_batch(ctx, budget, pending, compile_pool, emit)
+    if skips >= limit:
+        log.info("stopped %s: %d invalid or duplicate configs in a row", ctx.key.study_name(), skips)
+    return records
+
+
+def _measure_batch(
+    ctx: StudyContext, budget: TrialBudget, pending: list[_Pending], pool: CompilePool | None,
+    emit: Callable[[TrialRecord], None],
+) -> None:
+    try:
+        if pool is not None and len(pending) > 1:
+            pool.compile(ctx.template, [p.config for p in pending], ctx.shape)
+        while pending:
+            emit(_measure(ctx, budget, pending[0]))
+            pending.pop(0)
+    finally:
+        for p in pending:  # interrupted: no RUNNING trial and no reserved slot is left behind
+            if p.trial._trial_id in ctx.in_flight:  # not already abandoned by _measure
+                _abandon(ctx, budget, p, "not measured: the loop was interrupted")
+
+
+def _propose(ctx: StudyContext, token: object) -> TrialRecord | _Pending:
+    """Ask a trial and resolve it when no measurement is needed (invalid, in flight elsewhere, known)."""
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        # Optuna warns that heartbeats are meant for Study.optimize; tuner records them itself (worker).
+        warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
+        trial = ctx.study.ask()
+    if ctx.heartbeats:
+        # Beat at once: a trial without any heartbeat is never found stale if its process dies early.
+        ctx.storage.record_heartbeat(trial._trial_id)  # type: ignore[union-attr]
+    config = ctx.space.suggest(trial)
+    reason = ctx.space.check(config, ctx.shape)
+    if reason is not None:
+        result = MeasureResult(Status.INVALID, config, reason=reason)
+        measurement_id = store_result(ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=trial.number)
+        _tell(ctx, trial, result, measurement_id)
+        return _record(trial.number, result, None, started)
+    twin = _in_flight_twin(ctx, trial.number, config)
+    if twin is not None:
+        # Another worker sharing the study measures this config right now: do not measure it twice.
+        trial.set_user_attr("duplicate_of", twin)
+        trial.set_user_attr("status", "DUPLICATE")
+        ctx.study.tell(trial, state=TrialState.PRUNED)
+        result = MeasureResult(Status.INVALID, config, reason=f"config in flight in trial {twin}")
+        return _record(trial.number, result, twin, started)
+    previous = _previous_measurement(ctx, config)
+    if previous is not None:
+        trial.set_user_attr("duplicate_of", previous.trial_number)
+        result = _result_of(previous)
+        _tell(ctx, trial, result, previous.id)
+        return _record(trial.number, result, previous.trial_number, started)
+    ctx.in_flight.add(trial._trial_id)
+    return _Pending(trial, config, token, started, time.perf_counter() - started)
+
+
+def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending) -> TrialRecord:
+    trial = p.trial
+    measuring_from = time.perf_counter()
+    try:
+        result = ctx.measurer.measure(
+            ctx.template_ref, ctx.shape, Candidate(config=p.config), seed=ctx.seed_base + trial.number
+        )
+
+        def spend(session: Session, measurement_id: int) -> None:
+            budget.record(session, p.token, trial_number=trial.number, measurement_id=measurement_id, result=result)
+
+        measurement_id = store_result(
+            ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=trial.number, spend=spend
+        )
+    except BaseException as exc:
+        # Not stored (store down, slot lost, interrupted): fail the trial, free the slot, let the caller decide.
+        _abandon(ctx, budget, p, f"not recorded: {type(exc).__name__}: {exc}")
+        raise
+    ctx.in_flight.discard(trial._trial_id)
+    _tell(ctx, trial, result, measurement_id)
+    # Overhead: its own proposal and measurement call, not the wait for its batch's compile and for the
+    # trials measured before it in the batch (those are in wall_s).
+    return _record(trial.number, result, None, p.asked_at,
+                   own_s=p.proposed_s + (time.perf_counter() - measuring_from))
+
+
+def _abandon(ctx: StudyContext, budget: TrialBudget, p: _Pending, reason: str) -> None:
+    """Fail a trial that was asked but not measured, free its slot, and queue its config again (WAITING),
+    so that the next run of the study measures it: an interrupted run loses no seed or proposal."""
+    ctx.in_flight.discard(p.trial._trial_id)
+    try:
+        budget.release(p.token)
+        p.trial.set_user_attr("reason", reason[:2000])
+        ctx.study.tell(p.trial, state=TrialState.FAIL)
+        ctx.study.enqueue_trial(p.config.to_dict())
+    except Exception:  # the store may be what failed; Optuna's heartbeat retry covers the trial then
+        log.exception("could not abandon trial %d cleanly", p.trial.number)
+
+
+def _fail_stale_trials(ctx: StudyContext) -> None:
+    """Fail (and so retry) the trials of workers that stopped beating, and the orphans Optuna cannot see:
+    a worker killed between asking a trial and its first heartbeat leaves a RUNNING trial with neither a
+    heartbeat nor parameters. A live worker suggests right after its first beat, so such a trial older
+    than the grace period has no owner: it is failed, and queued again if it held an enqueued config (a
+    seed or a retry), whose fixed parameters it carries."""
+    if not ctx.heartbeats:
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(ctx.study)
+    storage = ctx.storage
+    assert storage is not None  # heartbeats need the RDB storage
+    interval = getattr(storage, "heartbeat_interval", None) or 1
+    grace = getattr(storage, "grace_period", None) or 2 * interval
+    if time.monotonic() - ctx.orphans_checked_at < interval:  # at most once per heartbeat interval: the
+        return  # scan reads every RUNNING trial, and it runs before every ask
+    ctx.orphans_checked_at = time.monotonic()
+    cutoff = datetime.now() - timedelta(seconds=grace)  # Optuna stores naive local start times
+    for trial in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not trial.params and trial._trial_id not in ctx.in_flight and trial.datetime_start \
+                and trial.datetime_start < cutoff:
+            try:
+                storage.set_trial_user_attr(trial._trial_id, "reason", "orphaned: its worker died "
+                                            "before the trial's first heartbeat")
+                storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            except Exception:  # another worker failed it first (it is finished now): nothing to do
+                log.debug("orphan trial %d already settled", trial.number, exc_info=True)
+                continue
+            if "fixed_params" in trial.system_attrs:
+                ctx.study.enqueue_trial(dict(trial.system_attrs["fixed_params"]))
+
+
+def _record(
+    number: int, result: MeasureResult, duplicate_of: int | None, started: float, own_s: float | None = None
+) -> TrialRecord:
+    """The trial's record: wall time since ``started``; overhead = ``own_s`` (the trial's own wall time,
+    default: all of it) minus the measurement's phases."""
+    wall = time.perf_counter() - started
+    phases = result.phases
+    spent = phases.build_s + phases.verify_s + phases.measure_s
+    return TrialRecord(
+        number, result.config, result.status, result.median_us, result.reason, duplicate_of, wall,
+        max(0.0, (wall if own_s is None else own_s) - spent),
+    )
+
+
+def _tell(ctx: StudyContext, trial: optuna.Trial, result: MeasureResult, measurement_id: int) -> None:
+    trial.set_user_attr("status", result.status.value)
+    trial.set_user_attr("measurement_id", measurement_id)
+    if result.reason:
+        trial.set_user_attr("reason", result.reason[:2000])
+    if result.status is Status.INVALID:
+        ctx.study.tell(trial, state=TrialState.PRUNED)
+    elif result.ok and result.summary is not None:
+        # Spread and phase times live in the store (measurement_id): each Optuna attribute costs a commit.
+        ctx.study.tell(trial, result.summary.median_us)
+    else:
+        ctx.study.tell(trial, state=TrialState.FAIL)
+
+
+def _in_flight_twin(ctx: StudyContext, number: int, config: Config) -> int | None:
+    """The number of another RUNNING trial of the study with the same parameters, if any. Without
+    heartbeats only this process's own trials count: a RUNNING trial of another process is then one of a
+    run killed outright (see tuner.driver.study.settled_params), which will never be measured."""
+    params = config.to_dict()
+    for other in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        live = ctx.heartbeats or other._trial_id in ctx.in_flight
+        if other.number != number and live and other.params == params:
+            return other.number
+    return None
+
+
+def _previous_measurement(ctx: StudyContext, config: Config) -> db.MeasurementRecord | None:
+    with ctx.store.session(readonly=True) as session:
+        rows = db.list_measurements(
+            session, study_id=ctx.study_id, role="trial", config_json=config.to_json(), limit=1
+        )
+    return rows[0] if rows else None
+
+
+def _result_of(row: db.MeasurementRecord) -> MeasureResult:
+    """The stored outcome of an earlier trial, as the value a duplicate trial reports."""
+    summary = None
+    if row.median_us is not None:
+        summary = SampleSummary(
+            row.median_us, row.p20_us or row.median_us, row.p80_us or row.median_us, row.mean_us or row.median_us,
+            row.min_us or row.median_us, row.max_us or row.median_us, row.n_samples or 0,
+        )
+    return MeasureResult(
+        row.status, Config.from_json(row.config_json), summary, json.loads(row.errors_json), row.reason,
+        Timer(row.timer) if row.timer else None,
+    )
+
+

@@ -1,0 +1,125 @@
+"""Tuning shapes one after another in this process (the CLI's ``tuner tune``), with a rich progress bar."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tuner import db, registry
+from tuner.driver.budget import CountBudget
+from tuner.driver.study import FinalRound, finalize, open_study
+from tuner.driver.trials import TrialRecord, run_trials
+from tuner.frozen import Shape
+from tuner.measure.compile_cache import CompilePool
+from tuner.measure.measurer import Measurer
+
+
+@dataclass(frozen=True)
+class ShapeSummary:
+    label: str
+    shape: Shape
+    study_name: str
+    trials: tuple[TrialRecord, ...]
+    final: FinalRound
+
+
+def tune_shapes(
+    template: str,
+    shapes: Sequence[tuple[str, Shape]],
+    *,
+    store: db.Store,
+    measurer: Measurer,
+    trials: int,
+    sampler: str = "tpe",
+    seed: int | None = None,
+    finalists: int = 3,
+    comparators: bool = True,
+    compile_workers: int = 0,
+    console: Console | None = None,
+) -> list[ShapeSummary]:
+    """Tune each shape: ``trials`` measured trials, then the final round; returns one summary per shape.
+
+    ``compile_workers`` (0: the host's cores when the template compiles in parallel, else 1): above 1,
+    trials are asked in batches of that size and each batch compiled in a pool of that many processes.
+    """
+    console = console or Console(quiet=True)
+    workers = compile_workers or (os.cpu_count() or 1 if registry.get(template).compile_in_parallel else 1)
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(CompilePool(workers)) if workers > 1 else None
+        return [
+            _tune_one(template, label, shape, store=store, measurer=measurer, trials=trials, sampler=sampler,
+                      seed=seed, finalists=finalists, comparators=comparators, pool=pool, console=console)
+            for label, shape in shapes
+        ]
+
+
+def _tune_one(
+    template: str, label: str, shape: Shape, *, store: db.Store, measurer: Measurer, trials: int, sampler: str,
+    seed: int | None, finalists: int, comparators: bool, pool: CompilePool | None, console: Console,
+) -> ShapeSummary:
+    ctx = open_study(template, shape, store=store, measurer=measurer, sampler=sampler, seed=seed)
+    with _progress(console) as progress:
+        task = progress.add_task(label, total=trials, best="–")
+        best = [float("inf")]
+
+        def on_trial(record: TrialRecord, task: TaskID = task, best: list[float] = best) -> None:
+            if record.median_us is not None and record.median_us < best[0]:
+                best[0] = record.median_us
+                progress.update(task, best=f"{best[0]:.2f} µs")
+            if record.measured:
+                progress.advance(task)
+
+        records = run_trials(ctx, CountBudget(trials), on_trial=on_trial,
+                             batch=pool.workers if pool else 1, compile_pool=pool)
+        progress.update(task, description=f"{label}: final round")
+        final = finalize(ctx, finalists=finalists, comparators=comparators)
+    summary = ShapeSummary(label, shape, ctx.key.study_name(), tuple(records), final)
+    _print_summary(console, summary)
+    return summary
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("best {task.fields[best]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _print_summary(console: Console, s: ShapeSummary) -> None:
+    failed = sum(1 for r in s.trials if r.measured and r.status.value != "OK")
+    invalid = sum(1 for r in s.trials if r.status.value == "INVALID")
+    dups = sum(1 for r in s.trials if r.duplicate_of is not None)
+    measured = [r for r in s.trials if r.measured]
+    overhead = sorted(r.overhead_s for r in measured)
+    med_overhead = overhead[len(overhead) // 2] * 1e3 if overhead else 0.0
+    console.print(
+        f"[bold]{s.label}[/bold]: {len(measured)} measured trials ({failed} failed), {invalid} invalid pruned, "
+        f"{dups} duplicates; median per-trial overhead {med_overhead:.1f} ms"
+    )
+    table = Table("candidate", "config", "status", "median µs", "p20–p80 µs", "reason", title="final round")
+    for e in s.final.entries:
+        r = e.result
+        spread = f"{r.summary.p20_us:.2f}–{r.summary.p80_us:.2f}" if r.summary else ""
+        config = json.dumps(r.config.to_dict(), separators=(",", ":")) if r.config else ""
+        reason = (r.reason or "").splitlines()[0][:80] if r.reason else ""
+        median = f"{r.median_us:.2f}" if r.median_us is not None else ""
+        table.add_row(e.label, config, r.status.value, median, spread, reason)
+    console.print(table)
+    if s.final.winner is not None:
+        w = s.final.winner.result
+        console.print(f"best config for {s.label}: {json.dumps(w.config.to_dict())} at {w.median_us:.2f} µs "
+                      f"({w.timer}) — published")
+    else:
+        console.print(f"[yellow]no config passed the gate for {s.label}; nothing published[/yellow]")

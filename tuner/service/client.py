@@ -1,0 +1,395 @@
+"""The runtime client: which config to launch a kernel with, from the tuner server or an export file.
+
+Light by design: imports neither torch, nor the store, nor templates (``httpx`` only when it first talks
+to a server); the lookup itself is :func:`tuner.service.lookup.choose`, shared with the server. Usage::
+
+    from tuner.service.client import Client, triton_launch_kwargs
+
+    tuner = Client("http://tuner:8000", ttl_s=60)            # online (token only to enqueue jobs)
+    tuner = Client.from_file("best.json")                     # offline, from `tuner export`
+    tuner = Client("http://tuner:8000", file="best.json")     # online, the file when the server is down
+
+    best = tuner.best("mamba2_chunk_cumsum", {"B": 1, "S": 4096, "H": 48}, device="cuda")
+    best.config, best.match, best.median_us                   # match: exact | nearest | default
+    kernel[grid](*args, **triton_launch_kwargs(best.config, kernel))
+
+Answers are cached in the process for ``ttl_s`` seconds, keyed by everything in the request (template,
+shape items, device, device name); a cached answer costs one dict lookup (about a microsecond). Where an
+answer comes from, in order: the server (``source="server"``; its 4xx answers raise :class:`ClientError`),
+the export file (``"file"``) when there is no server or it failed (then it is not asked again for
+``retry_s`` seconds), the caller's ``fallback`` config (``"fallback"``, cached for ``retry_s`` only), else
+:class:`ClientError`. With ``enqueue_on_miss=True`` (and a token with the ``submit`` scope), an answer that
+is not exact submits a background tuning job for the shape, once per shape and process; the call never
+waits for it and a failure is only logged.
+
+Thread-safe: the cache is a dict (atomic operations under the GIL); concurrent misses may ask twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+from tuner.expr import Expression, ExpressionError
+from tuner.service.lookup import Answer, Entry, choose
+
+if TYPE_CHECKING:
+    import httpx
+
+log = logging.getLogger(__name__)
+Source = Literal["server", "file", "fallback"]
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+SUPPORTED_SCHEMA = 1
+
+
+class ClientError(Exception):
+    """No answer could be given: the server refused the request (``status`` set: 4xx), or neither a server,
+    an export file nor a fallback config could answer (``status`` None)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class BestConfig:
+    """The config to launch with, and where it comes from. Immutable (``config`` is a read-only mapping)."""
+
+    template: str
+    shape: Mapping[str, Any]  # the requested shape, completed with the template's defaults where known
+    device_kind: str
+    match: Literal["exact", "nearest", "default"]
+    config: Mapping[str, Any]
+    source: Source
+    device_name: str | None = None  # where the config was measured (None for a default)
+    distance: float | None = None
+    median_us: float | None = None
+    p20_us: float | None = None
+    p80_us: float | None = None
+    n_samples: int | None = None
+    timer: str | None = None
+    measurement_id: int | None = None
+    fingerprint: str | None = None
+    published_at: str | None = None
+    source_shape: Mapping[str, Any] | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def launch_kwargs(self, kernel: object | None = None) -> dict[str, Any]:
+        """:func:`triton_launch_kwargs` of this config."""
+        return triton_launch_kwargs(self.config, kernel)
+
+
+def split_launch_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(meta, options)``: constexpr meta-parameters, and Triton's launch options (num_warps, num_stages,
+    num_ctas, maxnreg), which are not kernel arguments."""
+    meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
+    options = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
+    return meta, options
+
+
+def triton_launch_kwargs(config: Mapping[str, Any], kernel: object | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``kernel[grid](*args, **kwargs)``: the launch options, and the meta-parameters
+    — only those ``kernel`` declares (its ``arg_names``), when a kernel is given, since a template's config
+    may hold parameters its Python wrapper reads (layouts, flags) that the Triton function does not take."""
+    meta, options = split_launch_config(config)
+    names = getattr(kernel, "arg_names", None) if kernel is not None else None
+    if names:
+        meta = {k: v for k, v in meta.items() if k in names}
+    return {**meta, **options}
+
+
+class ExportFile:
+    """An export file (``tuner export``), loaded: entries per template, defaults, compiled constraints."""
+
+    def __init__(self, data: Mapping[str, Any], source: str = "<memory>") -> None:
+        if data.get("format") != "tuner-best-configs" or data.get("schema_version") != SUPPORTED_SCHEMA:
+            raise ClientError(f"{source}: not a tuner export file of schema version {SUPPORTED_SCHEMA}")
+        self.source = source
+        self.templates: dict[str, Mapping[str, Any]] = dict(data.get("templates", {}))
+        self._constraints = {
+            name: tuple(Expression.parse(c["expr"]) for c in section.get("constraints", ()))
+            for name, section in self.templates.items()
+        }
+        self._entries: dict[tuple[str, str], list[Entry]] = {}
+        for raw in data.get("entries", ()):
+            entry = Entry.from_dict(raw)
+            section = self.templates.get(entry.template)
+            if section is not None and section.get("version") == entry.template_version:
+                self._entries.setdefault((entry.template, entry.device_kind), []).append(entry)
+
+    @classmethod
+    def load(cls, path: str | Path) -> ExportFile:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ClientError(f"cannot read export file {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ClientError(f"{path}: not a tuner export file")
+        return cls(data, str(path))
+
+    def complete(self, template: str, shape: Mapping[str, Any]) -> dict[str, Any]:
+        """The shape with the template's dim defaults filled in; ClientError for unknown or missing dims."""
+        section = self.templates.get(template)
+        if section is None:
+            raise ClientError(f"template {template!r} is not in {self.source}", 404)
+        dims = {d["name"]: d for d in section["dims"]}
+        unknown = sorted(set(shape) - set(dims))
+        if unknown:
+            raise ClientError(f"unknown shape dim(s) {', '.join(unknown)} for {template}", 422)
+        full: dict[str, Any] = {}
+        for name, dim in dims.items():
+            if name in shape:
+                full[name] = shape[name]
+            elif dim.get("default") is not None:
+                full[name] = dim["default"]
+            else:
+                raise ClientError(f"shape dim {name} is required for {template}", 422)
+        return full
+
+    def valid(self, template: str, config: Mapping[str, Any], shape: Mapping[str, Any]) -> bool:
+        env = {**shape, **config}
+        try:
+            return all(c.evaluate(env) for c in self._constraints.get(template, ()))
+        except ExpressionError:
+            return False
+
+    def answer(self, template: str, shape: Mapping[str, Any], device_kind: str, device_name: str | None) -> Answer:
+        full = self.complete(template, shape)
+        answer = choose(
+            full, self._entries.get((template, device_kind), []), default=self.templates[template].get("default"),
+            valid=lambda config, s: self.valid(template, config, s), device_name=device_name,
+        )
+        if answer is None:
+            raise ClientError(f"{self.source} has neither a config nor a default for {template}")
+        return answer
+
+
+class Client:
+    """Best-config lookups with an in-process TTL cache. See the module docstring for the answer chain."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        ttl_s: float = 60.0,
+        *,
+        file: str | Path | ExportFile | None = None,
+        timeout_s: float = 2.0,
+        retry_s: float = 5.0,
+        enqueue_on_miss: bool = False,
+        enqueue_job: Mapping[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``enqueue_job``: fields of the background job (``trials``, ``sampler``…; see ``POST /v1/jobs``).
+        ``clock``: seconds, monotonic (injectable for tests). Raises ClientError for an unreadable file."""
+        if url is None and file is None:
+            raise ClientError("give a server url, an export file, or both")
+        self.url = url.rstrip("/") if url else None
+        self.ttl_s, self.timeout_s, self.retry_s = ttl_s, timeout_s, retry_s
+        self.file = file if isinstance(file, ExportFile) or file is None else ExportFile.load(file)
+        self.enqueue_on_miss, self.enqueue_job = enqueue_on_miss, dict(enqueue_job or {})
+        self._token, self._clock = token, clock
+        self._cache: dict[tuple[Any, ...], tuple[float, BestConfig]] = {}
+        self._down_until = 0.0
+        self._http: httpx.Client | None = None
+        self._lock = threading.Lock()
+        self._enqueued: set[tuple[Any, ...]] = set()
+        self._auto: tuple[str, str | None] | None = None
+
+    @classmethod
+    def from_file(cls, path: str | Path, ttl_s: float = 60.0, **kwargs: Any) -> Client:
+        """An offline client answering from an export file."""
+        return cls(None, ttl_s=ttl_s, file=path, **kwargs)
+
+    def best(
+        self,
+        template: str,
+        shape: Mapping[str, Any],
+        device: str = "auto",
+        device_name: str | None = None,
+        *,
+        fallback: Mapping[str, Any] | None = None,
+    ) -> BestConfig:
+        """The config for ``shape`` on ``device`` (``auto``: torch's current device if torch is already
+        imported, else ``cpu``; ``device_name`` prefers configs measured on it). Raises ClientError."""
+        key = (template, tuple(shape.items()), device, device_name)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > self._clock():
+            return hit[1]
+        return self._miss(key, template, shape, device, device_name, fallback)
+
+    def invalidate(self) -> None:
+        """Forget every cached answer."""
+        self._cache = {}
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- misses -----------------------------------------------------------------------------------
+    def _miss(self, key: tuple[Any, ...], template: str, shape: Mapping[str, Any], device: str,
+              device_name: str | None, fallback: Mapping[str, Any] | None) -> BestConfig:
+        kind, name = self._device(device, device_name)
+        ttl = self.ttl_s
+        result: BestConfig | None = None
+        if self.url is not None and self._clock() >= self._down_until:
+            result = self._from_server(template, shape, kind, name)
+        if result is None and self.file is not None:
+            result = self._from_file(template, shape, kind, name, fallback is not None)
+        if result is None:
+            if fallback is None:
+                raise ClientError(f"no answer for {template}: the server is unavailable and there is no export file")
+            result = BestConfig(template, MappingProxyType(dict(shape)), kind, "default",
+                                MappingProxyType(dict(fallback)), "fallback")
+            ttl = min(ttl, self.retry_s)
+        self._cache[key] = (self._clock() + ttl, result)
+        if self.enqueue_on_miss and result.match != "exact" and result.source != "fallback":
+            self._enqueue(result, name)
+        return result
+
+    def _from_file(self, template: str, shape: Mapping[str, Any], kind: str, name: str | None,
+                   has_fallback: bool) -> BestConfig | None:
+        assert self.file is not None
+        try:
+            answer = self.file.answer(template, shape, kind, name)
+        except ClientError as exc:
+            if exc.status == 404 and has_fallback:  # a template the file does not know: the caller's fallback
+                return None
+            raise
+        return _from_answer(template, self.file.complete(template, shape), kind, answer)
+
+    def _device(self, device: str, device_name: str | None) -> tuple[str, str | None]:
+        if device != "auto":
+            return device, device_name
+        if self._auto is None:
+            self._auto = detect_device()
+        kind, detected = self._auto
+        return kind, device_name or detected
+
+    def _client(self) -> httpx.Client:
+        with self._lock:
+            if self._http is None:
+                import httpx  # here: offline clients never import it
+
+                headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+                self._http = httpx.Client(base_url=self.url or "", timeout=self.timeout_s, headers=headers)
+            return self._http
+
+    def _from_server(self, template: str, shape: Mapping[str, Any], kind: str, name: str | None) -> BestConfig | None:
+        """The server's answer; None when it cannot answer now (then it rests for ``retry_s``)."""
+        import httpx
+
+        params: list[tuple[str, Any]] = [("template", template), ("device", kind)]
+        if name:
+            params.append(("device_name", name))
+        params.extend((k, _query_value(v)) for k, v in shape.items())
+        try:
+            response = self._client().get("/v1/best", params=params)
+        except httpx.HTTPError as exc:
+            log.warning("tuner server %s unavailable: %s", self.url, type(exc).__name__)
+            self._down_until = self._clock() + self.retry_s
+            return None
+        if 400 <= response.status_code < 500:
+            raise ClientError(f"{template}: {error_message(response)}", response.status_code)
+        if response.status_code != 200:
+            log.warning("tuner server %s answered %s", self.url, response.status_code)
+            self._down_until = self._clock() + self.retry_s
+            return None
+        data = response.json()
+        return BestConfig(
+            template=data["template"], shape=MappingProxyType(data["shape"]), device_kind=data["device_kind"],
+            match=data["match"], config=MappingProxyType(data["config"]), source="server",
+            device_name=data.get("device_name"), distance=data.get("distance"), median_us=data.get("median_us"),
+            p20_us=data.get("p20_us"), p80_us=data.get("p80_us"), n_samples=data.get("n_samples"),
+            timer=data.get("timer"), measurement_id=data.get("measurement_id"), fingerprint=data.get("fingerprint"),
+            published_at=data.get("published_at"), source_shape=data.get("source_shape"),
+            notes=tuple(data.get("notes", ())),
+        )
+
+    def _enqueue(self, result: BestConfig, device_name: str | None) -> None:
+        key = (result.template, tuple(sorted(result.shape.items())), result.device_kind, device_name)
+        with self._lock:
+            if key in self._enqueued or self.url is None:
+                return
+            self._enqueued.add(key)
+        body = {"trials": 40, **self.enqueue_job, "template": result.template, "shapes": [dict(result.shape)],
+                "device": {"kind": result.device_kind, "name": device_name}}
+        threading.Thread(target=self._post_job, args=(body,), name="tuner-enqueue", daemon=True).start()
+
+    def _post_job(self, body: dict[str, Any]) -> None:
+        try:
+            response = self._client().post("/v1/jobs", json=body)
+            if response.status_code != 201:
+                log.warning("could not enqueue a tuning job: %s", error_message(response))
+            else:
+                log.info("enqueued tuning job %s for %s", response.json().get("id"), body["shapes"][0])
+        except Exception as exc:  # never let a background submission disturb the caller
+            log.warning("could not enqueue a tuning job: %s", type(exc).__name__)
+
+
+def _from_answer(template: str, shape: Mapping[str, Any], kind: str, answer: Answer) -> BestConfig:
+    e = answer.entry
+    return BestConfig(
+        template=template, shape=MappingProxyType(dict(shape)), device_kind=kind, match=answer.match,
+        config=MappingProxyType(dict(answer.config)), source="file", device_name=e.device_name if e else None,
+        distance=answer.distance, median_us=e.median_us if e else None, p20_us=e.p20_us if e else None,
+        p80_us=e.p80_us if e else None, n_samples=e.n_samples if e else None, timer=e.timer if e else None,
+        measurement_id=e.measurement_id if e else None, fingerprint=e.fingerprint_hash if e else None,
+        published_at=e.published_at if e else None, source_shape=MappingProxyType(dict(e.shape)) if e else None,
+        notes=answer.notes,
+    )
+
+
+def _query_value(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def error_message(response: Any) -> str:
+    """One line from an API error response: ``loc: msg`` per field error, or the detail text."""
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = None
+    if isinstance(detail, list):
+        return "; ".join(_field(item) for item in detail) or f"HTTP {response.status_code}"
+    if isinstance(detail, str):
+        return detail
+    return f"HTTP {response.status_code}"
+
+
+def _field(item: Any) -> str:
+    if not isinstance(item, Mapping):
+        return str(item)
+    loc: Iterable[Any] = item.get("loc") or ()
+    where = ".".join(str(p) for p in loc if p not in ("body", "query", "path", "header"))
+    return f"{where}: {item.get('msg')}" if where else str(item.get("msg"))
+
+
+def detect_device() -> tuple[str, str | None]:
+    """The kind and name of torch's current device, if torch is already imported (never imports it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                return "cuda", str(torch.cuda.get_device_name(torch.cuda.current_device()))
+            npu = getattr(torch, "npu", None)
+            if npu is not None and npu.is_available():
+                return "npu", str(npu.get_device_name(npu.current_device()))
+        except Exception as exc:  # a broken driver must not break a lookup: say so and use the CPU answer
+            log.warning("device detection failed (%s); using cpu", exc)
+    return "cpu", None
