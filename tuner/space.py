@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -213,6 +213,60 @@ class SearchSpace:
         """Every point of the space in a fixed order (constraints not applied)."""
         for values in itertools.product(*(p.choices for p in self.params)):
             yield Config(dict(zip(self.names, values, strict=True)))
+
+    def restrict(self, only: Mapping[str, Sequence[object]]) -> dict[str, tuple[ParamValue, ...]]:
+        """The domain of every parameter with ``only``'s parameters narrowed to the values it lists (in the
+        parameter's own order). Raises ConfigError for an unknown parameter, a value outside its domain, or
+        an empty list. Pure: the space is unchanged (its trials keep suggesting over the whole domain)."""
+        domains = {p.name: p.choices for p in self.params}
+        for name, values in only.items():
+            if name not in domains:
+                raise ConfigError(f"unknown parameter {name!r}; known: {', '.join(self.names)}")
+            param = self.param(name)
+            bad = [v for v in values if not param.contains(v)]
+            if bad or not values:
+                shown = ", ".join(map(str, param.choices[:12])) + (" …" if len(param.choices) > 12 else "")
+                what = f"{bad[0]!r} is not" if bad else "no value given; expected"
+                raise ConfigError(f"parameter {name}: {what} one of {shown}")
+            domains[name] = tuple(c for c in param.choices if any(c == v and type(c) is type(v) for v in values)
+                                  or (param.kind in ("int", "pow2") and c in values))
+        return domains
+
+    def valid_configs(self, shape: Shape, only: Mapping[str, Sequence[object]] | None = None) -> Iterator[Config]:
+        """Every config valid for ``shape`` (within :meth:`restrict` ``(only)``), in :meth:`iter_configs`
+        order. Depth-first over the parameters: a constraint is checked as soon as every parameter it reads
+        has a value, so that whole branches are cut at once (the TileLang space has ~10^7 points and a few
+        thousand valid ones per shape). Same errors as :meth:`restrict`."""
+        domains = self.restrict(only or {})
+        names = self.names
+        base: dict[str, Scalar] = dict(shape.to_dict())
+        # constraints by the depth at which the last parameter they read is assigned
+        checks: list[list[Constraint]] = [[] for _ in names]
+        for c in self.constraints:
+            depth = max((names.index(n) for n in c.expression.names if n in names), default=0)
+            checks[depth].append(c)
+
+        def passes(depth: int, env: dict[str, Scalar]) -> bool:
+            for c in checks[depth]:
+                try:
+                    if not c.expression.evaluate(env):
+                        return False
+                except ExpressionError:
+                    return False
+            return True
+
+        def walk(depth: int, env: dict[str, Scalar]) -> Iterator[Config]:
+            name = names[depth]
+            for value in domains[name]:
+                env[name] = value
+                if passes(depth, env):
+                    if depth + 1 == len(names):
+                        yield Config({n: env[n] for n in names})
+                    else:
+                        yield from walk(depth + 1, env)
+            del env[name]
+
+        yield from walk(0, base)
 
     def sample(self, rng: random.Random, shape: Shape, attempts: int = 10_000) -> Config:
         """A uniformly drawn valid config for ``shape``; ConfigError if none found in ``attempts`` draws."""

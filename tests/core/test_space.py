@@ -126,3 +126,26 @@ def test_sample_draws_only_valid_configs() -> None:
         assert space.is_valid(space.sample(rng, shape), shape)
     with pytest.raises(ConfigError, match="no valid config"):
         space.sample(rng, Shape(H=0, S=1, Q=1), attempts=20)
+
+
+def test_valid_configs_are_the_valid_points_in_order_within_a_subspace() -> None:
+    space = parse_space(SPACE, source="t.yaml", shape_dims=DIMS)
+    shape = Shape(H=4, S=12, Q=2)
+    assert list(space.valid_configs(shape)) == [c for c in space.iter_configs() if space.is_valid(c, shape)]
+    only = {"layout": ["rows"], "ROWS": [3, 1]}
+    within = list(space.valid_configs(shape, only))
+    assert within == [c for c in space.iter_configs() if space.is_valid(c, shape)
+                      and c["layout"] == "rows" and c["ROWS"] in (1, 3)]
+    assert {c["ROWS"] for c in within} == {1, 3} and all(c["BLOCK_H"] <= 4 for c in within)
+    assert space.restrict(only)["ROWS"] == (1, 3)  # the parameter's own order
+
+
+@pytest.mark.parametrize(
+    ("only", "message"),
+    [({"nope": [1]}, "unknown parameter 'nope'"), ({"ROWS": [2]}, "ROWS: 2 is not one of 1, 3, 5, 7"),
+     ({"persistent": [1]}, "persistent: 1 is not one of False, True"), ({"layout": []}, "no value given")],
+)
+def test_a_bad_restriction_names_the_parameter(only: dict[str, list[object]], message: str) -> None:
+    space = parse_space(SPACE, source="t.yaml", shape_dims=DIMS)
+    with pytest.raises(ConfigError, match=message):
+        space.restrict(only)

@@ -96,9 +96,20 @@ def tune(
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
     compile_workers: Annotated[int, typer.Option(
         min=0, help="Parallel compile processes (0: all cores for templates that compile slowly, else 1).")] = 0,
+    exhaustive: Annotated[bool, typer.Option(
+        "--exhaustive", help="Measure every valid config (of the --only subspace) the study lacks; resumable. "
+        "Ignores --trials, --sampler and --seed.")] = False,
+    only: Annotated[list[str], typer.Option(
+        "--only", help="With --exhaustive: restrict a parameter to these values, NAME=V1,V2 (repeatable).")] = [],  # noqa: B006
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="With --exhaustive: print each shape's count of valid configs and exit.")] = False,
 ) -> None:
-    """Sweep TEMPLATE for each shape, publish the best verified config, and print the report."""
+    """Sweep TEMPLATE for each shape, publish the best verified config, and print the report.
+
+    With --exhaustive, every valid config is measured once (running the command again continues the sweep);
+    the count of valid configs is printed per shape before anything is measured."""
     from tuner import registry
+    from tuner.driver.exhaustive import ExhaustivePlan, parse_only
     from tuner.driver.samplers import SAMPLERS
     from tuner.driver.tuning import tune_shapes
     from tuner.measure.devices.base import DeviceSpec, resolve
@@ -107,8 +118,16 @@ def tune(
     from tuner.shapes import select_shapes
 
     t = registry.get(template)
-    t.space()  # validate the search-space file before anything is written
+    space = t.space()  # validate the search-space file before anything is written
     selected = select_shapes(t, workloads=workload, shapes=shape, all_workloads=all_workloads)
+    if (only or dry_run) and not exhaustive:
+        raise UserInputError("--only and --dry-run go with --exhaustive")
+    subspace = parse_only(only, space)
+    if dry_run:
+        for label, the_shape in selected:
+            console.print(f"{label}: {ExhaustivePlan.of(space, the_shape, subspace).describe()}", highlight=False,
+                          soft_wrap=True)
+        return
     if sampler not in SAMPLERS:
         raise UserInputError(f"unknown sampler {sampler!r}; known: {', '.join(SAMPLERS)}")
     if device not in ("auto", "cuda", "npu", "cpu"):
@@ -121,6 +140,7 @@ def tune(
         tune_shapes(
             t.name, selected, store=store, measurer=measurer, trials=trials, sampler=sampler, seed=seed,
             finalists=finalists, comparators=comparators, compile_workers=compile_workers, console=console,
+            exhaustive=exhaustive, only=subspace,
         )
     console.print()
     console.print(render_markdown(collect(store, t.name, device_kind=spec.kind)), markup=False, highlight=False)

@@ -44,5 +44,7 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None = None) -> optu
 
 
 def exhausted(sampler: optuna.samplers.BaseSampler, study: optuna.Study) -> bool:
-    """Whether a grid sampler has handed out every point (never true for the other samplers)."""
-    return isinstance(sampler, GridSampler) and sampler.is_exhausted(study)
+    """Whether a sampler of a finite list (grid, exhaustive) has handed out every point (never true for
+    the other samplers)."""
+    is_exhausted = getattr(sampler, "is_exhausted", None)
+    return bool(is_exhausted(study)) if callable(is_exhausted) else False

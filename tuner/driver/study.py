@@ -92,11 +92,16 @@ def open_study(
     *,
     store: db.Store,
     measurer: Measurer,
-    sampler: str = "tpe",
+    sampler: str | optuna.samplers.BaseSampler = "tpe",
     seed: int | None = None,
     heartbeat_s: float | None = None,
+    warm: bool = True,
 ) -> StudyContext:
     """Create or load the study for (template, shape, the measurer's device fingerprint).
+
+    ``sampler``: a name (:data:`tuner.samplers.SAMPLERS`) or a sampler instance (exhaustive sweeps).
+    ``warm``: queue the warm starts (default, seeds, neighbouring shapes' bests) ahead of the sampler;
+    an exhaustive sweep leaves them out (it measures every valid config of its plan anyway).
 
     ``heartbeat_s`` turns on Optuna's trial heartbeats (workers sharing a study): a trial whose process
     stops beating for 4 intervals is failed by the next worker and retried with the same parameters.
@@ -120,7 +125,7 @@ def open_study(
             fingerprint_hash=key.fingerprint_hash,
             fingerprint_json=fingerprint.to_json(),
         )
-    optuna_sampler = make_sampler(sampler, space, seed)
+    optuna_sampler = make_sampler(sampler, space, seed) if isinstance(sampler, str) else sampler
     storage = optuna_storage(store, heartbeat_s=heartbeat_s)
     study = optuna.create_study(
         study_name=key.study_name(),
@@ -136,9 +141,10 @@ def open_study(
     # Warm starts are queued at every opening, in their current order: a study resumed after the space gained
     # or reordered seeds, or after neighbouring shapes were tuned, measures them next (configs it already
     # has are skipped).
-    settled = settled_params(study, heartbeats=heartbeat_s is not None, waiting=False)
-    wanted = [c.to_dict() for c in warm_starts(store, space, key) if c.to_dict() not in settled]
-    queue_in_order(study, storage, wanted)
+    if warm:
+        settled = settled_params(study, heartbeats=heartbeat_s is not None, waiting=False)
+        wanted = [c.to_dict() for c in warm_starts(store, space, key) if c.to_dict() not in settled]
+        queue_in_order(study, storage, wanted)
     seed_base = zlib.crc32(key.study_name().encode()) if seed is None else seed
     return StudyContext(
         template, template_ref, shape, space, key, study_row.id, study, optuna_sampler, store, measurer,

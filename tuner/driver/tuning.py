@@ -5,18 +5,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from optuna.trial import TrialState
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tuner import db, registry
 from tuner.driver.budget import CountBudget
+from tuner.driver.exhaustive import ExhaustivePlan, ExhaustiveSampler, measured_configs
 from tuner.driver.study import FinalRound, finalize, open_study
 from tuner.driver.trials import TrialRecord, run_trials
-from tuner.frozen import Shape
+from tuner.frozen import Config, Shape
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.measurer import Measurer
 
@@ -43,11 +45,17 @@ def tune_shapes(
     comparators: bool = True,
     compile_workers: int = 0,
     console: Console | None = None,
+    exhaustive: bool = False,
+    only: Mapping[str, Sequence[object]] | None = None,
 ) -> list[ShapeSummary]:
     """Tune each shape: ``trials`` measured trials, then the final round; returns one summary per shape.
 
     ``compile_workers`` (0: the host's cores when the template compiles in parallel, else 1): above 1,
     trials are asked in batches of that size and each batch compiled in a pool of that many processes.
+    ``exhaustive``: instead of ``trials`` sampled trials, measure every valid config of the space (of the
+    subspace ``only``: parameter -> the values it may take) that the study does not hold yet, then run the
+    final round; ``sampler`` and ``seed`` are not used then. Raises what open_study raises, ConfigError
+    for a bad ``only``.
     """
     console = console or Console(quiet=True)
     workers = compile_workers or (os.cpu_count() or 1 if registry.get(template).compile_in_parallel else 1)
@@ -55,7 +63,8 @@ def tune_shapes(
         pool = stack.enter_context(CompilePool(workers)) if workers > 1 else None
         return [
             _tune_one(template, label, shape, store=store, measurer=measurer, trials=trials, sampler=sampler,
-                      seed=seed, finalists=finalists, comparators=comparators, pool=pool, console=console)
+                      seed=seed, finalists=finalists, comparators=comparators, pool=pool, console=console,
+                      plan=ExhaustivePlan.of(registry.get(template).space(), shape, only) if exhaustive else None)
             for label, shape in shapes
         ]
 
@@ -63,8 +72,21 @@ def tune_shapes(
 def _tune_one(
     template: str, label: str, shape: Shape, *, store: db.Store, measurer: Measurer, trials: int, sampler: str,
     seed: int | None, finalists: int, comparators: bool, pool: CompilePool | None, console: Console,
+    plan: ExhaustivePlan | None = None,
 ) -> ShapeSummary:
-    ctx = open_study(template, shape, store=store, measurer=measurer, sampler=sampler, seed=seed)
+    if plan is None:
+        ctx = open_study(template, shape, store=store, measurer=measurer, sampler=sampler, seed=seed)
+    else:
+        exhaustive = ExhaustiveSampler(plan.configs)
+        ctx = open_study(template, shape, store=store, measurer=measurer, sampler=exhaustive, seed=seed, warm=False)
+        measured = measured_configs(store, ctx.study_id)
+        queued = [Config(t.system_attrs.get("fixed_params", t.params))
+                  for t in ctx.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+        exhaustive.hold(measured | set(queued))
+        done = sum(1 for c in plan.configs if c in measured)
+        trials = exhaustive.remaining() + len(queued)
+        console.print(f"[bold]{label}[/bold]: exhaustive, {plan.describe()}; {done} measured already, "
+                      f"{exhaustive.remaining()} to measure" + (f" (+{len(queued)} queued)" if queued else ""))
     with _progress(console) as progress:
         task = progress.add_task(label, total=trials, best="–")
         best = [float("inf")]
