@@ -3,6 +3,10 @@
 The answer is :func:`tuner.service.lookup.choose` over the store's published best configs of the template (current
 template version) and device kind, checked against the template's constraints for the requested shape, with
 the search space's default as the last resort — the same function the runtime client runs over an export file.
+The requester's fingerprint (``device_name``, ``software``, ``template_version``; each optional) decides which
+entries are preferred and whether the answer is ``exact``: see :mod:`tuner.service.lookup`. An answer served from an
+entry of another device name or software (:attr:`tuner.service.lookup.Answer.foreign`) is reported to ``on_foreign``
+(``tuner serve`` queues a re-verification there).
 
 Two in-process caches keep the endpoint off the database under load (``ttl_s=0`` disables both):
   * answers, as the response body bytes, keyed by the raw query string: every parameter that changes the
@@ -29,17 +33,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from tuner import db
 from tuner.api.catalog import Catalog, CatalogEntry
 from tuner.api.deps import StoreProvider
 from tuner.api.errors import FieldError
-from tuner.api.schemas import BestOut
+from tuner.api.schemas import BestOut, DifferenceOut
 from tuner.errors import ShapeError, UnknownTemplateError
 from tuner.frozen import Shape
-from tuner.service.lookup import Answer, Entry, choose
+from tuner.service.entries import published_entries
+from tuner.service.lookup import Answer, Entry, Requester, choose
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,8 @@ class BestRequest:
     device_kind: str
     device_name: str | None = None
     fingerprint: str | None = None
+    software: Mapping[str, str] = field(default_factory=dict)
+    template_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,8 +165,11 @@ class BestService:
     """Computes and caches best-config answers. Thread-safe."""
 
     def __init__(self, catalog: Catalog, stores: StoreProvider, *, ttl_s: float, max_entries: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.catalog, self.stores = catalog, stores
+                 clock: Callable[[], float] = time.monotonic,
+                 on_foreign: Callable[[BestRequest, Answer], None] | None = None) -> None:
+        """``on_foreign(request, answer)``: called (from a worker thread, never raising into the request)
+        whenever an answer is computed from an entry of another device name or software."""
+        self.catalog, self.stores, self.on_foreign = catalog, stores, on_foreign
         self.answers = AnswerCache(self, ttl_s, max_entries, clock)
         self._entries = TTLCache(ttl_s, max_entries, clock)
 
@@ -193,10 +202,17 @@ class BestService:
         entries = entry_set.entries
         if request.fingerprint is not None:
             entries = tuple(e for e in entries if e.fingerprint_hash == request.fingerprint)
+        requester = Requester(request.device_name, dict(request.software), request.template_version,
+                              entry.template.backend)
         answer = choose(shape.to_dict(), entries, default=entry.space.default.to_dict(), valid=entry.is_valid,
-                        device_name=request.device_name)
+                        requester=requester)
         assert answer is not None, "a search space always has a default"
-        return _out(entry, shape, request.device_kind, request.device_name, answer), entry_set
+        if answer.foreign and self.on_foreign is not None:
+            try:
+                self.on_foreign(request, answer)
+            except Exception as exc:  # queueing a re-verification must never fail a lookup
+                log.warning("re-verification request failed: %s", exc)
+        return _out(entry, shape, request.device_kind, answer), entry_set
 
     def entry_set(self, entry: CatalogEntry, device_kind: str) -> EntrySet:
         """The published best configs of the template's current version on a device kind (cached)."""
@@ -205,30 +221,21 @@ class BestService:
         if cached is not None:
             return cached
         with self.stores.get().session(readonly=True) as session:
-            records = db.list_best(session, template=entry.name, device_kind=device_kind)
-        version = entry.template.version
-        found = tuple(as_entry(r) for r in records if r.template_version == version)
+            found = tuple(e for _, e in published_entries(session, template=entry.name, device_kind=device_kind,
+                                                          version=entry.template.version))
         entry_set = EntrySet(found, tuple((e.measurement_id, e.published_at) for e in found))
         self._entries.put(key, entry_set)
         return entry_set
 
 
-def as_entry(record: db.BestRecord) -> Entry:
-    """A stored best config as a lookup entry (the export file holds the same dicts)."""
-    return Entry(
-        template=record.template, template_version=record.template_version, shape=record.shape,
-        device_kind=record.device_kind, device_name=record.device_name, config=record.config,
-        median_us=record.median_us, p20_us=record.p20_us, p80_us=record.p80_us, n_samples=record.n_samples,
-        timer=record.timer, fingerprint_hash=record.fingerprint_hash, measurement_id=record.measurement_id,
-        published_at=record.published_at.isoformat(),
-    )
-
-
-def _out(entry: CatalogEntry, shape: Shape, device_kind: str, device_name: str | None, answer: Answer) -> BestOut:
+def _out(entry: CatalogEntry, shape: Shape, device_kind: str, answer: Answer) -> BestOut:
     e = answer.entry
     notes = list(answer.notes)
-    if e is not None and device_name is not None and e.device_name != device_name:
-        notes.append(f"nothing measured on {device_name!r}; this config was measured on {e.device_name!r}")
+    for d in answer.differences:
+        if d.what == "device_name":
+            notes.append(f"nothing measured on {d.requested!r}; this config was measured on {d.entry!r}")
+        elif not d.what.startswith("shape."):
+            notes.append(f"verified under another {d}")
     return BestOut(
         template=entry.name, template_version=entry.template.version, shape=shape.to_dict(), shape_key=shape.key(),
         device_kind=device_kind,  # type: ignore[arg-type]
@@ -236,5 +243,8 @@ def _out(entry: CatalogEntry, shape: Shape, device_kind: str, device_name: str |
         config=dict(answer.config), median_us=e.median_us if e else None, p20_us=e.p20_us if e else None,
         p80_us=e.p80_us if e else None, n_samples=e.n_samples if e else None, timer=e.timer if e else None,
         measurement_id=e.measurement_id if e else None, fingerprint=e.fingerprint_hash if e else None,
-        published_at=e.published_at if e else None, source_shape=dict(e.shape) if e else None, notes=notes,
+        published_at=e.published_at if e else None, source_shape=dict(e.shape) if e else None,
+        software=dict(e.software) if e and e.software is not None else None,
+        differences=[DifferenceOut(what=d.what, requested=d.requested, entry=d.entry) for d in answer.differences],
+        unchecked=list(answer.unchecked), notes=notes,
     )

@@ -127,6 +127,15 @@ class JobPage(Page):
     items: list[JobOut]
 
 
+class DifferenceOut(BaseModel):
+    """One thing that differs between the request and the entry whose config is served."""
+
+    what: str = Field(description="shape.<dim>, device_name, template_version, or a software field "
+                                  "(driver, runtime, torch, triton, tilelang…).")
+    requested: Any
+    entry: Any = Field(description="The entry's value (null: unknown — not recorded with the entry).")
+
+
 class BestOut(BaseModel):
     """The config to use for a shape, and why (``match``)."""
 
@@ -148,6 +157,13 @@ class BestOut(BaseModel):
     fingerprint: str | None
     published_at: str | None
     source_shape: dict[str, Any] | None = Field(description="The shape the config was measured for.")
+    software: dict[str, str] | None = Field(
+        default=None, description="Driver, runtime and library versions the config was verified under.")
+    differences: list[DifferenceOut] = Field(
+        default_factory=list, description="What differs from the request (empty for an exact match).")
+    unchecked: list[str] = Field(
+        default_factory=list, description="Fields the request did not give (device_name, software), hence not "
+                                          "compared: an exact match says nothing about them.")
     notes: list[str]
 
 
@@ -252,3 +268,35 @@ class WorkerOut(BaseModel):
     started_at: datetime
     current_task_id: int | None
     current_job_id: int | None
+
+
+class RegretRowOut(BaseModel):
+    """One held-out shape: what the lookup would serve without its own entry, and what that loses."""
+
+    shape: dict[str, Any]
+    match: Literal["nearest", "default", "none"]
+    source_shape: dict[str, Any] | None = Field(description="The shape whose entry would be served.")
+    distance: float | None
+    config: dict[str, Any] | None
+    best_us: float = Field(description="The shape's own published best (µs).")
+    regret: float | None = Field(description="Served / own best − 1 (0.05: 5% slower); null when the shape's "
+                                             "records never measured the served config.")
+    basis: Literal["own best", "final round", "trials"] | None
+
+
+class RegretOut(BaseModel):
+    """Leave-one-out nearest-shape regret of one template version on one device (see `tuner regret`)."""
+
+    template: str
+    template_version: str
+    device_kind: str
+    device_name: str
+    distance: str
+    shapes: int
+    measured: int
+    unmeasured: int
+    median: float | None
+    p90: float | None
+    worst: float | None
+    rows: list[RegretRowOut]
+    notes: list[str]

@@ -23,3 +23,16 @@ def raw_shape(text: str | None, params: Iterable[tuple[str, str]], reserved: fro
             raise FieldError(f"shape dim {name} is given twice", ("query", name))
         raw[name] = value
     return raw
+
+
+def software_versions(text: str | None) -> dict[str, str]:
+    """``software=driver=550.54,runtime=12.4,torch=2.5.1`` → ``{"driver": "550.54", …}``; FieldError if
+    malformed. None or empty: ``{}`` (software not compared)."""
+    found: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        name, sep, version = (x.strip() for x in part.partition("="))
+        if not sep or not name or not version or name in found:
+            raise FieldError(f"malformed software {text!r}: expected distinct NAME=VERSION pairs separated by "
+                             "commas, such as driver=550.54.15,runtime=12.4,torch=2.5.1", ("query", "software"))
+        found[name] = version
+    return found

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from tuner.errors import ShapeError, UnknownWorkloadError
+from tuner.dims import Dim, ShapeRule, validate_shape
+from tuner.errors import UnknownWorkloadError
 from tuner.frozen import Config, Scalar, Shape
 
 if TYPE_CHECKING:
@@ -30,53 +31,6 @@ Tensors = Mapping[str, "torch.Tensor"]
 Kernel = Callable[[Tensors, Tensors], None]
 
 SEARCH_SPACES_DIR = Path(__file__).resolve().parent / "search_spaces"  # package data (the repository's search_spaces/)
-
-DIM_TYPES: dict[str, type] = {"int": int, "bool": bool, "str": str}
-
-
-@dataclass(frozen=True)
-class Dim:
-    """One entry of a template's shape: a dimension, dtype or flag.
-
-    ``kind`` is ``int``, ``bool`` or ``str`` (dtypes are str, e.g. ``bfloat16``); ``default`` of None means
-    the dim is required; ``choices`` restricts str dims; ``minimum`` restricts int dims.
-    """
-
-    name: str
-    kind: Literal["int", "bool", "str"] = "int"
-    default: Scalar | None = None
-    choices: tuple[str, ...] | None = None
-    minimum: int = 1
-    doc: str = ""
-
-    def coerce(self, raw: object) -> Scalar:
-        """Turn a raw value (from a CLI string, JSON or Python) into this dim's type; ShapeError if not."""
-        if self.kind == "int":
-            if isinstance(raw, bool):
-                raise ShapeError(f"shape dim {self.name}: expected an integer, got {raw!r}")
-            try:
-                value = int(str(raw), 0) if isinstance(raw, str) else int(raw)  # type: ignore[call-overload]
-            except (TypeError, ValueError):
-                raise ShapeError(f"shape dim {self.name}: expected an integer, got {raw!r}") from None
-            if isinstance(raw, float) and raw != value:
-                raise ShapeError(f"shape dim {self.name}: expected an integer, got {raw!r}")
-            if value < self.minimum:
-                raise ShapeError(f"shape dim {self.name}: must be >= {self.minimum}, got {value}")
-            return value
-        if self.kind == "bool":
-            if isinstance(raw, bool):
-                return raw
-            text = str(raw).strip().lower()
-            if text in {"1", "true", "yes", "on"}:
-                return True
-            if text in {"0", "false", "no", "off"}:
-                return False
-            raise ShapeError(f"shape dim {self.name}: expected true/false, got {raw!r}")
-        value_s = str(raw)
-        if self.choices is not None and value_s not in self.choices:
-            raise ShapeError(f"shape dim {self.name}: expected one of {', '.join(self.choices)}, got {raw!r}")
-        return value_s
-
 
 @dataclass(frozen=True)
 class OutputSpec:
@@ -130,6 +84,9 @@ class KernelTemplate(abc.ABC):
     version: ClassVar[str]
     backend: ClassVar[Backend]
     dims: ClassVar[tuple[Dim, ...]]
+    # Conditions across dims (S % Q == 0…), as expressions: the export file carries them, so the client
+    # rejects offline exactly the shapes the server rejects. Declare them here rather than in Python code.
+    shape_rules: ClassVar[tuple[ShapeRule, ...]] = ()
     outputs: ClassVar[tuple[OutputSpec, ...]]
     workloads: ClassVar[tuple[Workload, ...]] = ()
     doc: ClassVar[str] = ""
@@ -140,28 +97,15 @@ class KernelTemplate(abc.ABC):
 
     # -- shapes ------------------------------------------------------------------------------------
     def make_shape(self, raw: Mapping[str, object]) -> Shape:
-        """Validate and complete a raw shape: coerce types, fill defaults, reject unknown dims."""
-        known = {d.name: d for d in self.dims}
-        unknown = sorted(set(raw) - set(known))
-        if unknown:
-            raise ShapeError(
-                f"unknown shape dim(s) {', '.join(unknown)} for {self.name}; known: {', '.join(known)}"
-            )
-        values: dict[str, Scalar] = {}
-        for dim in self.dims:
-            if dim.name in raw:
-                values[dim.name] = dim.coerce(raw[dim.name])
-            elif dim.default is not None:
-                values[dim.name] = dim.default
-            else:
-                raise ShapeError(f"shape dim {dim.name} is required for {self.name}")
-        shape = Shape(values)
-        self.check_shape(shape)
-        return shape
+        """Validate and complete a raw shape: coerce types, fill defaults, reject unknown dims, check
+        :attr:`shape_rules` (:func:`tuner.dims.validate_shape`, which the runtime client runs offline on
+        the same dims and rules). Raises ShapeError."""
+        return Shape(validate_shape(self.name, self.dims, self.shape_rules, raw))
 
     def check_shape(self, shape: Shape) -> None:
-        """Raise ShapeError when dims are individually valid but inconsistent. Default: accept."""
-        return None
+        """Raise ShapeError when ``shape`` breaks one of :attr:`shape_rules`."""
+        for rule in self.shape_rules:
+            rule.check(shape)
 
     def workload(self, name: str) -> Shape:
         for w in self.workloads:

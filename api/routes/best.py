@@ -10,10 +10,10 @@ from starlette.concurrency import run_in_threadpool
 from tuner.api.best_service import BestRequest, BestService
 from tuner.api.deps import Reader
 from tuner.api.schemas import BestOut, DeviceKind
-from tuner.api.shape_params import raw_shape
+from tuner.api.shape_params import raw_shape, software_versions
 
 router = APIRouter(tags=["best"])
-RESERVED = frozenset({"template", "shape", "device", "device_name", "fingerprint"})
+RESERVED = frozenset({"template", "shape", "device", "device_name", "fingerprint", "software", "template_version"})
 
 
 @router.get(
@@ -32,6 +32,14 @@ async def best(
     )] = None,
     device_name: Annotated[str | None, Query(max_length=256, description='Prefer configs measured on it.')] = None,
     fingerprint: Annotated[str | None, Query(max_length=64, description="Only configs of this fingerprint.")] = None,
+    software: Annotated[str | None, Query(
+        max_length=1024, description="The requester's software, NAME=VERSION pairs separated by commas: driver, "
+        "runtime (CUDA/CANN), torch, triton, tilelang. Entries verified under these are preferred, and an answer "
+        "is `exact` only if every given one matches (others: `nearest`, listed in `differences`). Left out: "
+        "software is not compared (listed in `unchecked`).")] = None,
+    template_version: Annotated[str | None, Query(
+        max_length=64, description="The template version the requester runs; another version's config is "
+        "never `exact`.")] = None,
 ) -> Response:
     service: BestService = request.app.state.best
     key = request.scope["query_string"]
@@ -39,7 +47,7 @@ async def best(
     if body is not None:  # the hot path: one dict lookup, no validation, no thread hop
         return Response(body, media_type="application/json", headers={"x-cache": "hit"})
     the_request = BestRequest(template, raw_shape(shape, request.query_params.multi_items(), RESERVED), device,
-                              device_name, fingerprint)
+                              device_name, fingerprint, software_versions(software), template_version)
     rendered = await run_in_threadpool(service.render, the_request)
     service.answers.put(key, *rendered)
     body = rendered[0]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
 
 from tuner.api.catalog import CatalogEntry
-from tuner.api.deps import CatalogDep, Reader
+from tuner.api.deps import CatalogDep, Reader, StoreDep
 from tuner.api.errors import FieldError
-from tuner.api.schemas import ConstraintOut, DimOut, ParamOut, TemplateOut, WorkloadOut
+from tuner.api.schemas import ConstraintOut, DeviceKind, DimOut, ParamOut, RegretOut, TemplateOut, WorkloadOut
 from tuner.errors import UnknownTemplateError
+from tuner.service.regret import recorded_shapes, regret_reports
 
 router = APIRouter(tags=["templates"])
 
@@ -25,6 +28,28 @@ def get_template(name: str, _: Reader, catalog: CatalogDep) -> TemplateOut:
         return describe(catalog.get(name))
     except UnknownTemplateError as exc:
         raise FieldError.wrap(exc, ("path", "name")) from None
+
+
+@router.get("/templates/{name}/regret", response_model=list[RegretOut],
+            summary="Nearest-shape regret of the lookup, leave-one-out over the store (one per version and device)",
+            responses={404: {"description": "Unknown template"}})
+def template_regret(
+    name: str, _: Reader, catalog: CatalogDep, store: StoreDep,
+    device: Annotated[DeviceKind | None, Query(description="Only this device kind.")] = None,
+) -> list[dict[str, Any]]:
+    """For every shape with its own best: the config the lookup would serve without it (current distance),
+    timed from that shape's records against its own best; unmeasured when its records lack the config."""
+    try:
+        entry = catalog.get(name)
+    except UnknownTemplateError as exc:
+        raise FieldError.wrap(exc, ("path", "name")) from None
+    default = entry.space.default.to_dict()
+
+    def space_of(version: str) -> Any:
+        return (default, entry.is_valid) if version == entry.template.version else None
+
+    reports = regret_reports(recorded_shapes(store, template=name, device_kind=device), space_of=space_of)
+    return [r.to_dict() for r in reports]
 
 
 def describe(entry: CatalogEntry) -> TemplateOut:

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from tuner.errors import ShapeError
 from tuner.frozen import Shape
 from tuner.kernels.mamba2_chunk_cumsum import comparator_mamba_ssm as mamba_ssm_lines
-from tuner.template import Comparator, Dim, OutputSpec, Tensors, Workload
+from tuner.template import Comparator, Dim, OutputSpec, ShapeRule, Tensors, Workload
 
 if TYPE_CHECKING:
     import torch
@@ -91,21 +90,15 @@ class Mamba2ChunkCumsumOp:
         ),
     )
 
-    # -- shapes ------------------------------------------------------------------------------------
-    def check_shape(self, shape: Shape) -> None:
-        """ShapeError unless Q is a power of two, S a multiple of Q and S·H < 2^31."""
-        q, s = int(shape["Q"]), int(shape["S"])
-        if q & (q - 1):
-            raise ShapeError(f"chunk size Q must be a power of two, got {q}")
-        per_batch = s * int(shape["H"])
-        if per_batch >= 2**31:
-            raise ShapeError(f"S*H = {per_batch} elements per batch: beyond the kernel's 32-bit offsets")
-        if s % q:
-            raise ShapeError(
-                f"sequence length S={s} is not a multiple of the chunk size Q={q} "
-                f"(pad S to {-(-s // q) * q}, or choose another Q)"
-            )
+    # Q a power of two, S a multiple of Q, S·H within the kernel's 32-bit offsets.
+    shape_rules: ClassVar[tuple[ShapeRule, ...]] = (
+        ShapeRule("is_pow2(Q)", "chunk size Q must be a power of two, got {Q}"),
+        ShapeRule("S * H < 2**31", "S*H = {S}*{H} elements per batch: beyond the kernel's 32-bit offsets"),
+        ShapeRule("S % Q == 0", "sequence length S={S} is not a multiple of the chunk size Q={Q} "
+                                "(pad S to a multiple of Q, or choose another Q)"),
+    )
 
+    # -- shapes ------------------------------------------------------------------------------------
     def reduced(self, shape: Shape) -> Shape:
         """Q=64, S=4 chunks, B ≤ 2, H/4 heads (48→12, 64→16, 80→20: masking stays exercised)."""
         q = min(int(shape["Q"]), 64)

@@ -24,12 +24,11 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from tuner.errors import ShapeError
 from tuner.frozen import Config, Shape
 from tuner.kernels.mamba3_mimo import comparator_mamba_ssm as tilelang_cmp
 from tuner.kernels.mamba3_mimo import reference as ref
 from tuner.kernels.mamba3_mimo.bwd_launch import Dims, Plan, run
-from tuner.template import Comparator, Dim, Kernel, KernelTemplate, OutputSpec, Tensors, Workload
+from tuner.template import Comparator, Dim, Kernel, KernelTemplate, OutputSpec, ShapeRule, Tensors, Workload
 
 FP32_RTOL = 1e-3
 LOWP_RTOL = 5e-3
@@ -48,10 +47,6 @@ def _workload(n: int, p: int, r: int) -> Workload:
         shape={"B": 4, "S": 2048, "H": 16, "G": 1, "N": n, "P": p, "R": r},
         doc=f"mamba_ssm test grid; TileLang baseline runs chunk {chunk}, bb_threads {threads}",
     )
-
-
-def _is_pow2(x: int) -> bool:
-    return x > 0 and x & (x - 1) == 0
 
 
 @contextlib.contextmanager
@@ -93,18 +88,14 @@ class Mamba3MimoBwd(KernelTemplate):
     # in parallel processes. Under the interpreter nothing compiles.
     compile_in_parallel = torch.cuda.is_available()
 
-    # -- shapes -------------------------------------------------------------------------------------
-    def check_shape(self, shape: Shape) -> None:
-        for dim in ("N", "P", "R"):
-            if not _is_pow2(int(shape[dim])):
-                raise ShapeError(f"{dim}={shape[dim]} must be a power of two")
-        if int(shape["H"]) % int(shape["G"]):
-            raise ShapeError(f"H={shape['H']} must be a multiple of G={shape['G']}")
-        if int(shape["rotary_divisor"]) not in (2, 4):
-            raise ShapeError(f"rotary_divisor must be 2 or 4, got {shape['rotary_divisor']}")
-        if int(shape["S"]) % 8:
-            raise ShapeError(f"S={shape['S']} must be a multiple of 8 (the smallest chunk)")
+    shape_rules = (
+        *(ShapeRule(f"is_pow2({d})", f"{d}={{{d}}} must be a power of two") for d in ("N", "P", "R")),
+        ShapeRule("H % G == 0", "H={H} must be a multiple of G={G}"),
+        ShapeRule("rotary_divisor in (2, 4)", "rotary_divisor must be 2 or 4, got {rotary_divisor}"),
+        ShapeRule("S % 8 == 0", "S={S} must be a multiple of 8 (the smallest chunk)"),
+    )
 
+    # -- shapes -------------------------------------------------------------------------------------
     def reduced(self, shape: Shape) -> Shape:
         return shape.replace(B=1, S=64, H=2, G=1, N=min(int(shape["N"]), 32), P=min(int(shape["P"]), 32))
 

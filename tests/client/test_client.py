@@ -13,9 +13,8 @@ import pytest
 
 from tests.fixtures.fault_templates import _scale
 from tests.fixtures.processes import ROOT, env, wait_for
-from tests.fixtures.servers import READ, SUBMIT, TOKENS, free_port, publish, thread_server
+from tests.fixtures.servers import READ, SUBMIT, export, free_port, publish
 from tuner import db
-from tuner.api.settings import ApiSettings
 from tuner.service.client import BestConfig, Client, ClientError, ExportFile, split_launch_config, triton_launch_kwargs
 
 NAME = "fault_vector_scale_tunable"
@@ -38,14 +37,6 @@ def store(tmp_path: Path) -> Iterator[db.Store]:
         publish(store, NAME, {"n": 1024}, {"mode": "ok", "BLOCK": 512}, 10.0)
         publish(store, NAME, {"n": 64}, {"mode": "ok", "BLOCK": 32}, 2.0)
         yield store
-
-
-@pytest.fixture
-def server(store: db.Store) -> Iterator[str]:
-    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False,  # type: ignore[arg-type]
-                           best_cache_ttl_s=0)
-    with thread_server(settings, store) as base:
-        yield base
 
 
 def test_answers_are_cached_until_the_ttl_expires(store: db.Store, server: str) -> None:
@@ -174,10 +165,5 @@ def test_the_client_imports_neither_torch_nor_the_store_nor_http() -> None:
 
 def _export(store: db.Store, tmp_path: Path) -> Path:
     path = tmp_path / "best.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "tuner.cli", "export", "-t", NAME, "--db", store.unmasked_url(), "-o", str(path)],
-        capture_output=True, text=True, env=env(), cwd=ROOT, timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
-    assert "2 best config(s) of 1 template(s)" in run.stderr
+    assert "2 best config(s) of 1 template(s)" in export(store, path, NAME)
     return path

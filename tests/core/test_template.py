@@ -5,7 +5,7 @@ import pytest
 from tuner import registry
 from tuner.errors import ShapeError, UnknownTemplateError, UnknownWorkloadError
 from tuner.frozen import Shape
-from tuner.template import Dim, KernelTemplate, OutputSpec, Workload
+from tuner.template import Dim, KernelTemplate, OutputSpec, ShapeRule, Workload
 
 
 class _Toy(KernelTemplate):
@@ -21,9 +21,7 @@ class _Toy(KernelTemplate):
     outputs = (OutputSpec("y"),)
     workloads = (Workload("small", {"S": 512}), Workload("biased", {"S": 1024, "has_bias": True}))
 
-    def check_shape(self, shape: Shape) -> None:
-        if int(shape["S"]) % int(shape["Q"]):
-            raise ShapeError(f"S={shape['S']} is not a multiple of the chunk Q={shape['Q']}")
+    shape_rules = (ShapeRule("S % Q == 0", "S={S} is not a multiple of the chunk Q={Q}"),)
 
     def make_inputs(self, shape, device, seed):  # type: ignore[no-untyped-def]
         raise NotImplementedError

@@ -243,6 +243,8 @@ def report(
     errors: Annotated[bool, typer.Option("--errors", help="Add each output's relative error (one template).")] = False,
     kernels: Annotated[bool, typer.Option(
         "--kernels", help="Add the device time per kernel, where the timer saw kernels (one template).")] = False,
+    regret: Annotated[bool, typer.Option(
+        "--regret", help="Add the nearest-shape regret of the lookup (`tuner regret`; one template).")] = False,
 ) -> None:
     """Markdown report: per workload, best vs default vs comparators, geometric means, roofline."""
     from tuner import registry
@@ -250,17 +252,51 @@ def report(
 
     for name in templates:
         registry.get(name)
-    if (errors or kernels) and len(templates) > 1:
-        raise UserInputError(f"{'--errors' if errors else '--kernels'} takes one template")
+    if (errors or kernels or regret) and len(templates) > 1:
+        raise UserInputError(f"{'--errors' if errors else '--kernels' if kernels else '--regret'} takes one template")
     store = _store(db_url)
     reports = [collect(store, name, device_kind=device) for name in templates]
     text = (render_markdown(reports[0], errors=errors, kernels=kernels) if len(reports) == 1
             else render_comparison(reports, title=title))
+    if regret:
+        from tuner.service import regret as regrets
+
+        found = regrets.regret_reports(regrets.recorded_shapes(store, template=templates[0], device_kind=device),
+                                       space_of=regrets.registered_space(templates[0]))
+        text += "\n" + regrets.render_markdown(found)
     if output:
         output.write_text(text)
         err_console.print(f"wrote {output}")
     else:
         sys.stdout.write(text)
+
+
+@app.command()
+@boundary
+def regret(
+    template: TemplateArg,
+    device: Annotated[str | None, typer.Option(help="Device kind (default: all).")] = None,
+    distance: Annotated[str | None, typer.Option(
+        help="A candidate distance of tuner.service.distance (default: the lookup's).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    db_url: DbOpt = None,
+) -> None:
+    """Nearest-shape regret: for every shape with its own best, what the lookup would serve without it,
+    timed from the store's records, against the shape's own best (leave-one-out; nothing is measured)."""
+    from tuner.service import distance as distances
+    from tuner.service.regret import recorded_shapes, registered_space, regret_reports, render_markdown
+
+    space_of = registered_space(template)
+    try:
+        chosen = distances.candidate(distance) if distance else distances.DEFAULT_DISTANCE
+    except KeyError as exc:
+        raise UserInputError(str(exc.args[0])) from None
+    reports = regret_reports(recorded_shapes(_store(db_url), template=template, device_kind=device),
+                             space_of=space_of, distance=chosen)
+    if as_json:
+        sys.stdout.write(json.dumps([r.to_dict() for r in reports], indent=1) + "\n")
+    else:
+        sys.stdout.write(render_markdown(reports) or f"no published best configs of {template}\n")
 
 
 @app.command()

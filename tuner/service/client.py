@@ -22,6 +22,18 @@ the export file (``"file"``) when there is no server or it failed (then it is no
 is not exact submits a background tuning job for the shape, once per shape and process; the call never
 waits for it and a failure is only logged.
 
+The requester's fingerprint: ``device_name`` (given, or torch's current device when ``device="auto"``) and
+``software`` — by default (``software="auto"``) the installed torch, triton and tilelang versions (package
+metadata, nothing imported), and on CUDA, if torch is already imported, its CUDA runtime version and (when
+``nvidia-ml-py`` is installed) the driver version. It is sent as ``device_name=…&software=driver=…,runtime=…``
+and compared alike online and offline (:mod:`tuner.service.lookup`): an entry verified on another device name or
+software is answered ``nearest``, never ``exact``, with :attr:`BestConfig.differences` saying what differs.
+``software=None`` sends none (software is then not compared, as with older clients).
+
+Shapes are validated offline exactly as the server does (:func:`tuner.dims.validate_shape` over the dims
+and shape rules of the export file): a shape the server rejects with 422 raises ClientError(status=422)
+offline too.
+
 Thread-safe: the cache is a dict (atomic operations under the GIL); concurrent misses may ask twice.
 """
 
@@ -38,8 +50,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
+from tuner.dims import Dim, ShapeRule, validate_shape
+from tuner.errors import ShapeError
 from tuner.expr import Expression, ExpressionError
-from tuner.service.lookup import Answer, Entry, choose
+from tuner.service.lookup import Answer, Difference, Entry, Requester, choose
 
 if TYPE_CHECKING:
     import httpx
@@ -81,6 +95,8 @@ class BestConfig:
     published_at: str | None = None
     source_shape: Mapping[str, Any] | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    differences: tuple[Difference, ...] = ()  # what differs from the request (empty when exact)
+    unchecked: tuple[str, ...] = ()  # fingerprint fields the request did not give (not compared)
 
     def launch_kwargs(self, kernel: object | None = None) -> dict[str, Any]:
         """:func:`triton_launch_kwargs` of this config."""
@@ -114,10 +130,17 @@ class ExportFile:
             raise ClientError(f"{source}: not a tuner export file of schema version {SUPPORTED_SCHEMA}")
         self.source = source
         self.templates: dict[str, Mapping[str, Any]] = dict(data.get("templates", {}))
-        self._constraints = {
-            name: tuple(Expression.parse(c["expr"]) for c in section.get("constraints", ()))
-            for name, section in self.templates.items()
-        }
+        try:
+            self._constraints = {
+                name: tuple(Expression.parse(c["expr"]) for c in section.get("constraints", ()))
+                for name, section in self.templates.items()
+            }
+            self._dims = {name: tuple(Dim.from_dict(d) for d in section["dims"])
+                          for name, section in self.templates.items()}
+            self._rules = {name: tuple(ShapeRule.from_dict(r) for r in section.get("shape_rules", ()))
+                           for name, section in self.templates.items()}
+        except (ExpressionError, KeyError, TypeError, ValueError) as exc:
+            raise ClientError(f"{source}: malformed template section ({exc})") from None
         self._entries: dict[tuple[str, str], list[Entry]] = {}
         for raw in data.get("entries", ()):
             entry = Entry.from_dict(raw)
@@ -136,23 +159,14 @@ class ExportFile:
         return cls(data, str(path))
 
     def complete(self, template: str, shape: Mapping[str, Any]) -> dict[str, Any]:
-        """The shape with the template's dim defaults filled in; ClientError for unknown or missing dims."""
-        section = self.templates.get(template)
-        if section is None:
+        """The shape validated and completed as the server does (:func:`tuner.dims.validate_shape`):
+        ClientError 404 for a template the file does not know, 422 for a shape the server would reject."""
+        if template not in self.templates:
             raise ClientError(f"template {template!r} is not in {self.source}", 404)
-        dims = {d["name"]: d for d in section["dims"]}
-        unknown = sorted(set(shape) - set(dims))
-        if unknown:
-            raise ClientError(f"unknown shape dim(s) {', '.join(unknown)} for {template}", 422)
-        full: dict[str, Any] = {}
-        for name, dim in dims.items():
-            if name in shape:
-                full[name] = shape[name]
-            elif dim.get("default") is not None:
-                full[name] = dim["default"]
-            else:
-                raise ClientError(f"shape dim {name} is required for {template}", 422)
-        return full
+        try:
+            return dict(validate_shape(template, self._dims[template], self._rules[template], shape))
+        except ShapeError as exc:
+            raise ClientError(f"{template}: {exc}", 422) from None
 
     def valid(self, template: str, config: Mapping[str, Any], shape: Mapping[str, Any]) -> bool:
         env = {**shape, **config}
@@ -161,11 +175,14 @@ class ExportFile:
         except ExpressionError:
             return False
 
-    def answer(self, template: str, shape: Mapping[str, Any], device_kind: str, device_name: str | None) -> Answer:
+    def answer(self, template: str, shape: Mapping[str, Any], device_kind: str, device_name: str | None,
+               software: Mapping[str, str] | None = None) -> Answer:
         full = self.complete(template, shape)
+        section = self.templates[template]
+        requester = Requester(device_name, dict(software or {}), None, section.get("backend"))
         answer = choose(
-            full, self._entries.get((template, device_kind), []), default=self.templates[template].get("default"),
-            valid=lambda config, s: self.valid(template, config, s), device_name=device_name,
+            full, self._entries.get((template, device_kind), []), default=section.get("default"),
+            valid=lambda config, s: self.valid(template, config, s), requester=requester,
         )
         if answer is None:
             raise ClientError(f"{self.source} has neither a config nor a default for {template}")
@@ -187,9 +204,12 @@ class Client:
         enqueue_on_miss: bool = False,
         enqueue_job: Mapping[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        software: Mapping[str, str] | Literal["auto"] | None = "auto",
     ) -> None:
         """``enqueue_job``: fields of the background job (``trials``, ``sampler``…; see ``POST /v1/jobs``).
-        ``clock``: seconds, monotonic (injectable for tests). Raises ClientError for an unreadable file."""
+        ``clock``: seconds, monotonic (injectable for tests). ``software``: the requester's driver, runtime
+        and library versions (``"auto"``: detected on first use, see the module docstring; None: not sent).
+        Raises ClientError for an unreadable file."""
         if url is None and file is None:
             raise ClientError("give a server url, an export file, or both")
         self.url = url.rstrip("/") if url else None
@@ -203,6 +223,7 @@ class Client:
         self._lock = threading.Lock()
         self._enqueued: set[tuple[Any, ...]] = set()
         self._auto: tuple[str, str | None] | None = None
+        self._software = software
 
     @classmethod
     def from_file(cls, path: str | Path, ttl_s: float = 60.0, **kwargs: Any) -> Client:
@@ -245,12 +266,13 @@ class Client:
     def _miss(self, key: tuple[Any, ...], template: str, shape: Mapping[str, Any], device: str,
               device_name: str | None, fallback: Mapping[str, Any] | None) -> BestConfig:
         kind, name = self._device(device, device_name)
+        software = self.software(kind)
         ttl = self.ttl_s
         result: BestConfig | None = None
         if self.url is not None and self._clock() >= self._down_until:
-            result = self._from_server(template, shape, kind, name)
+            result = self._from_server(template, shape, kind, name, software)
         if result is None and self.file is not None:
-            result = self._from_file(template, shape, kind, name, fallback is not None)
+            result = self._from_file(template, shape, kind, name, software, fallback is not None)
         if result is None:
             if fallback is None:
                 raise ClientError(f"no answer for {template}: the server is unavailable and there is no export file")
@@ -262,11 +284,21 @@ class Client:
             self._enqueue(result, name)
         return result
 
+    def software(self, device_kind: str) -> dict[str, str]:
+        """The software versions sent with requests for ``device_kind`` (detected once when ``"auto"``)."""
+        if self._software == "auto":
+            self._software = detect_software()
+        found = dict(self._software or {})
+        if device_kind != "cuda":  # the CUDA driver and runtime say nothing about other devices
+            found.pop("driver", None)
+            found.pop("runtime", None)
+        return found
+
     def _from_file(self, template: str, shape: Mapping[str, Any], kind: str, name: str | None,
-                   has_fallback: bool) -> BestConfig | None:
+                   software: Mapping[str, str], has_fallback: bool) -> BestConfig | None:
         assert self.file is not None
         try:
-            answer = self.file.answer(template, shape, kind, name)
+            answer = self.file.answer(template, shape, kind, name, software)
         except ClientError as exc:
             if exc.status == 404 and has_fallback:  # a template the file does not know: the caller's fallback
                 return None
@@ -290,13 +322,16 @@ class Client:
                 self._http = httpx.Client(base_url=self.url or "", timeout=self.timeout_s, headers=headers)
             return self._http
 
-    def _from_server(self, template: str, shape: Mapping[str, Any], kind: str, name: str | None) -> BestConfig | None:
+    def _from_server(self, template: str, shape: Mapping[str, Any], kind: str, name: str | None,
+                     software: Mapping[str, str]) -> BestConfig | None:
         """The server's answer; None when it cannot answer now (then it rests for ``retry_s``)."""
         import httpx
 
         params: list[tuple[str, Any]] = [("template", template), ("device", kind)]
         if name:
             params.append(("device_name", name))
+        if software:
+            params.append(("software", ",".join(f"{k}={v}" for k, v in sorted(software.items()))))
         params.extend((k, _query_value(v)) for k, v in shape.items())
         try:
             response = self._client().get("/v1/best", params=params)
@@ -319,6 +354,9 @@ class Client:
             timer=data.get("timer"), measurement_id=data.get("measurement_id"), fingerprint=data.get("fingerprint"),
             published_at=data.get("published_at"), source_shape=data.get("source_shape"),
             notes=tuple(data.get("notes", ())),
+            differences=tuple(Difference(d["what"], d.get("requested"), d.get("entry"))
+                              for d in data.get("differences", ())),
+            unchecked=tuple(data.get("unchecked", ())),
         )
 
     def _enqueue(self, result: BestConfig, device_name: str | None) -> None:
@@ -351,7 +389,7 @@ def _from_answer(template: str, shape: Mapping[str, Any], kind: str, answer: Ans
         p80_us=e.p80_us if e else None, n_samples=e.n_samples if e else None, timer=e.timer if e else None,
         measurement_id=e.measurement_id if e else None, fingerprint=e.fingerprint_hash if e else None,
         published_at=e.published_at if e else None, source_shape=MappingProxyType(dict(e.shape)) if e else None,
-        notes=answer.notes,
+        notes=answer.notes, differences=answer.differences, unchecked=answer.unchecked,
     )
 
 
@@ -378,6 +416,28 @@ def _field(item: Any) -> str:
     loc: Iterable[Any] = item.get("loc") or ()
     where = ".".join(str(p) for p in loc if p not in ("body", "query", "path", "header"))
     return f"{where}: {item.get('msg')}" if where else str(item.get("msg"))
+
+
+def detect_software() -> dict[str, str]:
+    """The requester's software as the workers' fingerprints record it (see :mod:`tuner.service.lookup`): library
+    versions from package metadata; the CUDA runtime if torch is already imported; the driver through NVML
+    if ``nvidia-ml-py`` is installed. Never imports torch; never raises."""
+    from tuner.measure.devices.common import library_versions  # stdlib only: package metadata
+
+    found = {k: v for k, v in library_versions().items() if k != "python"}
+    torch = sys.modules.get("torch")
+    cuda = getattr(getattr(torch, "version", None), "cuda", None)
+    if cuda:
+        found["runtime"] = str(cuda)
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        found["driver"] = version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # no NVML here (no GPU, no package): the driver is then not compared
+        pass
+    return found
 
 
 def detect_device() -> tuple[str, str | None]:

@@ -9,6 +9,7 @@
         "<name>": {
           "version": "1", "backend": "triton",
           "dims": [{"name": "S", "kind": "int", "default": null, "choices": null, "minimum": 1}, …],
+          "shape_rules": [{"expr": "S % Q == 0", "message": "…"}, …],   # tuner.expr expressions over dims
           "parameters": ["BLOCK_H", …],
           "default": {…},                                   # the search space's default config
           "constraints": [{"expr": "BLOCK_H < 2 * H", "reason": "…"}, …]   # tuner.expr expressions
@@ -16,12 +17,15 @@
       },
       "entries": [ {tuner.service.lookup.Entry fields: template, template_version, shape, device_kind, device_name,
                     config, median_us, p20_us, p80_us, n_samples, timer, fingerprint_hash, measurement_id,
-                    published_at}, … ]
+                    published_at, software: {driver, runtime, torch, triton, …}}, … ]
     }
 
 Entries are those of each template's current version (the version whose constraints and default are in the
 file). Templates without entries are exported too (their default still answers). The client evaluates the
-constraints with :mod:`tuner.expr` (pure Python), so nearest configs are checked offline as online.
+constraints with :mod:`tuner.expr` (pure Python), so nearest configs are checked offline as online, and
+validates shapes with the dims and shape rules through :func:`tuner.dims.validate_shape`, as the server does.
+``shape_rules`` and the entries' ``software`` were added within schema version 1: readers ignore fields they
+do not know, and a file without them validates dims only and compares no software.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import Any
 
 from tuner import db, registry
 from tuner.errors import TunerError
-from tuner.service.lookup import Entry
+from tuner.service.entries import published_entries
 from tuner.space import SearchSpace
 from tuner.template import KernelTemplate
 
@@ -49,11 +53,8 @@ def template_section(template: KernelTemplate, space: SearchSpace) -> dict[str, 
     return {
         "version": template.version,
         "backend": template.backend,
-        "dims": [
-            {"name": d.name, "kind": d.kind, "default": d.default,
-             "choices": list(d.choices) if d.choices else None, "minimum": d.minimum if d.kind == "int" else None}
-            for d in template.dims
-        ],
+        "dims": [d.to_dict() for d in template.dims],
+        "shape_rules": [r.to_dict() for r in template.shape_rules],
         "parameters": list(space.names),
         "default": space.default.to_dict(),
         "constraints": [{"expr": c.expression.source, "reason": c.reason} for c in space.constraints],
@@ -81,16 +82,8 @@ def build_export(
     entries: list[dict[str, Any]] = []
     with store.session(readonly=True) as session:
         for name, section in sections.items():
-            for r in db.list_best(session, template=name, device_kind=device_kind):
-                if r.template_version != section["version"]:
-                    continue
-                entries.append(Entry(
-                    template=r.template, template_version=r.template_version, shape=r.shape,
-                    device_kind=r.device_kind, device_name=r.device_name, config=r.config, median_us=r.median_us,
-                    p20_us=r.p20_us, p80_us=r.p80_us, n_samples=r.n_samples, timer=r.timer,
-                    fingerprint_hash=r.fingerprint_hash, measurement_id=r.measurement_id,
-                    published_at=r.published_at.isoformat(),
-                ).to_dict())
+            found = published_entries(session, template=name, device_kind=device_kind, version=section["version"])
+            entries.extend(entry.to_dict() for _, entry in found)
     return {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,

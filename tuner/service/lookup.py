@@ -1,13 +1,19 @@
-"""Best-config lookup with its fallback chain: exact key → nearest shape → template default.
+"""Best-config lookup with its fallback chain: exact key → nearest entry → template default.
 
 Used by the API (over the store's best configs) and by the runtime client (over an exported file), so both
 answer alike. Pure Python: no torch, no store, no templates (constraints arrive as expressions).
 
-Distance between two shapes of one template (documented in the README): shapes whose non-integer dims
-(dtypes, flags) differ, or whose dim names differ, are not comparable (infinite distance); otherwise the
-distance is ``Σ |log2(a_d / b_d)|`` over the integer dims d — doubling one dim costs 1, whatever its size.
-Ties are broken by the most recently published entry. A nearest entry is used only if its config satisfies
-the template's constraints for the *requested* shape.
+Who asks (:class:`Requester`): optionally the device name, the software it runs (driver, runtime — CUDA or
+CANN — and library versions) and the template version. Each given field is compared with what the entry
+was verified under (:attr:`Entry.software`, the study's fingerprint); a field the requester leaves out is
+not compared (and listed in :attr:`Answer.unchecked`), so older callers get the answers they always got.
+Libraries the template's backend does not use are not compared (a Triton template ignores tilelang).
+
+Order: entries of the requester's device name first, then those of its software, then the nearest shape
+(:mod:`tuner.service.distance`), then the most recently published. An answer is ``exact`` only when the shape is
+the entry's and nothing compared differs; otherwise ``nearest``, with every difference listed
+(:class:`Difference`: shape dims, device name, template version, software). A nearest entry is used only if
+its config satisfies the template's constraints for the *requested* shape.
 """
 
 from __future__ import annotations
@@ -17,12 +23,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tuner.service.distance import DEFAULT_DISTANCE, ShapeDistance
+
 Match = Literal["exact", "nearest", "default"]
+
+# Software fields that are compared whatever the backend; a backend's own library (``triton``, ``tilelang``)
+# is compared for templates of that backend only.
+COMMON_SOFTWARE = ("driver", "runtime", "torch", "torch_npu")
+BACKEND_LIBRARIES = ("triton", "tilelang")
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One published best config (a row of the store's best table, or of an export file)."""
+    """One published best config (a row of the store's best table, or of an export file).
+
+    ``software``: what it was verified under — ``driver``, ``runtime`` and the library versions of the
+    study's fingerprint (None when unknown, e.g. an export file written before fingerprints were exported).
+    """
 
     template: str
     template_version: str
@@ -38,6 +55,7 @@ class Entry:
     fingerprint_hash: str | None = None
     measurement_id: int | None = None
     published_at: str | None = None
+    software: Mapping[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in self.__dict__.items()}
@@ -45,6 +63,33 @@ class Entry:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Entry:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who asks: fields left None / empty are not compared. Immutable."""
+
+    device_name: str | None = None
+    software: Mapping[str, str] = field(default_factory=dict)  # driver, runtime, torch, triton, tilelang…
+    template_version: str | None = None
+    backend: str | None = None  # the template's backend (which library to compare); None: all given
+
+    def compared_software(self) -> dict[str, str]:
+        """The software fields compared: all given, less the libraries of other backends."""
+        return {k: v for k, v in self.software.items()
+                if k not in BACKEND_LIBRARIES or self.backend is None or k == self.backend}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One thing that differs between the request and the entry served (``entry`` None: unknown)."""
+
+    what: str  # 'shape.<dim>' | 'device_name' | 'template_version' | a software field ('triton', 'driver'…)
+    requested: Any
+    entry: Any
+
+    def __str__(self) -> str:
+        return f"{self.what}: requested {self.requested}, entry {self.entry if self.entry is not None else 'unknown'}"
 
 
 @dataclass(frozen=True)
@@ -56,25 +101,40 @@ class Answer:
     entry: Entry | None = None  # the entry the config comes from (None for the default)
     distance: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    differences: tuple[Difference, ...] = ()
+    unchecked: tuple[str, ...] = ()  # fields the requester did not give, hence not compared
+
+    @property
+    def foreign(self) -> bool:
+        """Whether the entry was verified on another device name or software than the requester's."""
+        return any(not d.what.startswith("shape.") and d.what != "template_version" for d in self.differences)
 
 
 def shape_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """The documented distance; ``inf`` when the shapes are not comparable."""
-    if set(a) != set(b):
-        return math.inf
-    total = 0.0
-    for name, av in a.items():
-        bv = b[name]
-        if isinstance(av, bool) or isinstance(bv, bool) or not isinstance(av, int) or not isinstance(bv, int):
-            if av != bv:
-                return math.inf
-            continue
-        if av <= 0 or bv <= 0:
-            if av != bv:
-                return math.inf
-            continue
-        total += abs(math.log2(av / bv))
-    return total
+    """The lookup's distance (:data:`tuner.service.distance.DEFAULT_DISTANCE`); ``inf`` when not comparable."""
+    return DEFAULT_DISTANCE(a, b)
+
+
+def differences(shape: Mapping[str, Any], entry: Entry, requester: Requester) -> list[Difference]:
+    """What differs between a request and an entry: shape dims, then the requester's given fields."""
+    found = [Difference(f"shape.{k}", shape.get(k), entry.shape.get(k))
+             for k in sorted(set(shape) | set(entry.shape)) if shape.get(k) != entry.shape.get(k)]
+    if requester.device_name is not None and requester.device_name != entry.device_name:
+        found.append(Difference("device_name", requester.device_name, entry.device_name))
+    if requester.template_version is not None and requester.template_version != entry.template_version:
+        found.append(Difference("template_version", requester.template_version, entry.template_version))
+    software = entry.software or {}
+    for k, v in sorted(requester.compared_software().items()):
+        if software.get(k) != v:
+            found.append(Difference(k, v, software.get(k)))
+    return found
+
+
+def unchecked_fields(requester: Requester) -> tuple[str, ...]:
+    """The fingerprint fields a requester left out (the answer could not compare them)."""
+    missing = [name for name, given in (("device_name", requester.device_name),
+                                        ("software", requester.software)) if not given]
+    return tuple(missing)
 
 
 def choose(
@@ -84,29 +144,39 @@ def choose(
     default: Mapping[str, Any] | None,
     valid: Callable[[Mapping[str, Any], Mapping[str, Any]], bool] | None = None,
     device_name: str | None = None,
+    requester: Requester | None = None,
+    distance: ShapeDistance = DEFAULT_DISTANCE,
 ) -> Answer | None:
     """Pick the config for ``shape`` among ``entries`` (already filtered to one template and device kind).
 
     ``valid(config, shape)`` checks a config against the template's constraints for the requested shape;
-    ``device_name`` prefers entries of that device (others are used only when it has none). Returns None
-    when there is neither a usable entry nor a default.
+    ``requester`` (or just ``device_name``) says who asks, see the module docstring. Returns None when there
+    is neither a usable entry nor a default. Never raises for well-formed entries.
     """
-    pool = [e for e in entries if device_name is None or e.device_name == device_name] or list(entries)
-    # Two stable sorts: most recent first, then by distance, so that ties go to the most recent entry.
-    recent_first = sorted(pool, key=lambda e: e.published_at or "", reverse=True)
-    ranked = sorted(recent_first, key=lambda e: shape_distance(shape, e.shape))
+    who = requester if requester is not None else Requester(device_name=device_name)
+    software = who.compared_software()
+
+    def rank(e: Entry) -> tuple[bool, bool, float]:
+        other_device = who.device_name is not None and e.device_name != who.device_name
+        other_software = any((e.software or {}).get(k) != v for k, v in software.items())
+        return other_device, other_software, distance(shape, e.shape)
+
+    # Two stable sorts: most recent first, then by rank, so that ties go to the most recent entry.
+    recent_first = sorted(entries, key=lambda e: e.published_at or "", reverse=True)
     notes: list[str] = []
-    for e in ranked:
-        d = shape_distance(shape, e.shape)
+    for e in sorted(recent_first, key=rank):
+        d = distance(shape, e.shape)
         if math.isinf(d):
-            break
+            continue
         if valid is not None and not valid(e.config, shape):
             notes.append(f"skipped the entry for {_key(e.shape)}: its config is invalid for this shape")
             continue
-        return Answer("exact" if d == 0 else "nearest", dict(e.config), e, d, tuple(notes))
+        found = tuple(differences(shape, e, who))
+        return Answer("nearest" if found else "exact", dict(e.config), e, d, tuple(notes), found,
+                      unchecked_fields(who))
     if default is None:
         return None
-    return Answer("default", dict(default), None, None, tuple(notes))
+    return Answer("default", dict(default), None, None, tuple(notes), (), unchecked_fields(who))
 
 
 def _key(shape: Mapping[str, Any]) -> str:

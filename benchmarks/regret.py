@@ -1,0 +1,154 @@
+"""Nearest-shape regret of the lookup over the committed H200 stores, for each candidate distance; writes
+benchmarks/regret.md, from which the lookup's distance (tuner.service.distance.DEFAULT_DISTANCE) was chosen.
+
+    python benchmarks/regret.py [--stores 'benchmarks/h200/*.db'] [-o benchmarks/regret.md]
+
+Each store is copied to a temporary directory first (opening a store may migrate it: the committed files
+are never written). Nothing is measured: the served configs are timed from the stores' records (see
+tuner.service.regret); a served config a shape's study never measured is counted as unmeasured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import db  # noqa: E402
+from tuner import registry  # noqa: E402
+from tuner.errors import TunerError  # noqa: E402
+from tuner.service.distance import CANDIDATES, DEFAULT_DISTANCE, ShapeDistance  # noqa: E402
+from tuner.service.regret import (  # noqa: E402
+    RecordedShape,
+    RegretReport,
+    SpaceOf,
+    quantile,
+    recorded_shapes,
+    registered_space,
+    regret_reports,
+    render_markdown,
+)
+
+GOAL_MEDIAN, GOAL_P90 = 0.02, 0.05
+
+
+def load(paths: Sequence[Path], workdir: Path) -> dict[str, tuple[list[RecordedShape], SpaceOf, str | None]]:
+    """Per template: its recorded shapes over all stores, its ``space_of`` and its registered version."""
+    found: dict[str, tuple[list[RecordedShape], SpaceOf, str | None]] = {}
+    for path in paths:
+        copy = workdir / path.name
+        shutil.copyfile(path, copy)
+        with db.Store.open(db.sqlite_url(copy)) as store:
+            with store.session(readonly=True) as session:
+                names = sorted({b.template for b in db.list_best(session)})
+            for name in names:
+                try:
+                    space_of, version = registered_space(name), registry.get(name).version
+                except (TunerError, ImportError) as exc:
+                    print(f"{name}: not registered ({exc}); constraints not checked", file=sys.stderr)
+                    space_of, version = (lambda v: None), None
+                shapes = recorded_shapes(store, template=name)
+                found.setdefault(name, ([], space_of, version))[0].extend(shapes)
+    return found
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:+.1f}%"
+
+
+def evaluate(data: dict[str, tuple[list[RecordedShape], SpaceOf, str | None]],
+             distance: ShapeDistance) -> list[tuple[RegretReport, bool]]:
+    """(report, is the registered version) per template version, under ``distance``."""
+    out = []
+    for _, (shapes, space_of, version) in sorted(data.items()):
+        for report in regret_reports(shapes, space_of=space_of, distance=distance):
+            out.append((report, report.template_version == version))
+    return out
+
+
+def pooled(reports: Sequence[tuple[RegretReport, bool]], current: bool) -> tuple[int, list[float], int]:
+    rows = [row for r, is_current in reports if is_current == current for row in r.rows]
+    timed = sorted(row.regret for row in rows if row.regret is not None)
+    return len(rows), timed, len(rows) - len(timed)
+
+
+def render(data: dict[str, tuple[list[RecordedShape], SpaceOf, str | None]], command: str,
+           stores: Sequence[Path]) -> str:
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out = ["# Nearest-shape regret of the lookup (H200 stores)", "",
+           f"Generated {now} by `{command}` from {', '.join(f'`{p.relative_to(ROOT)}`' for p in stores)} "
+           "(copied before opening). Nothing measured here: each shape's own entry is left out, the config the "
+           "lookup would then serve is timed from that shape's records (its final round, else its trials), "
+           "against the shape's own best; served configs the shape never measured are *unmeasured*. "
+           "Regret = served / own best − 1. *Current*: the registered template versions, the ones `GET /v1/best` "
+           "serves; older versions are in the stores too and shown apart.", "",
+           "## Candidate distances", "",
+           "| distance | what it costs | current: median | p90 | timed / shapes | older versions: median | p90 "
+           "| timed / shapes |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    results = {}
+    for d in CANDIDATES:
+        reports = evaluate(data, d)
+        results[d.name] = reports
+        cells = []
+        for current in (True, False):
+            n, timed, _ = pooled(reports, current)
+            cells += [_pct(quantile(timed, 0.5)), _pct(quantile(timed, 0.9)), f"{len(timed)} / {n}"]
+        chosen = " (chosen)" if d == DEFAULT_DISTANCE else ""
+        out.append(f"| `{d.name}`{chosen} | {d.describe()} | {' | '.join(cells)} |")
+    out += ["", "## Per template version", "",
+            "| template | version | distance | median | p90 | worst | timed / shapes |",
+            "|---|---|---|---:|---:|---:|---:|"]
+    for d in CANDIDATES:
+        for r, current in results[d.name]:
+            worst = r.measured[-1] if r.measured else None
+            out.append(f"| {r.template} | {r.template_version}{' (current)' if current else ''} | `{d.name}` | "
+                       f"{_pct(r.median())} | {_pct(r.p90())} | {_pct(worst)} | {len(r.measured)} / {len(r.rows)} |")
+    n, timed, unmeasured = pooled(results[DEFAULT_DISTANCE.name], True)
+    median, p90 = quantile(timed, 0.5), quantile(timed, 0.9)
+    out += ["", "## Against the goal (median ≤ 2%, p90 ≤ 5%), chosen distance, current versions", "",
+            f"`{DEFAULT_DISTANCE.name}`: median {_pct(median)}, p90 {_pct(p90)} over {len(timed)} timed shapes "
+            f"({unmeasured} of {n} unmeasured). " + _verdict(median, p90), ""]
+    out += ["## Every held-out shape under the chosen distance", ""]
+    out.append(render_markdown([r for r, _ in results[DEFAULT_DISTANCE.name]], level=3))
+    return "\n".join(out)
+
+
+def _verdict(median: float | None, p90: float | None) -> str:
+    if median is None or p90 is None:
+        return "No timed shape: the goal cannot be judged."
+    parts = []
+    for what, value, goal in (("median", median, GOAL_MEDIAN), ("p90", p90, GOAL_P90)):
+        if value <= goal:
+            parts.append(f"the {what} meets its goal")
+        else:
+            parts.append(f"the {what} misses its goal by {(value - goal) * 100:.1f} points")
+    return "; ".join(parts).capitalize() + "."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stores", default="benchmarks/h200/*.db", help="glob of SQLite stores, from the repo root")
+    parser.add_argument("-o", "--output", type=Path, default=ROOT / "benchmarks" / "regret.md")
+    args = parser.parse_args(argv)
+    stores = sorted(Path(p).resolve() for p in glob.glob(str(ROOT / args.stores)))
+    if not stores:
+        parser.error(f"no store matches {args.stores}")
+    with tempfile.TemporaryDirectory(prefix="regret-") as tmp:
+        data = load(stores, Path(tmp))
+    command = "python benchmarks/regret.py" + (f" --stores '{args.stores}'" if args.stores != "benchmarks/h200/*.db"
+                                                else "")
+    args.output.write_text(render(data, command, stores))
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

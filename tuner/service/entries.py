@@ -1,0 +1,53 @@
+"""The store's published best configs as lookup entries, each with the fingerprint it was verified under.
+
+One function shared by ``GET /v1/best``, the export file and ``tuner regret``, so that all three see the
+same entries. A best config is published from a study, and a study's key holds the fingerprint of the
+workers that measured (and verified) it: :attr:`tuner.service.lookup.Entry.software` is that fingerprint's driver,
+runtime and library versions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from tuner import db
+from tuner.service.lookup import Entry
+
+
+def software_of(fingerprint_json: str) -> dict[str, str] | None:
+    """``driver``, ``runtime`` and the libraries of a stored fingerprint (None if it cannot be read)."""
+    try:
+        data = json.loads(fingerprint_json)
+        libraries = data.get("libraries") or {}
+        software = {"driver": str(data.get("driver", "")), "runtime": str(data.get("runtime", ""))}
+        software.update({str(k): str(v) for k, v in libraries.items()})
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return software
+
+
+def as_entry(record: db.BestRecord, software: Mapping[str, str] | None = None) -> Entry:
+    """A stored best config as a lookup entry (the export file holds the same dicts)."""
+    return Entry(
+        template=record.template, template_version=record.template_version, shape=record.shape,
+        device_kind=record.device_kind, device_name=record.device_name, config=record.config,
+        median_us=record.median_us, p20_us=record.p20_us, p80_us=record.p80_us, n_samples=record.n_samples,
+        timer=record.timer, fingerprint_hash=record.fingerprint_hash, measurement_id=record.measurement_id,
+        published_at=record.published_at.isoformat(), software=dict(software) if software is not None else None,
+    )
+
+
+def published_entries(
+    session: object, *, template: str, device_kind: str | None = None, version: str | None = None
+) -> list[tuple[db.BestRecord, Entry]]:
+    """The published best configs of ``template`` (of ``version`` and ``device_kind`` when given), with
+    their entries, newest first per key. ``session``: from ``Store.session``. Raises StoreError."""
+    records = [r for r in db.list_best(session, template=template, device_kind=device_kind)  # type: ignore[arg-type]
+               if version is None or r.template_version == version]
+    studies = {s.id: s for s in db.list_studies(session, template=template, device_kind=device_kind)}  # type: ignore[arg-type]
+    found = []
+    for r in records:
+        study = studies.get(r.study_id)
+        found.append((r, as_entry(r, software_of(study.fingerprint_json) if study is not None else None)))
+    return found
