@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -10,6 +13,7 @@ import httpx
 import pytest
 
 from tests.fixtures.fault_templates import TUNABLE_REF
+from tests.fixtures.processes import ROOT, env
 from tests.fixtures.servers import TOKENS, publish, thread_server
 from tuner import db, registry
 from tuner.api.settings import ApiSettings
@@ -125,3 +129,24 @@ def test_the_regret_is_served_over_http(store: db.Store) -> None:
         assert rows[1024]["config"] == {"mode": "ok", "BLOCK": 256} and rows[1024]["source_shape"] == {"n": 2048}
         assert httpx.get(f"{base}/v1/templates/{TUNABLE}/regret", params={"device": "cuda"}).json() == []
         assert httpx.get(f"{base}/v1/templates/nope/regret").status_code == 404
+
+
+@pytest.mark.slow
+def test_tuner_regret_prints_markdown_and_json(store: db.Store) -> None:
+    publish(store, TUNABLE, {"n": 1024}, {"mode": "ok", "BLOCK": 512}, 10.0)
+    publish(store, TUNABLE, {"n": 2048}, {"mode": "ok", "BLOCK": 256}, 12.0)
+
+    def tuner(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tuner.cli", *args, "--db", store.unmasked_url()],
+                              capture_output=True, text=True, env=env(), cwd=ROOT, timeout=300)
+
+    text = tuner("regret", TUNABLE)
+    assert text.returncode == 0, text.stderr
+    assert f"## Nearest-shape regret: {TUNABLE} v1 on test-cpu" in text.stdout
+    assert "| n=1024 | nearest | n=2048 | 1 | 10.000 | — | unmeasured |" in text.stdout
+    (report,) = json.loads(tuner("regret", TUNABLE, "--json", "--distance", "log2").stdout)
+    assert report["distance"] == "log2" and report["unmeasured"] == 2
+    bad = tuner("regret", TUNABLE, "--distance", "nope")
+    assert bad.returncode == 2 and "no distance 'nope'" in bad.stderr
+    full = tuner("report", TUNABLE, "--regret")
+    assert full.returncode == 0 and "Nearest-shape regret" in full.stdout
