@@ -1,11 +1,11 @@
 """``GET /v1/best``: the best verified config for a shape, with the fallback chain exact → nearest → default.
 
-The answer is :func:`tuner.service.lookup.choose` over the store's published best configs of the template (current
+The answer is :func:`tuner.lookup.choose` over the store's published best configs of the template (current
 template version) and device kind, checked against the template's constraints for the requested shape, with
 the search space's default as the last resort — the same function the runtime client runs over an export file.
 The requester's fingerprint (``device_name``, ``software``, ``template_version``; each optional) decides which
-entries are preferred and whether the answer is ``exact``: see :mod:`tuner.service.lookup`. An answer served from an
-entry of another device name or software (:attr:`tuner.service.lookup.Answer.foreign`) is reported to ``on_foreign``
+entries are preferred and whether the answer is ``exact``: see :mod:`tuner.lookup`. An answer served from an
+entry of another device name or software (:attr:`tuner.lookup.Answer.foreign`) is reported to ``on_foreign``
 (``tuner serve`` queues a re-verification there).
 
 Two in-process caches keep the endpoint off the database under load (``ttl_s=0`` disables both):
@@ -42,8 +42,8 @@ from tuner.api.errors import FieldError
 from tuner.api.schemas import BestOut, DifferenceOut
 from tuner.errors import ShapeError, UnknownTemplateError
 from tuner.frozen import Shape
+from tuner.lookup import Answer, Entry, Requester, choose
 from tuner.service.entries import published_entries
-from tuner.service.lookup import Answer, Entry, Requester, choose
 
 log = logging.getLogger(__name__)
 
@@ -220,9 +220,8 @@ class BestService:
         cached = self._entries.get(key)
         if cached is not None:
             return cached
-        with self.stores.get().session(readonly=True) as session:
-            found = tuple(e for _, e in published_entries(session, template=entry.name, device_kind=device_kind,
-                                                          version=entry.template.version))
+        found = tuple(e for _, e in published_entries(self.stores.get(), template=entry.name, device_kind=device_kind,
+                                                      version=entry.template.version))
         entry_set = EntrySet(found, tuple((e.measurement_id, e.published_at) for e in found))
         self._entries.put(key, entry_set)
         return entry_set

@@ -20,8 +20,14 @@ from collections.abc import Sequence
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from tuner.db.errors import RecordConflictError
-from tuner.errors import NotFoundError, StoreError, TunerError, UnknownTemplateError, UserInputError
+from tuner.errors import (
+    NotFoundError,
+    RecordConflictError,
+    StoreError,
+    TunerError,
+    UnknownTemplateError,
+    UserInputError,
+)
 
 log = logging.getLogger(__name__)
 

@@ -82,8 +82,7 @@ async def _readyz(request: Request) -> dict[str, str]:
 
     def check() -> str:
         store = stores.get()
-        with store.session(readonly=True) as session:
-            db.count_jobs(session, state="queued")
+        store.count_jobs(state="queued")
         return store.url
 
     url = await run_in_threadpool(check)  # StoreError → 503 by the handler

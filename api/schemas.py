@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner import db
 from tuner.driver.samplers import SamplerName
+from tuner.store import JobRecord, MeasurementRecord, TaskRecord
 
 DeviceKind = Literal["cuda", "npu", "cpu"]
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
@@ -64,7 +64,7 @@ class TaskOut(BaseModel):
     error: str | None
 
     @classmethod
-    def of(cls, task: db.TaskRecord) -> TaskOut:
+    def of(cls, task: TaskRecord) -> TaskOut:
         return cls(
             id=task.id, label=task.label, shape=task.shape, state=task.state, trials_done=task.trials_done,
             trials_failed=task.trials_failed, trials_total=task.trials_target, best_us=task.best_us,
@@ -103,7 +103,7 @@ class JobOut(BaseModel):
     workers: list[str] = Field(description="Ids of the workers on the job now.")
 
     @classmethod
-    def of(cls, job: db.JobRecord) -> JobOut:
+    def of(cls, job: JobRecord) -> JobOut:
         return cls(
             id=job.id, state=job.state, template=job.template,  # type: ignore[arg-type]
             template_version=job.template_version, backend=job.backend,
@@ -225,7 +225,7 @@ class MeasurementOut(BaseModel):
     created_at: datetime
 
     @classmethod
-    def of(cls, m: db.MeasurementRecord) -> MeasurementOut:
+    def of(cls, m: MeasurementRecord) -> MeasurementOut:
         return cls(
             id=m.id, study_id=m.study_id, role=m.role, trial_number=m.trial_number, candidate=m.candidate,
             config=m.config, status=m.status.value, reason=m.reason, median_us=m.median_us, p20_us=m.p20_us,

@@ -1,5 +1,5 @@
 """Nearest-shape regret of the lookup over the committed H200 stores, for each candidate distance; writes
-benchmarks/regret.md, from which the lookup's distance (tuner.service.distance.DEFAULT_DISTANCE) was chosen.
+benchmarks/regret.md, from which the lookup's distance (tuner.distance.DEFAULT_DISTANCE) was chosen.
 
     python benchmarks/regret.py [--stores 'benchmarks/h200/*.db'] [-o benchmarks/regret.md]
 
@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 import db  # noqa: E402
 from tuner import registry  # noqa: E402
+from tuner.distance import CANDIDATES, DEFAULT_DISTANCE, ShapeDistance  # noqa: E402
 from tuner.errors import TunerError  # noqa: E402
-from tuner.service.distance import CANDIDATES, DEFAULT_DISTANCE, ShapeDistance  # noqa: E402
 from tuner.service.regret import (  # noqa: E402
     RecordedShape,
     RegretReport,

@@ -48,8 +48,7 @@ def seed_shapes() -> list[dict[str, int]]:
 def seed(db_url: str) -> int:
     """Publish a best config (the space's default, a valid one) for every seed shape; returns how many."""
     from tuner import db, registry
-    from tuner.keys import StudyKey
-    from tuner.measure.devices.base import Fingerprint
+    from tuner.keys import Fingerprint, StudyKey
 
     template = registry.get(TEMPLATE)
     config = template.space().default

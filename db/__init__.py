@@ -1,9 +1,11 @@
 """The SQL store: tuner's tables beside Optuna's in one database (SQLite file or PostgreSQL).
 
-``Store.open(url)`` connects and migrates; ``store.session()`` is the one transaction scope that
-commits, rolls back and turns database errors into :class:`tuner.errors.StoreError`; the repository
-functions (re-exported here, see :mod:`tuner.db.repository` for their shared conventions) take that session
-and return frozen records. The store knows strings, JSON and numbers, not templates or devices.
+``Store.open(url)`` connects and migrates; a ``Store`` implements the engine's store protocols
+(:mod:`tuner.store.protocols`), one transaction per method. Inside, ``store.session()`` is the one
+transaction scope that commits, rolls back and turns database errors into :class:`tuner.errors.StoreError`;
+the repository functions (re-exported here, see :mod:`tuner.db.repository` for their shared conventions)
+take that session and return frozen records. The store knows strings, JSON and numbers, not templates or
+devices: it imports nothing of the engine but the store contract (:mod:`tuner.store`) and the errors.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 from tuner.db.engine import Store, default_path, default_url, mask_url, optuna_storage_url, sqlite_url
 from tuner.db.errors import RecordConflictError
 from tuner.db.jobs import (
-    Claim,
     attach_study,
     begin_finalize,
     cancel_job,
@@ -34,10 +35,9 @@ from tuner.db.jobs import (
     reserve_slot,
     stop_worker,
 )
-from tuner.db.records import BestRecord, JobRecord, MeasurementRecord, StudyRecord, TaskRecord, WorkerRecord
 from tuner.db.repository import (
     add_measurement,
-    add_result,
+    add_new,
     count_measurements,
     get_best,
     get_measurement,
@@ -48,9 +48,17 @@ from tuner.db.repository import (
     list_best,
     list_measurements,
     list_studies,
-    measurement_fields,
     publish_best,
-    worker_id,
+)
+from tuner.store.records import (
+    BestRecord,
+    Claim,
+    JobRecord,
+    MeasurementRecord,
+    NewMeasurement,
+    StudyRecord,
+    TaskRecord,
+    WorkerRecord,
 )
 
 __all__ = [
@@ -58,13 +66,14 @@ __all__ = [
     "Claim",
     "JobRecord",
     "MeasurementRecord",
+    "NewMeasurement",
     "RecordConflictError",
     "Store",
     "StudyRecord",
     "TaskRecord",
     "WorkerRecord",
     "add_measurement",
-    "add_result",
+    "add_new",
     "attach_study",
     "begin_finalize",
     "cancel_job",
@@ -93,7 +102,6 @@ __all__ = [
     "list_studies",
     "list_workers",
     "mask_url",
-    "measurement_fields",
     "optuna_storage_url",
     "publish_best",
     "reap_lost_workers",
@@ -103,5 +111,4 @@ __all__ = [
     "reserve_slot",
     "sqlite_url",
     "stop_worker",
-    "worker_id",
 ]

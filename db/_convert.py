@@ -1,18 +1,17 @@
-"""Internal helpers of the repository: ORM row -> record, canonical JSON, UTC timestamps."""
+"""Internal helpers of the repository: ORM row -> record, UTC timestamps (canonical JSON lives in
+:mod:`tuner.store.records`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from tuner.results import Status
+from tuner.store.records import JsonInput, Status, canonical_json
 
 _R = TypeVar("_R")
 
-JsonInput = str | Mapping[str, Any]
+__all__ = ["JsonInput", "as_utc", "canonical_json", "to_record"]
 
 
 def to_record(cls: type[_R], row: object) -> _R:
@@ -31,27 +30,3 @@ def to_record(cls: type[_R], row: object) -> _R:
 def as_utc(value: datetime) -> datetime:
     # SQLite hands back naive datetimes; we only ever store UTC.
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
-
-
-def canonical_json(value: JsonInput, *, what: str) -> str:
-    """Canonical JSON text (sorted keys, no spaces) of a mapping or of JSON text; ValueError if invalid.
-
-    NaN and infinities are kept (Python's JSON extension): relative errors of NaN outputs are NaN.
-    """
-    if isinstance(value, str):
-        try:
-            data = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{what}: not valid JSON ({exc})") from exc
-    else:
-        data = value
-    try:
-        return json.dumps(data, sort_keys=True, separators=(",", ":"), default=_mapping_as_dict)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what}: cannot be stored as JSON ({exc})") from exc
-
-
-def _mapping_as_dict(value: object) -> dict[str, Any]:
-    if isinstance(value, Mapping):  # tuner.frozen maps (Shape, Config) are Mappings, not dicts
-        return dict(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

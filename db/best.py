@@ -1,7 +1,7 @@
 """Repository functions for published best configs (one per study, replaced on republish).
 
 Functions take a session from :meth:`db.Store.session` first and keyword arguments after it; they
-return :mod:`tuner.db.records`. Lookups return None / empty lists when nothing matches.
+return :mod:`tuner.store.records`. Lookups return None / empty lists when nothing matches.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tuner.db._convert import to_record
-from tuner.db.errors import RecordConflictError
 from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, utcnow
-from tuner.db.records import BestRecord
-from tuner.errors import NotFoundError
-from tuner.results import Status
+from tuner.errors import NotFoundError, RecordConflictError
+from tuner.store.records import BestRecord, Status
 
 _KEY_COLUMNS = (
     "template",

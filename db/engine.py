@@ -30,6 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tuner.db import migrate, sqlite
+from tuner.db.methods import StoreMethods
 from tuner.errors import StoreError
 
 PG_CONNECT_TIMEOUT_S = 5
@@ -72,8 +73,12 @@ def describe(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {first}" if first else type(cause).__name__
 
 
-class Store:
+class Store(StoreMethods):
     """A database holding tuner's tables; share one instance across threads.
+
+    Implements the engine's store protocols (:class:`tuner.store.TuningStore`, :class:`tuner.store.JobQueue`:
+    one transaction per method, see :mod:`tuner.db.methods`); :meth:`session` is the transaction scope
+    those methods and the repository functions share.
 
     Thread-safe: one engine (connection pool) per store, and every :meth:`session` call opens its own
     session. Fork-safe: a forked child starts with an empty pool and never touches the parent's

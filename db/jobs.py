@@ -25,19 +25,12 @@ from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from tuner.db._convert import as_utc, to_record
-from tuner.db.errors import RecordConflictError
 from tuner.db.models import JobRow, SlotRow, TaskRow, WorkerRow, utcnow
-from tuner.db.records import JobRecord, TaskRecord, WorkerRecord
-from tuner.errors import NotFoundError
+from tuner.errors import NotFoundError, RecordConflictError
+from tuner.store.records import Claim, JobRecord, TaskRecord, WorkerRecord, check_tasks
 
 ACTIVE_JOB_STATES = ("queued", "running")
 FINISHED_JOB_STATES = ("done", "failed", "cancelled")
-
-
-@dataclasses.dataclass(frozen=True)
-class Claim:
-    job: JobRecord
-    task: TaskRecord
 
 
 # -- jobs -----------------------------------------------------------------------------------------------
@@ -62,11 +55,7 @@ def create_job(
 ) -> JobRecord:
     """A queued job with one task per ``(label, shape_key, shape_json)``; ValueError when there is none or
     a shape repeats (callers validate shapes against the template before)."""
-    if not tasks:
-        raise ValueError("a job needs at least one shape")
-    keys = [key for _, key, _ in tasks]
-    if len(set(keys)) != len(keys):
-        raise ValueError("a job lists the same shape twice")
+    check_tasks(tasks)
     now = utcnow()
     job = JobRow(
         template=template, template_version=template_version, backend=backend, device_kind=device_kind,

@@ -1,54 +1,23 @@
 """Repository functions for measurements: every measured candidate, success or failure, is one row.
 
 Functions take a session from :meth:`db.Store.session` first and keyword arguments after it; they
-return :mod:`tuner.db.records`. Lookups return None / empty lists when nothing matches; a write naming a
+return :mod:`tuner.store.records`. Lookups return None / empty lists when nothing matches; a write naming a
 study that does not exist raises :class:`tuner.errors.NotFoundError`; invalid arguments ValueError.
 """
 
 from __future__ import annotations
 
-import os
-import socket
+import dataclasses
 from typing import Any
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from tuner.db._convert import JsonInput, canonical_json, to_record
-from tuner.db.models import ROLES, MeasurementRow, StudyRow
-from tuner.db.records import MeasurementRecord
+from tuner.db.models import MeasurementRow, StudyRow
 from tuner.errors import NotFoundError
-from tuner.results import MeasureResult, Status, Timer
-
-ORDERS = ("id", "-id", "median_us")  # median_us: fastest first, rows without a time last
-
-
-def worker_id() -> str:
-    """``host/pid`` of this process: the default to pass as ``worker=``."""
-    return f"{socket.gethostname()}/{os.getpid()}"
-
-
-def measurement_fields(result: MeasureResult) -> dict[str, Any]:
-    """The keyword arguments of :func:`add_measurement` that a MeasureResult determines."""
-    summary = result.summary
-    return {
-        "config_json": result.config.to_json(),
-        "status": result.status,
-        "reason": result.reason,
-        "errors_json": dict(result.errors),
-        "kernels_json": dict(result.kernels),
-        "median_us": summary.median_us if summary else None,
-        "p20_us": summary.p20_us if summary else None,
-        "p80_us": summary.p80_us if summary else None,
-        "mean_us": summary.mean_us if summary else None,
-        "min_us": summary.min_us if summary else None,
-        "max_us": summary.max_us if summary else None,
-        "n_samples": summary.n if summary else None,
-        "timer": result.timer,
-        "build_s": result.phases.build_s,
-        "verify_s": result.phases.verify_s,
-        "measure_s": result.phases.measure_s,
-    }
+from tuner.store.protocols import ORDERS
+from tuner.store.records import MeasurementRecord, NewMeasurement, Status, Timer, check_candidate, check_role
 
 
 def add_measurement(
@@ -84,8 +53,8 @@ def add_measurement(
     Raises NotFoundError if the study does not exist; ValueError for an invalid role, candidate,
     status, timer or JSON.
     """
-    _check_role(role)
-    _check_candidate(candidate)
+    check_role(role)
+    check_candidate(candidate)
     if session.get(StudyRow, study_id) is None:
         raise NotFoundError(f"no study with id {study_id}")
     row = MeasurementRow(
@@ -117,28 +86,10 @@ def add_measurement(
     return to_record(MeasurementRecord, row)
 
 
-def add_result(
-    session: Session,
-    *,
-    study_id: int,
-    role: str,
-    candidate: str,
-    result: MeasureResult,
-    round_id: str | None = None,
-    trial_number: int | None = None,
-    worker: str | None = None,
-) -> MeasurementRecord:
-    """:func:`add_measurement` with the fields of a MeasureResult (same errors)."""
-    return add_measurement(
-        session,
-        study_id=study_id,
-        role=role,
-        candidate=candidate,
-        round_id=round_id,
-        trial_number=trial_number,
-        worker=worker,
-        **measurement_fields(result),
-    )
+def add_new(session: Session, measurement: NewMeasurement) -> MeasurementRecord:
+    """:func:`add_measurement` of a :class:`tuner.store.records.NewMeasurement` (same errors)."""
+    fields = {f.name: getattr(measurement, f.name) for f in dataclasses.fields(measurement)}
+    return add_measurement(session, **fields)
 
 
 def get_measurement(session: Session, *, measurement_id: int) -> MeasurementRecord | None:
@@ -228,7 +179,7 @@ def _filtered(
 ) -> Select[Any]:
     query = query.where(MeasurementRow.study_id == study_id)
     if role is not None:
-        _check_role(role)
+        check_role(role)
         query = query.where(MeasurementRow.role == role)
     if status is not None:
         query = query.where(MeasurementRow.status == Status(status).value)
@@ -239,16 +190,3 @@ def _filtered(
     if config_json is not None:
         query = query.where(MeasurementRow.config_json == canonical_json(config_json, what="config_json"))
     return query
-
-
-def _check_role(role: str) -> None:
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
-
-
-def _check_candidate(candidate: str) -> None:
-    if candidate in ("config", "default"):
-        return
-    if candidate.startswith("comparator:") and len(candidate) > len("comparator:"):
-        return
-    raise ValueError(f"candidate must be 'config', 'default' or 'comparator:<name>'; got {candidate!r}")

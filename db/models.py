@@ -1,4 +1,4 @@
-"""ORM models of tuner's tables (internal to ``db``: callers get :mod:`tuner.db.records`, never these rows).
+"""ORM models of tuner's tables (internal to ``db``: callers get :mod:`tuner.store.records`, never these rows).
 
 Every table name starts with ``tuner_`` (Optuna's tables share the database). JSON columns hold
 canonical JSON text (sorted keys, no spaces) so that equal values compare equal as text and NaN errors
@@ -25,8 +25,6 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-
-ROLES = ("trial", "final")  # a sweep trial, or a re-measurement in a final interleaved round
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

@@ -2,7 +2,7 @@
 
 Conventions shared by every function: a :class:`sqlalchemy.orm.Session` from
 :meth:`db.Store.session` comes first, everything else is keyword-only; results are frozen records
-from :mod:`tuner.db.records`; lookups (``get_*``, ``list_*``, ``latest_round``) return None or an empty list
+from :mod:`tuner.store.records`; lookups (``get_*``, ``list_*``, ``latest_round``) return None or an empty list
 when nothing matches; writes that name a row by id raise :class:`tuner.errors.NotFoundError` when it
 does not exist and :class:`tuner.db.errors.RecordConflictError` when the stored state forbids them; invalid
 arguments raise ValueError. Database failures surface as StoreError from the session scope.
@@ -13,19 +13,17 @@ from __future__ import annotations
 from tuner.db.best import get_best, get_study_best, list_best, publish_best
 from tuner.db.measurements import (
     add_measurement,
-    add_result,
+    add_new,
     count_measurements,
     get_measurement,
     latest_round,
     list_measurements,
-    measurement_fields,
-    worker_id,
 )
 from tuner.db.studies import get_or_create_study, get_study, list_studies
 
 __all__ = [
     "add_measurement",
-    "add_result",
+    "add_new",
     "count_measurements",
     "get_best",
     "get_measurement",
@@ -36,7 +34,5 @@ __all__ = [
     "list_best",
     "list_measurements",
     "list_studies",
-    "measurement_fields",
     "publish_best",
-    "worker_id",
 ]

@@ -1,7 +1,7 @@
 """Repository functions for studies (one row per study key).
 
 Functions take a session from :meth:`db.Store.session` first and keyword arguments after it; they
-return :mod:`tuner.db.records`, never ORM rows. Lookups return None when nothing matches.
+return :mod:`tuner.store.records`, never ORM rows. Lookups return None when nothing matches.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tuner.db._convert import JsonInput, canonical_json, to_record
-from tuner.db.errors import RecordConflictError
 from tuner.db.models import StudyRow
-from tuner.db.records import StudyRecord
+from tuner.errors import RecordConflictError
+from tuner.store.records import StudyRecord
 
 KEY_FIELDS = ("template", "template_version", "shape_key", "device_kind", "device_name", "fingerprint_hash")
 

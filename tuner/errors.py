@@ -37,11 +37,20 @@ class SearchSpaceError(UserInputError):
 
 
 class StoreError(TunerError):
-    """The database could not be reached or refused an operation (raised by ``db`` only)."""
+    """The database could not be reached or refused an operation (raised by store implementations only)."""
 
 
 class NotFoundError(TunerError):
     """A looked-up record (job, best config, study) does not exist."""
+
+
+class RecordConflictError(TunerError, ValueError):
+    """A write contradicts what is stored, so the store refuses it; nothing was written.
+
+    Raised, for example, when publishing a measurement that is not OK, or that belongs to another study,
+    or when a study name is already taken by a different key. It is a ValueError too: the arguments are
+    wrong for the stored state, retrying will not help.
+    """
 
 
 class DeviceError(TunerError):

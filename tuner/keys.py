@@ -7,10 +7,58 @@ served for a key only if it passed the correctness gate under that same fingerpr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from tuner.frozen import Shape
-from tuner.measure.devices.base import Fingerprint
+
+DeviceKind = Literal["cuda", "npu", "cpu"]
+KINDS: tuple[DeviceKind, ...] = ("cuda", "npu", "cpu")
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What makes timings on one device comparable with another's.
+
+    ``key_fields`` (kind, device name, driver, runtime, library versions) enter the study key: a change of
+    any of them starts a new study. ``info`` holds figures recorded but not keyed (SM clock at start, L2
+    size, memory, measured copy bandwidth in bytes/s under ``copy_bw_bytes_per_s``).
+    """
+
+    kind: DeviceKind
+    device_name: str
+    driver: str = ""
+    runtime: str = ""  # CUDA / CANN version, or "interpreter" on the CPU backend
+    libraries: Mapping[str, str] = field(default_factory=dict)  # torch, triton, tilelang, python…
+    info: Mapping[str, float | int | str] = field(default_factory=dict)
+
+    def key_fields(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "device_name": self.device_name,
+            "driver": self.driver,
+            "runtime": self.runtime,
+            "libraries": dict(sorted(self.libraries.items())),
+        }
+
+    def hash(self) -> str:
+        """Stable 12-hex-digit digest of :meth:`key_fields`."""
+        text = json.dumps(self.key_fields(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["libraries"] = dict(self.libraries)
+        data["info"] = dict(self.info)
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Fingerprint:
+        data = json.loads(text)
+        return cls(**data)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from tuner import db
 from tuner.api.deps import CatalogDep, Reader, StoreDep
 from tuner.api.errors import FieldError
 from tuner.api.schemas import DeviceKind, HistoryPage, MeasurementOut, StudyOut
 from tuner.api.shape_params import raw_shape
 from tuner.errors import ShapeError, UnknownTemplateError
+from tuner.store import StudyRecord
 
 router = APIRouter(tags=["history"])
 RESERVED = frozenset({"template", "shape", "device", "device_name", "study_id", "role", "limit", "offset"})
@@ -42,26 +42,25 @@ def history(
         the_shape = entry.template.make_shape(raw)
     except ShapeError as exc:
         raise FieldError.wrap(exc, ("query", "shape")) from None
-    with store.session(readonly=True) as session:
-        studies = [
-            s for s in db.list_studies(session, template=entry.name, device_kind=device)
-            if s.shape_key == the_shape.key() and device_name in (None, s.device_name)
-        ]
-        if not studies:
-            raise FieldError(f"no study of {entry.name} for {the_shape.key()} on {device}", ("query", "shape"),
-                             status=404, kind="not_found")
-        chosen = [s for s in studies if s.id == study_id] if study_id is not None else [studies[-1]]
-        if not chosen:
-            raise FieldError(f"study {study_id} is not one of this shape's", ("query", "study_id"), status=404,
-                             kind="not_found")
-        rows = db.list_measurements(session, study_id=chosen[0].id, role=role, limit=limit, offset=offset)
-        total = db.count_measurements(session, study_id=chosen[0].id, role=role)
+    studies = [
+        s for s in store.list_studies(template=entry.name, device_kind=device)
+        if s.shape_key == the_shape.key() and device_name in (None, s.device_name)
+    ]
+    if not studies:
+        raise FieldError(f"no study of {entry.name} for {the_shape.key()} on {device}", ("query", "shape"),
+                         status=404, kind="not_found")
+    chosen = [s for s in studies if s.id == study_id] if study_id is not None else [studies[-1]]
+    if not chosen:
+        raise FieldError(f"study {study_id} is not one of this shape's", ("query", "study_id"), status=404,
+                         kind="not_found")
+    rows = store.list_measurements(study_id=chosen[0].id, role=role, limit=limit, offset=offset)
+    total = store.count_measurements(study_id=chosen[0].id, role=role)
     return HistoryPage(
         study=_study(chosen[0]), studies=[_study(s) for s in studies], items=[MeasurementOut.of(m) for m in rows],
         total=total, limit=limit, offset=offset,
     )
 
 
-def _study(s: db.StudyRecord) -> StudyOut:
+def _study(s: StudyRecord) -> StudyOut:
     return StudyOut(id=s.id, name=s.name, template_version=s.template_version, device_kind=s.device_kind,
                     device_name=s.device_name, fingerprint=s.fingerprint_hash, created_at=s.created_at)

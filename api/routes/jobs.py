@@ -10,7 +10,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 
-from tuner import db
 from tuner.api.catalog import CatalogEntry
 from tuner.api.deps import CatalogDep, Reader, StoreDep, Submitter
 from tuner.api.errors import FieldError
@@ -37,14 +36,13 @@ def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep,
     except UnknownTemplateError as exc:
         raise FieldError.wrap(exc, ("body", "template")) from None
     tasks = [(label, shape.key(), shape.to_json()) for label, shape in _shapes(entry, body)]
-    with store.session() as session:
-        job = db.create_job(
-            session, template=entry.name, template_version=entry.template.version, backend=entry.template.backend,
-            device_kind=body.device.kind, device_name=body.device.name, trials=body.trials, sampler=body.sampler,
-            samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, tasks=tasks, seed=body.seed,
-            finalists=body.finalists, comparators=body.comparators, priority=body.priority,
-            submitted_by=who.label,
-        )
+    job = store.create_job(
+        template=entry.name, template_version=entry.template.version, backend=entry.template.backend,
+        device_kind=body.device.kind, device_name=body.device.name, trials=body.trials, sampler=body.sampler,
+        samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, tasks=tasks, seed=body.seed,
+        finalists=body.finalists, comparators=body.comparators, priority=body.priority,
+        submitted_by=who.label,
+    )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     return JobOut.of(job)
 
@@ -79,17 +77,15 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> JobPage:
-    with store.session(readonly=True) as session:
-        jobs = db.list_jobs(session, state=state, limit=limit, offset=offset)
-        total = db.count_jobs(session, state=state)
+    jobs = store.list_jobs(state=state, limit=limit, offset=offset)
+    total = store.count_jobs(state=state)
     return JobPage(items=[JobOut.of(j) for j in jobs], total=total, limit=limit, offset=offset)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="One job: state, progress per shape, best so far",
             responses={**_ERRORS, 404: {"description": "No such job"}})
 def get_job(job_id: int, _: Reader, store: StoreDep) -> JobOut:
-    with store.session(readonly=True) as session:
-        job = db.get_job(session, job_id=job_id)
+    job = store.get_job(job_id=job_id)
     if job is None:
         raise FieldError(f"no job {job_id}", ("path", "job_id"), status=404, kind="not_found")
     return JobOut.of(job)
@@ -98,6 +94,5 @@ def get_job(job_id: int, _: Reader, store: StoreDep) -> JobOut:
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job",
              responses={**_ERRORS, 404: {"description": "No such job"}, 409: {"description": "Already finished"}})
 def cancel(job_id: int, _: Submitter, store: StoreDep) -> JobOut:
-    with store.session() as session:
-        job = db.cancel_job(session, job_id=job_id)
+    job = store.cancel_job(job_id=job_id)
     return JobOut.of(job)

@@ -6,7 +6,6 @@ from datetime import datetime, timezone
 
 from fastapi import APIRouter
 
-from tuner import db
 from tuner.api.deps import Reader, StoreDep
 from tuner.api.schemas import WorkerOut
 
@@ -16,12 +15,11 @@ router = APIRouter(tags=["workers"])
 @router.get("/workers", response_model=list[WorkerOut], summary="Workers, newest first")
 def list_workers(_: Reader, store: StoreDep, include_stopped: bool = False) -> list[WorkerOut]:
     now = datetime.now(timezone.utc)
-    with store.session(readonly=True) as session:
-        workers = db.list_workers(session, include_stopped=include_stopped)
-        jobs = {
-            w.current_task_id: getattr(db.get_task(session, task_id=w.current_task_id), "job_id", None)
-            for w in workers if w.current_task_id is not None
-        }
+    workers = store.list_workers(include_stopped=include_stopped)
+    jobs = {
+        w.current_task_id: getattr(store.get_task(task_id=w.current_task_id), "job_id", None)
+        for w in workers if w.current_task_id is not None
+    }
     out = []
     for w in workers:
         expired = w.state in ("idle", "busy") and w.lease_expires_at < now

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 
-from tuner.service.lookup import Difference, Entry, Requester, choose, shape_distance
+from tuner.lookup import Difference, Entry, Requester, choose, shape_distance
 
 
 def _entry(S: int, H: int, dtype: str = "float16", config: int = 0, at: str = "2026-01-01T00:00:00", dev: str = "H200"):

@@ -6,6 +6,7 @@ import dataclasses
 
 from tests.fixtures.studies import study_fields
 from tuner import db
+from tuner.driver.study import new_measurement
 from tuner.frozen import Config, Shape
 from tuner.report.markdown import Report, ReportRow, collect, kernel_label, render_markdown
 from tuner.results import MeasureResult, SampleSummary, Status, Timer
@@ -61,9 +62,9 @@ def test_kernel_breakdown_goes_from_a_measurement_to_the_report(tmp_path) -> Non
                           kernels={"_chunk_cumsum_fwd_kernel": 9.0})
     with store.session() as session:
         study = db.get_or_create_study(session, **study_fields())
-        db.add_result(session, study_id=study.id, role="final", candidate="config", result=best, round_id="r")
-        db.add_result(session, study_id=study.id, role="final", candidate="comparator:mamba_ssm", result=other,
-                      round_id="r")
+    for result, candidate in ((best, "config"), (other, "comparator:mamba_ssm")):
+        store.record_measurement(new_measurement(result, study_id=study.id, role="final", candidate=candidate,
+                                                 round_id="r"))
     report = collect(store, "mamba2_chunk_cumsum")
     text = render_markdown(report, kernels=True)
     assert "### Device time per kernel" in text

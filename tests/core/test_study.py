@@ -11,7 +11,7 @@ import pytest
 from tests.fixtures.fault_templates import TUNABLE_REF
 from tuner import db, registry
 from tuner.driver.budget import CountBudget
-from tuner.driver.study import _withdraw_waiting, finalize, open_study, optuna_storage, queue_in_order
+from tuner.driver.study import finalize, open_study, queue_in_order
 from tuner.driver.trials import run_trials
 from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
@@ -116,15 +116,14 @@ def test_warm_starts_missing_from_a_resumed_queue_go_ahead_of_it(db_url: str) ->
     """A resumed study whose queue holds configs of earlier runs measures the current warm starts first (a
     seed added to the space must not wait behind the old queue), in their order, then the rest."""
     store = db.Store.open(db_url)
-    storage = optuna_storage(store)
-    study = optuna.create_study(study_name="q", storage=storage, direction="minimize")
+    study = optuna.create_study(study_name="q", storage=store.optuna_storage(), direction="minimize")
     a, b, c = {"BLOCK": 16, "mode": "ok"}, {"BLOCK": 32, "mode": "ok"}, {"BLOCK": 64, "mode": "ok"}
     study.enqueue_trial(a)
     study.enqueue_trial(b)
-    queue_in_order(study, storage, [a, b, c])  # in order already: c is appended, nothing withdrawn
+    queue_in_order(study, store, [a, b, c])  # in order already: c is appended, nothing withdrawn
     assert _queue(study) == [a, b, c]
     assert not study.get_trials(states=(optuna.trial.TrialState.FAIL,))
-    queue_in_order(study, storage, [c, a])  # c first now: the old queue is withdrawn and queued again behind it
+    queue_in_order(study, store, [c, a])  # c first now: the old queue is withdrawn and queued again behind it
     assert _queue(study) == [c, a, b]
     popped = [study.ask().number for _ in range(3)]
     assert [study.trials[n].system_attrs["fixed_params"] for n in popped] == [c, a, b]
@@ -134,17 +133,16 @@ def test_warm_starts_missing_from_a_resumed_queue_go_ahead_of_it(db_url: str) ->
 
 def test_reordering_the_queue_leaves_a_trial_another_worker_popped(db_url: str) -> None:
     store = db.Store.open(db_url)
-    storage = optuna_storage(store)
-    study = optuna.create_study(study_name="q", storage=storage, direction="minimize")
+    study = optuna.create_study(study_name="q", storage=store.optuna_storage(), direction="minimize")
     a, b = {"BLOCK": 16}, {"BLOCK": 32}
     study.enqueue_trial(a)
     study.enqueue_trial(b)
     waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
     # another worker pops a between this worker's read of the queue and its withdrawal
-    other = optuna.load_study(study_name="q", storage=optuna_storage(store))
+    other = optuna.load_study(study_name="q", storage=store.optuna_storage())
     running = other.ask()
     assert running.params == {} and running._trial_id == waiting[0]._trial_id  # params come with suggest
-    assert _withdraw_waiting(storage, [t._trial_id for t in waiting]) == {waiting[1]._trial_id}
+    assert store.withdraw_waiting_trials([t._trial_id for t in waiting]) == {waiting[1]._trial_id}
     assert study.trials[running.number].state is optuna.trial.TrialState.RUNNING
 
 
@@ -155,7 +153,7 @@ def test_a_seed_added_to_the_space_runs_before_the_old_queue(tmp_path, measurer:
     shape = Shape(n=64)
     template = registry.load(registry.ref_of(NAME))
     key = StudyKey.of(template.name, template.version, shape, measurer.fingerprint())
-    earlier = optuna.create_study(study_name=key.study_name(), storage=optuna_storage(store), direction="minimize")
+    earlier = optuna.create_study(study_name=key.study_name(), storage=store.optuna_storage(), direction="minimize")
     stale = {"BLOCK": 32, "mode": "ok"}
     earlier.enqueue_trial(stale)
     ctx = open_study(NAME, shape, store=store, measurer=measurer, sampler="random", seed=0)

@@ -15,13 +15,12 @@ from tuner.db import (
     Store,
     StudyRecord,
     add_measurement,
-    add_result,
     count_measurements,
     get_measurement,
     latest_round,
     list_measurements,
-    worker_id,
 )
+from tuner.driver.study import new_measurement, process_label
 from tuner.errors import NotFoundError
 from tuner.frozen import Config
 from tuner.results import MeasureResult, PhaseTimes, SampleSummary, Status, Timer
@@ -86,12 +85,11 @@ def test_measure_results_are_stored_through_the_adapter(store: Store, make_study
     )
     wrong = MeasureResult(Status.WRONG_RESULT, config, errors={"out": math.nan}, reason="out is NaN")
     invalid = MeasureResult(Status.INVALID, config, reason="BLOCK_H > H")
-    with store.session() as session:
-        a = add_result(
-            session, study_id=study.id, role="trial", candidate="config", result=ok, trial_number=0
-        )
-        b = add_result(session, study_id=study.id, role="trial", candidate="config", result=wrong)
-        c = add_result(session, study_id=study.id, role="trial", candidate="default", result=invalid)
+    a = store.record_measurement(
+        new_measurement(ok, study_id=study.id, role="trial", candidate="config", trial_number=0)
+    )
+    b = store.record_measurement(new_measurement(wrong, study_id=study.id, role="trial", candidate="config"))
+    c = store.record_measurement(new_measurement(invalid, study_id=study.id, role="trial", candidate="default"))
     assert (a.median_us, a.p20_us, a.p80_us) == pytest.approx((3.0, 1.8, 4.2))
     assert (a.n_samples, a.timer) == (5, "cpu-wall")
     assert (a.min_us, a.max_us, a.mean_us) == (1.0, 5.0, 3.0)
@@ -139,7 +137,7 @@ def _add(session: Any, study_id: int, **fields: Any) -> MeasurementRecord:
 def test_list_and_count_filter_order_and_page(store: Store, make_study: StudyFactory) -> None:
     study, other = make_study(), make_study(S=8192)
     with store.session() as session:
-        slow = _add(session, study.id, median_us=9.0, worker=worker_id())
+        slow = _add(session, study.id, median_us=9.0, worker=process_label())
         fast = _add(session, study.id, median_us=2.0)
         crash = _add(session, study.id, status=Status.RUNTIME_ERROR, reason="illegal address")
         final = _add(session, study.id, role="final", round_id="r1", median_us=2.1)

@@ -17,10 +17,10 @@ from tests.fixtures.processes import ROOT, env
 from tests.fixtures.servers import TOKENS, publish, thread_server
 from tuner import db, registry
 from tuner.api.settings import ApiSettings
+from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
 from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
 from tuner.measure.devices.base import Fingerprint
-from tuner.service.distance import DEFAULT_DISTANCE, ShapeDistance
 from tuner.service.regret import leave_one_out, quantile, recorded_shapes, regret_reports
 
 NAME = "toy_regret"

@@ -174,12 +174,8 @@ def best(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print the best verified config stored for one shape."""
-    from tuner import db
-
     t, the_shape = _one_shape(template, workload, shape)
-    store = _store(db_url)
-    with store.session() as session:
-        record = db.get_best(session, template=t.name, shape_key=the_shape.key(), device_kind=device)
+    record = _store(db_url).get_best(template=t.name, shape_key=the_shape.key(), device_kind=device)
     if record is None:
         raise UserInputError(f"no best config stored for {t.name} at {the_shape.key()}; run `tuner tune` first")
     data = {
@@ -208,28 +204,23 @@ def history(
     role: Annotated[str | None, typer.Option(help="trial | final (default: both).")] = None,
 ) -> None:
     """Show every trial of the shape's studies, failures with their reasons."""
-    from tuner import db
-
     t, the_shape = _one_shape(template, workload, shape)
     store = _store(db_url)
-    with store.session() as session:
-        studies = [
-            s for s in db.list_studies(session, template=t.name, device_kind=device) if s.shape_key == the_shape.key()
-        ]
-        if not studies:
-            raise UserInputError(f"no study stored for {t.name} at {the_shape.key()}")
-        for st in studies:
-            rows = db.list_measurements(session, study_id=st.id, role=role)
-            table = Table("id", "role", "trial", "candidate", "config", "status", "median µs", "p20–p80", "reason",
-                          title=f"{st.name} — {len(rows)} measurements", title_justify="left")
-            for m in rows:
-                spread = f"{m.p20_us:.2f}–{m.p80_us:.2f}" if m.p20_us is not None and m.p80_us is not None else ""
-                table.add_row(
-                    str(m.id), m.role, "" if m.trial_number is None else str(m.trial_number), m.candidate,
-                    m.config_json, m.status, "" if m.median_us is None else f"{m.median_us:.2f}", spread,
-                    (m.reason or "").splitlines()[0][:100] if m.reason else "",
-                )
-            console.print(table)
+    studies = [s for s in store.list_studies(template=t.name, device_kind=device) if s.shape_key == the_shape.key()]
+    if not studies:
+        raise UserInputError(f"no study stored for {t.name} at {the_shape.key()}")
+    for st in studies:
+        rows = store.list_measurements(study_id=st.id, role=role)
+        table = Table("id", "role", "trial", "candidate", "config", "status", "median µs", "p20–p80", "reason",
+                      title=f"{st.name} — {len(rows)} measurements", title_justify="left")
+        for m in rows:
+            spread = f"{m.p20_us:.2f}–{m.p80_us:.2f}" if m.p20_us is not None and m.p80_us is not None else ""
+            table.add_row(
+                str(m.id), m.role, "" if m.trial_number is None else str(m.trial_number), m.candidate,
+                m.config_json, m.status, "" if m.median_us is None else f"{m.median_us:.2f}", spread,
+                (m.reason or "").splitlines()[0][:100] if m.reason else "",
+            )
+        console.print(table)
 
 
 @app.command()
@@ -277,7 +268,7 @@ def regret(
     template: TemplateArg,
     device: Annotated[str | None, typer.Option(help="Device kind (default: all).")] = None,
     distance: Annotated[str | None, typer.Option(
-        help="A candidate distance of tuner.service.distance (default: the lookup's).")] = None,
+        help="A candidate distance of tuner.distance (default: the lookup's).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     db_url: DbOpt = None,
 ) -> None:

@@ -1,8 +1,9 @@
 """Trial budgets: who may run the next measured trial of a study.
 
-A budget hands out opaque slot tokens. ``reserve`` before a trial; ``record`` in the transaction that
-stores the trial's measurement (so a measurement is stored if and only if its slot is spent); ``release``
-when the trial needed no measurement (invalid or duplicate config) or could not finish. The CLI uses a local
+A budget hands out opaque slot tokens. ``reserve`` before a trial; the trial's measurement is stored with
+the token's store slot (``slot_of``), which the store spends in the same transaction (so a measurement is
+stored if and only if its slot is spent); ``release`` when the trial needed no measurement (invalid or
+duplicate config) or could not finish. The CLI uses a local
 count; the job queue's workers share a budget through slots in the store (tuner.service.worker.SlotBudget).
 """
 
@@ -10,10 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
-
-from sqlalchemy.orm import Session
-
-from tuner.results import MeasureResult
 
 
 class TrialBudget(Protocol):
@@ -25,10 +22,9 @@ class TrialBudget(Protocol):
     def release(self, token: object) -> None:
         """Give back a token that did not lead to a stored measurement (idempotent)."""
 
-    def record(
-        self, session: Session, token: object, *, trial_number: int, measurement_id: int, result: MeasureResult
-    ) -> None:
-        """Spend ``token`` on this measurement inside ``session``'s transaction; may raise to roll it back."""
+    def slot_of(self, token: object) -> int | None:
+        """The store's trial slot behind ``token``, spent when the measurement is stored (None: the budget
+        keeps no slots in the store, as a local count)."""
 
 
 @dataclass
@@ -49,7 +45,5 @@ class CountBudget:
     def release(self, token: object) -> None:
         self.used -= 1
 
-    def record(
-        self, session: Session, token: object, *, trial_number: int, measurement_id: int, result: MeasureResult
-    ) -> None:
+    def slot_of(self, token: object) -> int | None:
         return None

@@ -19,10 +19,11 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner import db
+from tuner.driver import optuna_access
 from tuner.errors import ConfigError, UserInputError
 from tuner.frozen import Config, Shape
 from tuner.space import SearchSpace
+from tuner.store import TuningStore
 
 # The plan's order: the valid configs shuffled by a fixed seed, so that a sweep stopped part-way has measured
 # a uniform sample of the (sub)space rather than one corner of it.
@@ -95,11 +96,9 @@ def _text(value: object) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
-def measured_configs(store: db.Store, study_id: int) -> set[Config]:
+def measured_configs(store: TuningStore, study_id: int) -> set[Config]:
     """The configs with a stored trial measurement in the study (any status, all workers and runs)."""
-    with store.session(readonly=True) as session:
-        rows = db.list_measurements(session, study_id=study_id, role="trial")
-    return {Config.from_json(r.config_json) for r in rows}
+    return {Config.from_json(r.config_json) for r in store.list_measurements(study_id=study_id, role="trial")}
 
 
 class ExhaustiveSampler(optuna.samplers.BaseSampler):
@@ -138,9 +137,8 @@ class ExhaustiveSampler(optuna.samplers.BaseSampler):
             self._cursor += 1
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        fixed = trial.system_attrs.get("fixed_params")
-        if fixed is not None:
-            self._held.add(Config(fixed))
+        if optuna_access.has_fixed_params(trial):
+            self._held.add(Config(optuna_access.queued_params(trial)))
             return
         self._advance()
         if self._cursor < len(self._configs):

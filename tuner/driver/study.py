@@ -5,40 +5,39 @@
 the template's comparators interleaved in one round, stores the round and publishes the fastest verified
 template config as the key's best.
 
-The driver knows Optuna, the store and the measurer; it knows nothing of HTTP. Several processes may drive
-the same study at once (the job queue does): Optuna's storage shares the trials, the store shares the
-measurements, and the budget decides who may run the next trial.
+The driver knows Optuna, the store contract (:mod:`tuner.store`) and the measurer; it knows nothing of HTTP
+or SQL. Several processes may drive the same study at once (the job queue does): Optuna's storage shares the
+trials, the store shares the measurements, and the budget decides who may run the next trial. Optuna
+internals are reached through :mod:`tuner.driver.optuna_access` only.
 """
 
 from __future__ import annotations
 
-import datetime
-import inspect
 import logging
 import math
+import os
+import socket
 import uuid
-import warnings
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import optuna
-import sqlalchemy as sa
 from optuna.trial import TrialState
-from sqlalchemy import event
-from sqlalchemy.orm import Session
 
-from tuner import db, registry
+from tuner import registry
+from tuner.driver import optuna_access
+from tuner.driver.heartbeat import InFlight
 from tuner.driver.samplers import make_sampler
 from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
 from tuner.measure.measurer import Candidate, Measurer
 from tuner.results import MeasureResult, Status
 from tuner.space import SearchSpace
+from tuner.store import NewMeasurement, TrialHeartbeats, TuningStore
 from tuner.template import KernelTemplate
 
 log = logging.getLogger(__name__)
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 DEFAULT_LABEL = "default"
 CONFIG_LABEL = "config"
@@ -72,25 +71,35 @@ class StudyContext:
     study_id: int
     study: optuna.Study
     sampler: optuna.samplers.BaseSampler
-    store: db.Store
+    store: TuningStore
     measurer: Measurer
-    storage: optuna.storages.BaseStorage | None = None
-    worker: str = field(default_factory=db.worker_id)
+    storage: optuna.storages.BaseStorage
+    worker: str = field(default_factory=lambda: process_label())
     seed_base: int = 0
-    in_flight: set[int] = field(default_factory=set)  # Optuna trial ids asked and not yet told (heartbeats)
+    in_flight: InFlight = field(default_factory=InFlight)  # trials asked and not yet told (heartbeats read it)
     orphans_checked_at: float = -math.inf  # time.monotonic() of the last orphan scan (tuner.driver.trials)
 
     @property
     def heartbeats(self) -> bool:
         """Whether the study's trials carry heartbeats (workers sharing the study)."""
-        return isinstance(self.storage, optuna.storages.RDBStorage) and bool(self.storage.get_heartbeat_interval())
+        return optuna_access.heartbeats_enabled(self.storage)
+
+
+def process_label() -> str:
+    """``host/pid`` of this process: who stored a measurement."""
+    return f"{socket.gethostname()}/{os.getpid()}"
+
+
+def trial_heartbeats(heartbeat_s: float) -> TrialHeartbeats:
+    """Optuna trial heartbeats every ``heartbeat_s`` (at least 1 s); a trial silent for 4 beats is stale."""
+    return TrialHeartbeats(interval_s=max(1, round(heartbeat_s)), grace_s=max(4, round(4 * heartbeat_s)))
 
 
 def open_study(
     template_name: str,
     shape: Shape,
     *,
-    store: db.Store,
+    store: TuningStore,
     measurer: Measurer,
     sampler: str | optuna.samplers.BaseSampler = "tpe",
     seed: int | None = None,
@@ -112,21 +121,19 @@ def open_study(
     space = template.space()
     fingerprint = measurer.fingerprint()
     key = StudyKey.of(template.name, template.version, shape, fingerprint)
-    with store.session() as session:
-        study_row = db.get_or_create_study(
-            session,
-            name=key.study_name(),
-            template=key.template,
-            template_version=key.template_version,
-            shape_key=key.shape_key,
-            shape_json=shape.to_json(),
-            device_kind=key.device_kind,
-            device_name=key.device_name,
-            fingerprint_hash=key.fingerprint_hash,
-            fingerprint_json=fingerprint.to_json(),
-        )
+    study_row = store.get_or_create_study(
+        name=key.study_name(),
+        template=key.template,
+        template_version=key.template_version,
+        shape_key=key.shape_key,
+        shape_json=shape.to_json(),
+        device_kind=key.device_kind,
+        device_name=key.device_name,
+        fingerprint_hash=key.fingerprint_hash,
+        fingerprint_json=fingerprint.to_json(),
+    )
     optuna_sampler = make_sampler(sampler, space, seed) if isinstance(sampler, str) else sampler
-    storage = optuna_storage(store, heartbeat_s=heartbeat_s)
+    storage = store.optuna_storage(heartbeats=None if heartbeat_s is None else trial_heartbeats(heartbeat_s))
     study = optuna.create_study(
         study_name=key.study_name(),
         storage=storage,
@@ -144,7 +151,7 @@ def open_study(
     if warm:
         settled = settled_params(study, heartbeats=heartbeat_s is not None, waiting=False)
         wanted = [c.to_dict() for c in warm_starts(store, space, key) if c.to_dict() not in settled]
-        queue_in_order(study, storage, wanted)
+        queue_in_order(study, store, wanted)
     seed_base = zlib.crc32(key.study_name().encode()) if seed is None else seed
     return StudyContext(
         template, template_ref, shape, space, key, study_row.id, study, optuna_sampler, store, measurer,
@@ -169,13 +176,11 @@ def settled_params(study: optuna.Study, *, heartbeats: bool, waiting: bool = Tru
             or (state is TrialState.RUNNING and heartbeats)
         )
         if counts:
-            settled.append(dict(trial.system_attrs.get("fixed_params", trial.params)))
+            settled.append(optuna_access.queued_params(trial))
     return settled
 
 
-def queue_in_order(
-    study: optuna.Study, storage: optuna.storages.BaseStorage, wanted: Sequence[Mapping[str, object]]
-) -> None:
+def queue_in_order(study: optuna.Study, store: TuningStore, wanted: Sequence[Mapping[str, object]]) -> None:
     """Make ``wanted`` the head of the study's queue of WAITING trials, in this order, ahead of the other
     queued configs (kept, in their order, after it).
 
@@ -188,51 +193,26 @@ def queue_in_order(
     which the trial loop counts as a duplicate instead of measuring it again. A queued heartbeat retry
     that is withdrawn and queued again starts its retry count afresh."""
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    queued = [dict(t.system_attrs.get("fixed_params", t.params)) for t in waiting]
+    queued = [optuna_access.queued_params(t) for t in waiting]
     desired = [dict(p) for p in wanted] + [q for q in queued if q not in wanted]
     if desired[: len(queued)] == queued:
         for params in desired[len(queued):]:
             study.enqueue_trial(params)
         return
-    withdrawn = _withdraw_waiting(storage, [t._trial_id for t in waiting])
-    taken = [q for t, q in zip(waiting, queued, strict=True) if t._trial_id not in withdrawn]
+    withdrawn = store.withdraw_waiting_trials([optuna_access.trial_id(t) for t in waiting])
+    taken = [q for t, q in zip(waiting, queued, strict=True) if optuna_access.trial_id(t) not in withdrawn]
     for params in desired:
         if params not in taken:  # popped by another worker meanwhile: running
             study.enqueue_trial(params)
 
 
-def _withdraw_waiting(storage: optuna.storages.BaseStorage, trial_ids: Sequence[int]) -> set[int]:
-    """Fail those of ``trial_ids`` that are still WAITING, atomically per trial; returns the ids failed.
-    ``storage`` is the study's (the RDB storage the store opened, or an in-memory one)."""
-    if not isinstance(storage, optuna.storages.RDBStorage):  # in-memory studies have one process
-        for trial_id in trial_ids:
-            storage.set_trial_state_values(trial_id, TrialState.FAIL)
-        return set(trial_ids)
-    state = sa.Enum(TrialState, name="trialstate")  # Optuna's column: a native enum on PostgreSQL
-    trials = sa.table("trials", sa.column("trial_id"), sa.column("state", state), sa.column("datetime_complete"))
-    now = datetime.datetime.now()
-    withdrawn: set[int] = set()
-    with storage.engine.begin() as connection:
-        for trial_id in trial_ids:
-            result = connection.execute(
-                sa.update(trials)
-                .where(trials.c.trial_id == trial_id, trials.c.state == TrialState.WAITING)
-                .values(state=TrialState.FAIL, datetime_complete=now)
-            )
-            if result.rowcount:
-                withdrawn.add(trial_id)
-    return withdrawn
-
-
-def warm_starts(store: db.Store, space: SearchSpace, key: StudyKey, limit: int = 4) -> list[Config]:
+def warm_starts(store: TuningStore, space: SearchSpace, key: StudyKey, limit: int = 4) -> list[Config]:
     """Configs a new study measures first: the default (the incumbent), the space's expert seeds, then the
     best configs published for other shapes of this template on this device (nearest shapes first), each
     once and only if valid for this shape. Invalid ones are left out rather than wasted as trials."""
-    from tuner.service.lookup import shape_distance
+    from tuner.lookup import shape_distance
 
-    with store.session(readonly=True) as session:
-        published = db.list_best(session, template=key.template, device_kind=key.device_kind,
-                                 device_name=key.device_name)
+    published = store.list_best(template=key.template, device_kind=key.device_kind, device_name=key.device_name)
     shape = key.shape.to_dict()
     others = sorted(
         (b for b in published if b.template_version == key.template_version and b.shape_key != key.shape_key),
@@ -246,66 +226,37 @@ def warm_starts(store: db.Store, space: SearchSpace, key: StudyKey, limit: int =
     return chosen
 
 
+def new_measurement(
+    result: MeasureResult, *, study_id: int, role: str, candidate: str, trial_number: int | None = None,
+    round_id: str | None = None, worker: str | None = None,
+) -> NewMeasurement:
+    """The store's plain-value form of one measured candidate."""
+    s = result.summary
+    return NewMeasurement(
+        study_id=study_id, role=role, candidate=candidate, config_json=result.config.to_json(),
+        status=result.status, round_id=round_id, trial_number=trial_number, reason=result.reason,
+        errors_json=dict(result.errors), kernels_json=dict(result.kernels),
+        median_us=s.median_us if s else None, p20_us=s.p20_us if s else None, p80_us=s.p80_us if s else None,
+        mean_us=s.mean_us if s else None, min_us=s.min_us if s else None, max_us=s.max_us if s else None,
+        n_samples=s.n if s else None, timer=result.timer, build_s=result.phases.build_s,
+        verify_s=result.phases.verify_s, measure_s=result.phases.measure_s, worker=worker,
+    )
+
+
 def store_result(
     ctx: StudyContext, result: MeasureResult, *, role: str, candidate: str,
-    trial_number: int | None = None, round_id: str | None = None,
-    spend: Callable[[Session, int], None] | None = None,
+    trial_number: int | None = None, round_id: str | None = None, slot_id: int | None = None,
 ) -> int:
-    """Store one measurement of the study; ``spend(session, measurement_id)`` runs in the same transaction
-    (the trial budget spends its slot there, so a measurement is stored if and only if its slot is spent)."""
-    with ctx.store.session() as session:
-        row = db.add_result(
-            session, study_id=ctx.study_id, role=role, candidate=candidate, result=result,
-            trial_number=trial_number, round_id=round_id, worker=ctx.worker,
-        )
-        if spend is not None:
-            spend(session, row.id)
-    return row.id
-
-
-def optuna_storage(store: db.Store, *, heartbeat_s: float | None = None) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage in the store's database (so that ``optuna-dashboard <url>`` shows the studies).
-
-    On SQLite its connections get ``synchronous=NORMAL`` (safe under WAL, which the store has switched the
-    file to): Optuna commits once per user attribute, and a full fsync per commit made the per-trial
-    overhead several times larger than the 50 ms target. With ``heartbeat_s``, trials carry heartbeats
-    and stale ones are retried (Optuna's retry callback) with the same parameters.
-    """
-    extra: dict[str, object] = {}
-    if heartbeat_s is not None:
-        # Optuna 4.9 renamed the stale-trial callback (argument and class); older releases know the old names.
-        params = inspect.signature(optuna.storages.RDBStorage).parameters
-        callback = "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params \
-            else "failed_trial_callback"
-        retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) \
-            or optuna.storages.RetryFailedTrialCallback
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-            extra = {
-                "heartbeat_interval": max(1, round(heartbeat_s)),
-                "grace_period": max(4, round(4 * heartbeat_s)),
-                callback: retry(max_retry=3),
-            }
-    storage = optuna.storages.RDBStorage(store.optuna_url, **extra)  # type: ignore[arg-type]
-    if store.dialect == "sqlite":
-        event.listen(storage.engine, "connect", _sqlite_synchronous_normal)
-        storage.engine.dispose()  # connections opened before the listener existed
-    return storage
-
-
-def _sqlite_synchronous_normal(dbapi_connection: object, _record: object) -> None:
-    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
-    try:
-        cursor.execute("PRAGMA synchronous = NORMAL")
-    finally:
-        cursor.close()
+    """Store one measurement of the study and, with ``slot_id``, spend that trial slot on it (one store
+    transaction: a measurement is stored if and only if its slot is spent); returns the measurement id."""
+    measurement = new_measurement(result, study_id=ctx.study_id, role=role, candidate=candidate,
+                                  trial_number=trial_number, round_id=round_id, worker=ctx.worker)
+    return ctx.store.record_measurement(measurement, slot_id=slot_id).id
 
 
 def top_configs(ctx: StudyContext, k: int) -> list[Config]:
     """The k fastest distinct OK configs measured in this study's trials (all workers, all runs)."""
-    with ctx.store.session() as session:
-        rows = db.list_measurements(session, study_id=ctx.study_id, role="trial", status=Status.OK.value,
-                                    order="median_us")
+    rows = ctx.store.list_measurements(study_id=ctx.study_id, role="trial", status=Status.OK, order="median_us")
     seen: list[Config] = []
     for row in rows:
         config = Config.from_json(row.config_json)
@@ -348,6 +299,5 @@ def finalize(
     winners = [e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok]
     winner = min(winners, key=lambda e: e.result.median_us or float("inf"), default=None)
     if winner is not None:
-        with ctx.store.session() as session:
-            db.publish_best(session, study_id=ctx.study_id, measurement_id=winner.measurement_id)
+        ctx.store.publish_best(study_id=ctx.study_id, measurement_id=winner.measurement_id)
     return FinalRound(round_id, entries, winner, winner is not None)

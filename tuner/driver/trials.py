@@ -16,16 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import optuna
 from optuna.trial import TrialState
-from sqlalchemy.orm import Session
 
-from tuner import db
+from tuner.driver import optuna_access
 from tuner.driver.budget import TrialBudget
 from tuner.driver.samplers import exhausted
 from tuner.driver.study import CONFIG_LABEL, StudyContext, store_result
@@ -33,6 +31,7 @@ from tuner.frozen import Config
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.measurer import Candidate
 from tuner.results import MeasureResult, SampleSummary, Status, Timer
+from tuner.store import MeasurementRecord
 
 log = logging.getLogger(__name__)
 
@@ -123,20 +122,16 @@ def _measure_batch(
             pending.pop(0)
     finally:
         for p in pending:  # interrupted: no RUNNING trial and no reserved slot is left behind
-            if p.trial._trial_id in ctx.in_flight:  # not already abandoned by _measure
+            if optuna_access.trial_id(p.trial) in ctx.in_flight:  # not already abandoned by _measure
                 _abandon(ctx, budget, p, "not measured: the loop was interrupted")
 
 
 def _propose(ctx: StudyContext, token: object) -> TrialRecord | _Pending:
     """Ask a trial and resolve it when no measurement is needed (invalid, in flight elsewhere, known)."""
     started = time.perf_counter()
-    with warnings.catch_warnings():
-        # Optuna warns that heartbeats are meant for Study.optimize; tuner records them itself (worker).
-        warnings.filterwarnings("ignore", message="Heartbeat of storage", category=UserWarning)
-        trial = ctx.study.ask()
-    if ctx.heartbeats:
-        # Beat at once: a trial without any heartbeat is never found stale if its process dies early.
-        ctx.storage.record_heartbeat(trial._trial_id)  # type: ignore[union-attr]
+    trial = optuna_access.ask(ctx.study)
+    # Beat at once: a trial without any heartbeat is never found stale if its process dies early.
+    optuna_access.record_heartbeat(ctx.storage, optuna_access.trial_id(trial))
     config = ctx.space.suggest(trial)
     reason = ctx.space.check(config, ctx.shape)
     if reason is not None:
@@ -158,7 +153,7 @@ def _propose(ctx: StudyContext, token: object) -> TrialRecord | _Pending:
         result = _result_of(previous)
         _tell(ctx, trial, result, previous.id)
         return _record(trial.number, result, previous.trial_number, started)
-    ctx.in_flight.add(trial._trial_id)
+    ctx.in_flight.add(optuna_access.trial_id(trial))
     return _Pending(trial, config, token, started, time.perf_counter() - started)
 
 
@@ -169,18 +164,15 @@ def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending) -> TrialRecord
         result = ctx.measurer.measure(
             ctx.template_ref, ctx.shape, Candidate(config=p.config), seed=ctx.seed_base + trial.number
         )
-
-        def spend(session: Session, measurement_id: int) -> None:
-            budget.record(session, p.token, trial_number=trial.number, measurement_id=measurement_id, result=result)
-
         measurement_id = store_result(
-            ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=trial.number, spend=spend
+            ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=trial.number,
+            slot_id=budget.slot_of(p.token),
         )
     except BaseException as exc:
         # Not stored (store down, slot lost, interrupted): fail the trial, free the slot, let the caller decide.
         _abandon(ctx, budget, p, f"not recorded: {type(exc).__name__}: {exc}")
         raise
-    ctx.in_flight.discard(trial._trial_id)
+    ctx.in_flight.discard(optuna_access.trial_id(trial))
     _tell(ctx, trial, result, measurement_id)
     # Overhead: its own proposal and measurement call, not the wait for its batch's compile and for the
     # trials measured before it in the batch (those are in wall_s).
@@ -191,7 +183,7 @@ def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending) -> TrialRecord
 def _abandon(ctx: StudyContext, budget: TrialBudget, p: _Pending, reason: str) -> None:
     """Fail a trial that was asked but not measured, free its slot, and queue its config again (WAITING),
     so that the next run of the study measures it: an interrupted run loses no seed or proposal."""
-    ctx.in_flight.discard(p.trial._trial_id)
+    ctx.in_flight.discard(optuna_access.trial_id(p.trial))
     try:
         budget.release(p.token)
         p.trial.set_user_attr("reason", reason[:2000])
@@ -209,29 +201,26 @@ def _fail_stale_trials(ctx: StudyContext) -> None:
     seed or a retry), whose fixed parameters it carries."""
     if not ctx.heartbeats:
         return
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(ctx.study)
+    optuna_access.fail_stale_trials(ctx.study)
     storage = ctx.storage
-    assert storage is not None  # heartbeats need the RDB storage
-    interval = getattr(storage, "heartbeat_interval", None) or 1
-    grace = getattr(storage, "grace_period", None) or 2 * interval
+    interval, grace = optuna_access.heartbeat_timing(storage)
     if time.monotonic() - ctx.orphans_checked_at < interval:  # at most once per heartbeat interval: the
         return  # scan reads every RUNNING trial, and it runs before every ask
     ctx.orphans_checked_at = time.monotonic()
     cutoff = datetime.now() - timedelta(seconds=grace)  # Optuna stores naive local start times
     for trial in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if not trial.params and trial._trial_id not in ctx.in_flight and trial.datetime_start \
+        trial_id = optuna_access.trial_id(trial)
+        if not trial.params and trial_id not in ctx.in_flight and trial.datetime_start \
                 and trial.datetime_start < cutoff:
             try:
-                storage.set_trial_user_attr(trial._trial_id, "reason", "orphaned: its worker died "
+                storage.set_trial_user_attr(trial_id, "reason", "orphaned: its worker died "
                                             "before the trial's first heartbeat")
-                storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+                storage.set_trial_state_values(trial_id, TrialState.FAIL)
             except Exception:  # another worker failed it first (it is finished now): nothing to do
                 log.debug("orphan trial %d already settled", trial.number, exc_info=True)
                 continue
-            if "fixed_params" in trial.system_attrs:
-                ctx.study.enqueue_trial(dict(trial.system_attrs["fixed_params"]))
+            if optuna_access.has_fixed_params(trial):
+                ctx.study.enqueue_trial(optuna_access.queued_params(trial))
 
 
 def _record(
@@ -268,21 +257,18 @@ def _in_flight_twin(ctx: StudyContext, number: int, config: Config) -> int | Non
     run killed outright (see tuner.driver.study.settled_params), which will never be measured."""
     params = config.to_dict()
     for other in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        live = ctx.heartbeats or other._trial_id in ctx.in_flight
+        live = ctx.heartbeats or optuna_access.trial_id(other) in ctx.in_flight
         if other.number != number and live and other.params == params:
             return other.number
     return None
 
 
-def _previous_measurement(ctx: StudyContext, config: Config) -> db.MeasurementRecord | None:
-    with ctx.store.session(readonly=True) as session:
-        rows = db.list_measurements(
-            session, study_id=ctx.study_id, role="trial", config_json=config.to_json(), limit=1
-        )
+def _previous_measurement(ctx: StudyContext, config: Config) -> MeasurementRecord | None:
+    rows = ctx.store.list_measurements(study_id=ctx.study_id, role="trial", config_json=config.to_json(), limit=1)
     return rows[0] if rows else None
 
 
-def _result_of(row: db.MeasurementRecord) -> MeasureResult:
+def _result_of(row: MeasurementRecord) -> MeasureResult:
     """The stored outcome of an earlier trial, as the value a duplicate trial reports."""
     summary = None
     if row.median_us is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -13,14 +14,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tuner import db, registry
+from tuner import registry
+from tuner.driver import optuna_access
 from tuner.driver.budget import CountBudget
 from tuner.driver.exhaustive import ExhaustivePlan, ExhaustiveSampler, measured_configs
-from tuner.driver.study import FinalRound, finalize, open_study
-from tuner.driver.trials import TrialRecord, run_trials
+from tuner.driver.run import StudyOptions, run_study
+from tuner.driver.study import FinalRound, StudyContext
+from tuner.driver.trials import TrialRecord
 from tuner.frozen import Config, Shape
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.measurer import Measurer
+from tuner.store import TuningStore
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ def tune_shapes(
     template: str,
     shapes: Sequence[tuple[str, Shape]],
     *,
-    store: db.Store,
+    store: TuningStore,
     measurer: Measurer,
     trials: int,
     sampler: str = "tpe",
@@ -59,37 +63,33 @@ def tune_shapes(
     """
     console = console or Console(quiet=True)
     workers = compile_workers or (os.cpu_count() or 1 if registry.get(template).compile_in_parallel else 1)
+    options = StudyOptions(sampler=sampler, seed=seed, finalists=finalists, comparators=comparators)
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(CompilePool(workers)) if workers > 1 else None
         return [
-            _tune_one(template, label, shape, store=store, measurer=measurer, trials=trials, sampler=sampler,
-                      seed=seed, finalists=finalists, comparators=comparators, pool=pool, console=console,
+            _tune_one(template, label, shape, store=store, measurer=measurer, trials=trials, options=options,
+                      pool=pool, console=console,
                       plan=ExhaustivePlan.of(registry.get(template).space(), shape, only) if exhaustive else None)
             for label, shape in shapes
         ]
 
 
 def _tune_one(
-    template: str, label: str, shape: Shape, *, store: db.Store, measurer: Measurer, trials: int, sampler: str,
-    seed: int | None, finalists: int, comparators: bool, pool: CompilePool | None, console: Console,
-    plan: ExhaustivePlan | None = None,
+    template: str, label: str, shape: Shape, *, store: TuningStore, measurer: Measurer, trials: int,
+    options: StudyOptions, pool: CompilePool | None, console: Console, plan: ExhaustivePlan | None = None,
 ) -> ShapeSummary:
-    if plan is None:
-        ctx = open_study(template, shape, store=store, measurer=measurer, sampler=sampler, seed=seed)
-    else:
-        exhaustive = ExhaustiveSampler(plan.configs)
-        ctx = open_study(template, shape, store=store, measurer=measurer, sampler=exhaustive, seed=seed, warm=False)
-        measured = measured_configs(store, ctx.study_id)
-        queued = [Config(t.system_attrs.get("fixed_params", t.params))
-                  for t in ctx.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
-        exhaustive.hold(measured | set(queued))
-        done = sum(1 for c in plan.configs if c in measured)
-        trials = exhaustive.remaining() + len(queued)
-        console.print(f"[bold]{label}[/bold]: exhaustive, {plan.describe()}; {done} measured already, "
-                      f"{exhaustive.remaining()} to measure" + (f" (+{len(queued)} queued)" if queued else ""))
+    budget = CountBudget(trials)
+    exhaustive = None if plan is None else ExhaustiveSampler(plan.configs)
+    if exhaustive is not None:
+        options = dataclasses.replace(options, sampler=exhaustive, warm=False)
     with _progress(console) as progress:
         task = progress.add_task(label, total=trials, best="–")
         best = [float("inf")]
+
+        def on_open(ctx: StudyContext, task: TaskID = task) -> None:
+            if plan is not None and exhaustive is not None:
+                budget.n = _hold_known(ctx, store, plan, exhaustive, label, console)
+                progress.update(task, total=budget.n)
 
         def on_trial(record: TrialRecord, task: TaskID = task, best: list[float] = best) -> None:
             if record.median_us is not None and record.median_us < best[0]:
@@ -98,13 +98,31 @@ def _tune_one(
             if record.measured:
                 progress.advance(task)
 
-        records = run_trials(ctx, CountBudget(trials), on_trial=on_trial,
-                             batch=pool.workers if pool else 1, compile_pool=pool)
-        progress.update(task, description=f"{label}: final round")
-        final = finalize(ctx, finalists=finalists, comparators=comparators)
-    summary = ShapeSummary(label, shape, ctx.key.study_name(), tuple(records), final)
+        def final_round(task: TaskID = task) -> bool:
+            progress.update(task, description=f"{label}: final round")
+            return True
+
+        run = run_study(template, shape, store=store, measurer=measurer, budget=budget, options=options,
+                        pool=pool, on_open=on_open, on_trial=on_trial, take_final_round=final_round)
+    assert run.final is not None  # never stopped, and the final round is always ours
+    summary = ShapeSummary(label, shape, run.ctx.key.study_name(), run.trials, run.final)
     _print_summary(console, summary)
     return summary
+
+
+def _hold_known(
+    ctx: StudyContext, store: TuningStore, plan: ExhaustivePlan, exhaustive: ExhaustiveSampler, label: str,
+    console: Console,
+) -> int:
+    """Hand the exhaustive sampler what the study holds already; the number of trials left to run."""
+    measured = measured_configs(store, ctx.study_id)
+    queued = [Config(optuna_access.queued_params(t))
+              for t in ctx.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+    exhaustive.hold(measured | set(queued))
+    done = sum(1 for c in plan.configs if c in measured)
+    console.print(f"[bold]{label}[/bold]: exhaustive, {plan.describe()}; {done} measured already, "
+                  f"{exhaustive.remaining()} to measure" + (f" (+{len(queued)} queued)" if queued else ""))
+    return exhaustive.remaining() + len(queued)
 
 
 def _progress(console: Console) -> Progress:

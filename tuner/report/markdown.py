@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy.orm import Session
-
-from tuner import db, registry
+from tuner import registry
 from tuner.driver.study import COMPARATOR_PREFIX, DEFAULT_LABEL
 from tuner.frozen import Config, Shape
 from tuner.results import Status
+from tuner.store import MeasurementRecord, StudyRecord, TuningStore
 
 GREEN, RED = "🟢", "🔴"
 
@@ -63,32 +62,31 @@ class Report:
     fingerprints: tuple[dict[str, object], ...] = field(default_factory=tuple)
 
 
-def collect(store: db.Store, template_name: str, *, device_kind: str | None = None) -> Report:
+def collect(store: TuningStore, template_name: str, *, device_kind: str | None = None) -> Report:
     """Read the latest study per (shape, device) of a template and its latest final round."""
     template = registry.get(template_name)
-    with store.session() as session:
-        studies = db.list_studies(session, template=template_name, device_kind=device_kind)
-        latest: dict[tuple[str, str, str], db.StudyRecord] = {}
-        for st in studies:
-            k = (st.shape_key, st.device_kind, st.device_name)
-            if k not in latest or st.id > latest[k].id:
-                latest[k] = st
-        rows = []
-        fingerprints: dict[str, dict[str, object]] = {}
-        for st in sorted(latest.values(), key=lambda s: (s.device_name, s.shape_key)):
-            fingerprint = json.loads(st.fingerprint_json)
-            fingerprints[st.fingerprint_hash] = fingerprint
-            rows.append(_row(session, template, st, fingerprint))
+    studies = store.list_studies(template=template_name, device_kind=device_kind)
+    latest: dict[tuple[str, str, str], StudyRecord] = {}
+    for st in studies:
+        k = (st.shape_key, st.device_kind, st.device_name)
+        if k not in latest or st.id > latest[k].id:
+            latest[k] = st
+    rows = []
+    fingerprints: dict[str, dict[str, object]] = {}
+    for st in sorted(latest.values(), key=lambda s: (s.device_name, s.shape_key)):
+        fingerprint = json.loads(st.fingerprint_json)
+        fingerprints[st.fingerprint_hash] = fingerprint
+        rows.append(_row(store, template, st, fingerprint))
     return Report(template.name, template.version, tuple(rows), tuple(fingerprints.values()))
 
 
-def _row(session: Session, template: object, st: db.StudyRecord, fingerprint: dict[str, object]) -> ReportRow:
+def _row(store: TuningStore, template: object, st: StudyRecord, fingerprint: dict[str, object]) -> ReportRow:
     from tuner.template import KernelTemplate
 
     assert isinstance(template, KernelTemplate)
     shape = Shape.from_json(st.shape_json)
-    final = db.latest_round(session, study_id=st.id)
-    trials = db.list_measurements(session, study_id=st.id, role="trial")
+    final = store.latest_round(study_id=st.id)
+    trials = store.list_measurements(study_id=st.id, role="trial")
     measured = [t for t in trials if t.status != Status.INVALID.value]
     failed = sum(1 for t in measured if t.status != Status.OK.value)
     search_s = _active_seconds([t.created_at for t in measured])
@@ -97,7 +95,7 @@ def _row(session: Session, template: object, st: db.StudyRecord, fingerprint: di
     if best is not None and best.candidate == DEFAULT_LABEL:
         default = best
     comps = {c.name: c for c in template.comparators()}
-    lines: dict[str, list[db.MeasurementRecord]] = {}
+    lines: dict[str, list[MeasurementRecord]] = {}
     for m in final:
         if m.candidate.startswith(COMPARATOR_PREFIX):
             name = m.candidate[len(COMPARATOR_PREFIX):]
@@ -142,12 +140,12 @@ def _active_seconds(stamps: Sequence[datetime]) -> float | None:
     return sum(g for g in gaps if g <= SESSION_GAP_S)
 
 
-def _best_entry(final: Sequence[db.MeasurementRecord]) -> db.MeasurementRecord | None:
+def _best_entry(final: Sequence[MeasurementRecord]) -> MeasurementRecord | None:
     ok = [m for m in final if not m.candidate.startswith(COMPARATOR_PREFIX) and m.status == Status.OK.value]
     return min(ok, key=lambda m: m.median_us or math.inf, default=None)
 
 
-def _line(name: str, members: Sequence[db.MeasurementRecord]) -> Line:
+def _line(name: str, members: Sequence[MeasurementRecord]) -> Line:
     ok = [m for m in members if m.status == Status.OK.value and m.median_us is not None]
     if not ok:
         reasons = "; ".join(sorted({f"{m.status}: {(m.reason or '').splitlines()[0][:80]}" for m in members}))

@@ -1,7 +1,7 @@
 """The runtime client: which config to launch a kernel with, from the tuner server or an export file.
 
 Light by design: imports neither torch, nor the store, nor templates (``httpx`` only when it first talks
-to a server); the lookup itself is :func:`tuner.service.lookup.choose`, shared with the server. Usage::
+to a server); the lookup itself is :func:`tuner.lookup.choose`, shared with the server. Usage::
 
     from tuner.service.client import Client, triton_launch_kwargs
 
@@ -26,7 +26,7 @@ The requester's fingerprint: ``device_name`` (given, or torch's current device w
 ``software`` — by default (``software="auto"``) the installed torch, triton and tilelang versions (package
 metadata, nothing imported), and on CUDA, if torch is already imported, its CUDA runtime version and (when
 ``nvidia-ml-py`` is installed) the driver version. It is sent as ``device_name=…&software=driver=…,runtime=…``
-and compared alike online and offline (:mod:`tuner.service.lookup`): an entry verified on another device name or
+and compared alike online and offline (:mod:`tuner.lookup`): an entry verified on another device name or
 software is answered ``nearest``, never ``exact``, with :attr:`BestConfig.differences` saying what differs.
 ``software=None`` sends none (software is then not compared, as with older clients).
 
@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from tuner.dims import Dim, ShapeRule, validate_shape
 from tuner.errors import ShapeError
 from tuner.expr import Expression, ExpressionError
-from tuner.service.lookup import Answer, Difference, Entry, Requester, choose
+from tuner.lookup import Answer, Difference, Entry, Requester, choose
 
 if TYPE_CHECKING:
     import httpx
@@ -419,7 +419,7 @@ def _field(item: Any) -> str:
 
 
 def detect_software() -> dict[str, str]:
-    """The requester's software as the workers' fingerprints record it (see :mod:`tuner.service.lookup`): library
+    """The requester's software as the workers' fingerprints record it (see :mod:`tuner.lookup`): library
     versions from package metadata; the CUDA runtime if torch is already imported; the driver through NVML
     if ``nvidia-ml-py`` is installed. Never imports torch; never raises."""
     from tuner.measure.devices.common import library_versions  # stdlib only: package metadata

@@ -2,7 +2,7 @@
 
 One function shared by ``GET /v1/best``, the export file and ``tuner regret``, so that all three see the
 same entries. A best config is published from a study, and a study's key holds the fingerprint of the
-workers that measured (and verified) it: :attr:`tuner.service.lookup.Entry.software` is that fingerprint's driver,
+workers that measured (and verified) it: :attr:`tuner.lookup.Entry.software` is that fingerprint's driver,
 runtime and library versions.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from tuner import db
-from tuner.service.lookup import Entry
+from tuner.lookup import Entry
+from tuner.store import BestRecord, TuningStore
 
 
 def software_of(fingerprint_json: str) -> dict[str, str] | None:
@@ -27,7 +27,7 @@ def software_of(fingerprint_json: str) -> dict[str, str] | None:
     return software
 
 
-def as_entry(record: db.BestRecord, software: Mapping[str, str] | None = None) -> Entry:
+def as_entry(record: BestRecord, software: Mapping[str, str] | None = None) -> Entry:
     """A stored best config as a lookup entry (the export file holds the same dicts)."""
     return Entry(
         template=record.template, template_version=record.template_version, shape=record.shape,
@@ -39,13 +39,13 @@ def as_entry(record: db.BestRecord, software: Mapping[str, str] | None = None) -
 
 
 def published_entries(
-    session: object, *, template: str, device_kind: str | None = None, version: str | None = None
-) -> list[tuple[db.BestRecord, Entry]]:
+    store: TuningStore, *, template: str, device_kind: str | None = None, version: str | None = None
+) -> list[tuple[BestRecord, Entry]]:
     """The published best configs of ``template`` (of ``version`` and ``device_kind`` when given), with
-    their entries, newest first per key. ``session``: from ``Store.session``. Raises StoreError."""
-    records = [r for r in db.list_best(session, template=template, device_kind=device_kind)  # type: ignore[arg-type]
+    their entries, newest first per key. Raises StoreError."""
+    records = [r for r in store.list_best(template=template, device_kind=device_kind)
                if version is None or r.template_version == version]
-    studies = {s.id: s for s in db.list_studies(session, template=template, device_kind=device_kind)}  # type: ignore[arg-type]
+    studies = {s.id: s for s in store.list_studies(template=template, device_kind=device_kind)}
     found = []
     for r in records:
         study = studies.get(r.study_id)

@@ -15,7 +15,7 @@
           "constraints": [{"expr": "BLOCK_H < 2 * H", "reason": "…"}, …]   # tuner.expr expressions
         }
       },
-      "entries": [ {tuner.service.lookup.Entry fields: template, template_version, shape, device_kind, device_name,
+      "entries": [ {tuner.lookup.Entry fields: template, template_version, shape, device_kind, device_name,
                     config, median_us, p20_us, p80_us, n_samples, timer, fingerprint_hash, measurement_id,
                     published_at, software: {driver, runtime, torch, triton, …}}, … ]
     }
@@ -38,10 +38,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tuner import db, registry
+from tuner import registry
 from tuner.errors import TunerError
 from tuner.service.entries import published_entries
 from tuner.space import SearchSpace
+from tuner.store import TuningStore
 from tuner.template import KernelTemplate
 
 FORMAT = "tuner-best-configs"
@@ -62,7 +63,7 @@ def template_section(template: KernelTemplate, space: SearchSpace) -> dict[str, 
 
 
 def build_export(
-    store: db.Store,
+    store: TuningStore,
     *,
     templates: Sequence[str] | None = None,
     device_kind: str | None = None,
@@ -80,10 +81,9 @@ def build_export(
                 raise
             warn(f"template {name} skipped: {exc}")
     entries: list[dict[str, Any]] = []
-    with store.session(readonly=True) as session:
-        for name, section in sections.items():
-            found = published_entries(session, template=name, device_kind=device_kind, version=section["version"])
-            entries.extend(entry.to_dict() for _, entry in found)
+    for name, section in sections.items():
+        found = published_entries(store, template=name, device_kind=device_kind, version=section["version"])
+        entries.extend(entry.to_dict() for _, entry in found)
     return {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,

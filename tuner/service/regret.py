@@ -1,7 +1,7 @@
 """Nearest-shape regret: how much the lookup's fallback loses against a tune of the shape itself.
 
 Leave-one-out over a store: for every shape with its own published best, the config the lookup would
-serve if that shape had no entry (:func:`tuner.service.lookup.choose` over the other shapes' entries of the same
+serve if that shape had no entry (:func:`tuner.lookup.choose` over the other shapes' entries of the same
 template version and device, with the same constraint check and default), timed from the shape's own
 records, against the shape's own best. Nothing is measured here: a served config the shape's study never
 measured is reported as unmeasured.
@@ -30,10 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner import db
-from tuner.service.distance import DEFAULT_DISTANCE, ShapeDistance
+from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
+from tuner.lookup import Entry, choose
 from tuner.service.entries import published_entries
-from tuner.service.lookup import Entry, choose
+from tuner.store import TuningStore
 
 Valid = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 
@@ -183,29 +183,28 @@ def median_of(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def recorded_shapes(store: db.Store, *, template: str, device_kind: str | None = None) -> list[RecordedShape]:
+def recorded_shapes(store: TuningStore, *, template: str, device_kind: str | None = None) -> list[RecordedShape]:
     """Every published best of ``template`` (all versions and devices) with its study's recorded times.
 
     Comparators are left out. Raises StoreError."""
     shapes: list[RecordedShape] = []
-    with store.session(readonly=True) as session:
-        for best, entry in published_entries(session, template=template, device_kind=device_kind):
-            rows = [m for m in db.list_measurements(session, study_id=best.study_id, status="OK")
-                    if not m.candidate.startswith("comparator:") and m.median_us is not None]
-            own = next((m for m in rows if m.id == best.measurement_id), None)
-            round_id = own.round_id if own is not None and own.role == "final" else None
-            final = {config_key(m.config): float(m.median_us) for m in rows  # type: ignore[arg-type]
-                     if round_id is not None and m.role == "final" and m.round_id == round_id}
-            trial_times: dict[str, list[float]] = defaultdict(list)
-            for m in rows:
-                if m.role == "trial":
-                    trial_times[config_key(m.config)].append(float(m.median_us))  # type: ignore[arg-type]
-            default = next((m.config for m in rows if m.candidate == "default" and m.round_id == round_id
-                            and round_id is not None), None)
-            shapes.append(RecordedShape(
-                entry=entry, final=final,
-                trials={k: median_of(v) for k, v in trial_times.items()}, default=default,
-            ))
+    for best, entry in published_entries(store, template=template, device_kind=device_kind):
+        rows = [m for m in store.list_measurements(study_id=best.study_id, status="OK")
+                if not m.candidate.startswith("comparator:") and m.median_us is not None]
+        own = next((m for m in rows if m.id == best.measurement_id), None)
+        round_id = own.round_id if own is not None and own.role == "final" else None
+        final = {config_key(m.config): float(m.median_us) for m in rows  # type: ignore[arg-type]
+                 if round_id is not None and m.role == "final" and m.round_id == round_id}
+        trial_times: dict[str, list[float]] = defaultdict(list)
+        for m in rows:
+            if m.role == "trial":
+                trial_times[config_key(m.config)].append(float(m.median_us))  # type: ignore[arg-type]
+        default = next((m.config for m in rows if m.candidate == "default" and m.round_id == round_id
+                        and round_id is not None), None)
+        shapes.append(RecordedShape(
+            entry=entry, final=final,
+            trials={k: median_of(v) for k, v in trial_times.items()}, default=default,
+        ))
     return shapes
 
 

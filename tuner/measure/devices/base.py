@@ -1,4 +1,4 @@
-"""The device backend contract and the fingerprint every measurement is keyed by.
+"""The device backend contract (the fingerprint every measurement is keyed by lives in :mod:`tuner.keys`).
 
 A backend instance lives inside a measurement subprocess and owns one device. It is not thread-safe:
 one candidate runs at a time. Backends know nothing of templates; they time zero-argument callables.
@@ -7,17 +7,13 @@ one candidate runs at a time. Backends know nothing of templates; they time zero
 from __future__ import annotations
 
 import abc
-import hashlib
-import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from tuner.errors import DeviceError
+from tuner.keys import KINDS, DeviceKind, Fingerprint
 from tuner.results import Timer
-
-DeviceKind = Literal["cuda", "npu", "cpu"]
-KINDS: tuple[DeviceKind, ...] = ("cuda", "npu", "cpu")
 
 
 @dataclass(frozen=True)
@@ -26,48 +22,6 @@ class DeviceSpec:
 
     kind: Literal["auto", "cuda", "npu", "cpu"] = "auto"
     index: int = 0
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    """What makes timings on one device comparable with another's.
-
-    ``key_fields`` (kind, device name, driver, runtime, library versions) enter the study key: a change of
-    any of them starts a new study. ``info`` holds figures recorded but not keyed (SM clock at start, L2
-    size, memory, measured copy bandwidth in bytes/s under ``copy_bw_bytes_per_s``).
-    """
-
-    kind: DeviceKind
-    device_name: str
-    driver: str = ""
-    runtime: str = ""  # CUDA / CANN version, or "interpreter" on the CPU backend
-    libraries: Mapping[str, str] = field(default_factory=dict)  # torch, triton, tilelang, python…
-    info: Mapping[str, float | int | str] = field(default_factory=dict)
-
-    def key_fields(self) -> dict[str, object]:
-        return {
-            "kind": self.kind,
-            "device_name": self.device_name,
-            "driver": self.driver,
-            "runtime": self.runtime,
-            "libraries": dict(sorted(self.libraries.items())),
-        }
-
-    def hash(self) -> str:
-        """Stable 12-hex-digit digest of :meth:`key_fields`."""
-        text = json.dumps(self.key_fields(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-    def to_json(self) -> str:
-        data = asdict(self)
-        data["libraries"] = dict(self.libraries)
-        data["info"] = dict(self.info)
-        return json.dumps(data, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Fingerprint:
-        data = json.loads(text)
-        return cls(**data)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""What the repository returns: frozen, ORM-free snapshots of stored rows.
+"""The values the store contract speaks: frozen snapshots of stored rows, and the measurement to store.
 
-Records never change and hold no session; they stay valid after the session that produced them ends.
+Records never change and hold no session or connection; they stay valid after the call that produced them.
 JSON columns are kept as the canonical JSON text they were stored as (``config_json`` equals
 ``tuner.frozen.Config.to_json()`` for the same config); the properties parse them on demand.
 Timestamps are timezone-aware UTC.
@@ -9,11 +9,69 @@ Timestamps are timezone-aware UTC.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tuner.results import Status
+from tuner.results import Status, Timer
+
+__all__ = [
+    "ROLES", "BestRecord", "Claim", "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord",
+    "TaskRecord", "Timer", "WorkerRecord", "canonical_json", "check_candidate", "check_role",
+    "check_tasks",
+]
+
+ROLES = ("trial", "final")  # a sweep trial, or a re-measurement in a final interleaved round
+JsonInput = str | Mapping[str, Any]
+
+
+def canonical_json(value: JsonInput, *, what: str) -> str:
+    """Canonical JSON text (sorted keys, no spaces) of a mapping or of JSON text; ValueError if invalid.
+
+    NaN and infinities are kept (Python's JSON extension): relative errors of NaN outputs are NaN.
+    """
+    if isinstance(value, str):
+        try:
+            data = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{what}: not valid JSON ({exc})") from exc
+    else:
+        data = value
+    try:
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), default=_mapping_as_dict)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what}: cannot be stored as JSON ({exc})") from exc
+
+
+def _mapping_as_dict(value: object) -> dict[str, Any]:
+    if isinstance(value, Mapping):  # tuner.frozen maps (Shape, Config) are Mappings, not dicts
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def check_tasks(tasks: Sequence[tuple[str, str, str]]) -> None:
+    """ValueError unless a job's ``(label, shape_key, shape_json)`` tasks are at least one, shapes distinct."""
+    if not tasks:
+        raise ValueError("a job needs at least one shape")
+    keys = [key for _, key, _ in tasks]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a job lists the same shape twice")
+
+
+def check_role(role: str) -> None:
+    """ValueError unless ``role`` is one of ROLES."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+
+
+def check_candidate(candidate: str) -> None:
+    """ValueError unless ``candidate`` is 'config', 'default' or 'comparator:<name>'."""
+    if candidate in ("config", "default"):
+        return
+    if candidate.startswith("comparator:") and len(candidate) > len("comparator:"):
+        return
+    raise ValueError(f"candidate must be 'config', 'default' or 'comparator:<name>'; got {candidate!r}")
 
 
 @dataclass(frozen=True)
@@ -193,3 +251,43 @@ class WorkerRecord:
     @property
     def backends(self) -> list[str]:
         return list(json.loads(self.backends_json))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A task a worker claimed, with its job."""
+
+    job: JobRecord
+    task: TaskRecord
+
+
+@dataclass(frozen=True)
+class NewMeasurement:
+    """One measurement to store (plain values: the store knows no engine types). Immutable.
+
+    ``role`` is 'trial' or 'final'; ``candidate`` 'config', 'default' or 'comparator:<name>'; JSON fields are
+    JSON text or mappings (stored canonically: sorted keys, no spaces). Times are µs, phases seconds.
+    """
+
+    study_id: int
+    role: str
+    candidate: str
+    config_json: JsonInput
+    status: Status | str
+    round_id: str | None = None
+    trial_number: int | None = None
+    reason: str | None = None
+    errors_json: JsonInput = "{}"
+    kernels_json: JsonInput = "{}"
+    median_us: float | None = None
+    p20_us: float | None = None
+    p80_us: float | None = None
+    mean_us: float | None = None
+    min_us: float | None = None
+    max_us: float | None = None
+    n_samples: int | None = None
+    timer: Timer | str | None = None
+    build_s: float | None = None
+    verify_s: float | None = None
+    measure_s: float | None = None
+    worker: str | None = None

@@ -10,7 +10,7 @@ not compared (and listed in :attr:`Answer.unchecked`), so older callers get the 
 Libraries the template's backend does not use are not compared (a Triton template ignores tilelang).
 
 Order: entries of the requester's device name first, then those of its software, then the nearest shape
-(:mod:`tuner.service.distance`), then the most recently published. An answer is ``exact`` only when the shape is
+(:mod:`tuner.distance`), then the most recently published. An answer is ``exact`` only when the shape is
 the entry's and nothing compared differs; otherwise ``nearest``, with every difference listed
 (:class:`Difference`: shape dims, device name, template version, software). A nearest entry is used only if
 its config satisfies the template's constraints for the *requested* shape.
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tuner.service.distance import DEFAULT_DISTANCE, ShapeDistance
+from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
 
 Match = Literal["exact", "nearest", "default"]
 
@@ -111,7 +111,7 @@ class Answer:
 
 
 def shape_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """The lookup's distance (:data:`tuner.service.distance.DEFAULT_DISTANCE`); ``inf`` when not comparable."""
+    """The lookup's distance (:data:`tuner.distance.DEFAULT_DISTANCE`); ``inf`` when not comparable."""
     return DEFAULT_DISTANCE(a, b)
 
 

@@ -1,0 +1,206 @@
+"""The store protocols (:class:`tuner.store.TuningStore`, :class:`tuner.store.JobQueue`) on SQL.
+
+Every method is one transaction of :meth:`tuner.db.Store.session` around one repository function (the
+repository modules document the SQL: ``studies``, ``measurements``, ``best``, ``jobs``); reads use a
+read-only session. Errors: those of the repository functions, and StoreError from the session scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session
+
+from tuner.db import best, jobs, measurements, optuna_tables, studies
+from tuner.store.protocols import JsonInput, TrialHeartbeats
+from tuner.store.records import (
+    BestRecord,
+    Claim,
+    JobRecord,
+    MeasurementRecord,
+    NewMeasurement,
+    StudyRecord,
+    TaskRecord,
+    WorkerRecord,
+)
+
+if TYPE_CHECKING:
+    import optuna
+
+
+class StoreMethods:
+    """Mixed into :class:`tuner.db.Store`, which provides ``session``, ``url`` and the Optuna URL."""
+
+    def session(self, *, readonly: bool = False) -> AbstractContextManager[Session]:
+        raise NotImplementedError
+
+    def _reading(self) -> AbstractContextManager[Session]:
+        return self.session(readonly=True)
+
+    # -- studies ----------------------------------------------------------------------------------------
+    def get_or_create_study(
+        self, *, name: str, template: str, template_version: str, shape_key: str, shape_json: JsonInput,
+        device_kind: str, device_name: str, fingerprint_hash: str, fingerprint_json: JsonInput,
+    ) -> StudyRecord:
+        with self.session() as s:
+            return studies.get_or_create_study(
+                s, name=name, template=template, template_version=template_version, shape_key=shape_key,
+                shape_json=shape_json, device_kind=device_kind, device_name=device_name,
+                fingerprint_hash=fingerprint_hash, fingerprint_json=fingerprint_json,
+            )
+
+    def get_study(self, *, name: str | None = None, study_id: int | None = None) -> StudyRecord | None:
+        with self._reading() as s:
+            return studies.get_study(s, name=name, study_id=study_id)
+
+    def list_studies(self, *, template: str | None = None, device_kind: str | None = None) -> list[StudyRecord]:
+        with self._reading() as s:
+            return studies.list_studies(s, template=template, device_kind=device_kind)
+
+    # -- measurements -----------------------------------------------------------------------------------
+    def record_measurement(self, measurement: NewMeasurement, *, slot_id: int | None = None) -> MeasurementRecord:
+        if slot_id is not None and measurement.trial_number is None:
+            raise ValueError("a trial slot is spent on a trial's measurement: trial_number is missing")
+        with self.session() as s:
+            row = measurements.add_new(s, measurement)
+            if slot_id is not None:
+                jobs.complete_slot(
+                    s, slot_id=slot_id, trial_number=int(measurement.trial_number),  # type: ignore[arg-type]
+                    measurement_id=row.id, ok=row.ok, median_us=row.median_us, config_json=row.config_json,
+                )
+        return row
+
+    def get_measurement(self, *, measurement_id: int) -> MeasurementRecord | None:
+        with self._reading() as s:
+            return measurements.get_measurement(s, measurement_id=measurement_id)
+
+    def list_measurements(self, *, study_id: int, **filters: Any) -> list[MeasurementRecord]:
+        with self._reading() as s:
+            return measurements.list_measurements(s, study_id=study_id, **filters)
+
+    def count_measurements(self, *, study_id: int, **filters: Any) -> int:
+        with self._reading() as s:
+            return measurements.count_measurements(s, study_id=study_id, **filters)
+
+    def latest_round(self, *, study_id: int) -> list[MeasurementRecord]:
+        with self._reading() as s:
+            return measurements.latest_round(s, study_id=study_id)
+
+    # -- best configs -----------------------------------------------------------------------------------
+    def publish_best(self, *, study_id: int, measurement_id: int) -> BestRecord:
+        with self.session() as s:
+            return best.publish_best(s, study_id=study_id, measurement_id=measurement_id)
+
+    def get_best(self, *, template: str, shape_key: str, **filters: str | None) -> BestRecord | None:
+        with self._reading() as s:
+            return best.get_best(s, template=template, shape_key=shape_key, **filters)
+
+    def get_study_best(self, *, study_id: int) -> BestRecord | None:
+        with self._reading() as s:
+            return best.get_study_best(s, study_id=study_id)
+
+    def list_best(
+        self, *, template: str | None = None, device_kind: str | None = None, device_name: str | None = None
+    ) -> list[BestRecord]:
+        with self._reading() as s:
+            return best.list_best(s, template=template, device_kind=device_kind, device_name=device_name)
+
+    # -- the Optuna side ----------------------------------------------------------------------------------
+    def optuna_storage(self, *, heartbeats: TrialHeartbeats | None = None) -> optuna.storages.BaseStorage:
+        return optuna_tables.rdb_storage(self, heartbeats)  # type: ignore[arg-type]
+
+    def withdraw_waiting_trials(self, trial_ids: Sequence[int]) -> set[int]:
+        with self.session() as s:
+            return optuna_tables.withdraw_waiting(s, trial_ids)
+
+    # -- the job queue ------------------------------------------------------------------------------------
+    def create_job(self, **fields: Any) -> JobRecord:
+        with self.session() as s:
+            return jobs.create_job(s, **fields)
+
+    def get_job(self, *, job_id: int) -> JobRecord | None:
+        with self._reading() as s:
+            return jobs.get_job(s, job_id=job_id)
+
+    def list_jobs(self, *, state: str | None = None, limit: int = 50, offset: int = 0) -> list[JobRecord]:
+        with self._reading() as s:
+            return jobs.list_jobs(s, state=state, limit=limit, offset=offset)
+
+    def count_jobs(self, *, state: str | None = None) -> int:
+        with self._reading() as s:
+            return jobs.count_jobs(s, state=state)
+
+    def cancel_job(self, *, job_id: int) -> JobRecord:
+        with self.session() as s:
+            return jobs.cancel_job(s, job_id=job_id)
+
+    def register_worker(self, **fields: Any) -> WorkerRecord:
+        with self.session() as s:
+            return jobs.register_worker(s, **fields)
+
+    def heartbeat(self, *, worker_id: str, lease_s: float) -> bool:
+        with self.session() as s:
+            return jobs.heartbeat(s, worker_id=worker_id, lease_s=lease_s)
+
+    def list_workers(self, *, include_stopped: bool = False) -> list[WorkerRecord]:
+        with self._reading() as s:
+            return jobs.list_workers(s, include_stopped=include_stopped)
+
+    def stop_worker(self, *, worker_id: str) -> None:
+        with self.session() as s:
+            jobs.stop_worker(s, worker_id=worker_id)
+
+    def reap_lost_workers(self, *, now: datetime | None = None) -> list[str]:
+        with self.session() as s:
+            return jobs.reap_lost_workers(s, now=now)
+
+    def claim_task(
+        self, *, worker_id: str, device_kind: str, device_name: str, backends: Sequence[str]
+    ) -> Claim | None:
+        with self.session() as s:
+            return jobs.claim_task(s, worker_id=worker_id, device_kind=device_kind, device_name=device_name,
+                                   backends=backends)
+
+    def attach_study(self, *, task_id: int, study_id: int) -> None:
+        with self.session() as s:
+            jobs.attach_study(s, task_id=task_id, study_id=study_id)
+
+    def reserve_slot(self, *, task_id: int, worker_id: str) -> int | None:
+        with self.session() as s:
+            return jobs.reserve_slot(s, task_id=task_id, worker_id=worker_id)
+
+    def release_slot(self, *, slot_id: int) -> None:
+        with self.session() as s:
+            jobs.release_slot(s, slot_id=slot_id)
+
+    def get_task(self, *, task_id: int) -> TaskRecord | None:
+        with self._reading() as s:
+            return jobs.get_task(s, task_id=task_id)
+
+    def job_state(self, *, job_id: int) -> str | None:
+        with self._reading() as s:
+            return jobs.job_state(s, job_id=job_id)
+
+    def begin_finalize(self, *, task_id: int, worker_id: str) -> bool:
+        with self.session() as s:
+            return jobs.begin_finalize(s, task_id=task_id, worker_id=worker_id)
+
+    def finish_task(
+        self, *, task_id: int, worker_id: str, best_us: float | None, best_config_json: str | None,
+        error: str | None = None,
+    ) -> JobRecord:
+        with self.session() as s:
+            return jobs.finish_task(s, task_id=task_id, worker_id=worker_id, best_us=best_us,
+                                    best_config_json=best_config_json, error=error)
+
+    def fail_task(self, *, task_id: int, error: str) -> None:
+        with self.session() as s:
+            jobs.fail_task(s, task_id=task_id, error=error)
+
+    def release_task(self, *, worker_id: str) -> None:
+        with self.session() as s:
+            jobs.release_task(s, worker_id=worker_id)
+

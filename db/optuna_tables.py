@@ -1,0 +1,87 @@
+"""Optuna's side of the database: its RDB storage on our URL, and the one write we make to its tables.
+
+Optuna keeps its studies and trials in the same database as ours (so that ``optuna-dashboard <url>`` shows
+them) and migrates its own tables; we never migrate them. The only statement we run on them is the
+conditional withdrawal of queued trials (:func:`withdraw_waiting`), which Optuna's storage API cannot
+express: its state setter fails a trial whatever its current state, and a trial another worker has just
+popped must keep running.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from tuner.store.protocols import TrialHeartbeats
+
+if TYPE_CHECKING:
+    import optuna
+
+    from tuner.db.engine import Store
+
+
+def rdb_storage(store: Store, heartbeats: TrialHeartbeats | None) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage in the store's database.
+
+    On SQLite its connections get ``synchronous=NORMAL`` (safe under WAL, which the store has switched the
+    file to): Optuna commits once per user attribute, and a full fsync per commit made the per-trial
+    overhead several times larger than the 50 ms target. With ``heartbeats``, trials carry heartbeats and
+    stale ones are retried (Optuna's retry callback) with the same parameters.
+    """
+    import optuna
+
+    extra: dict[str, Any] = {}
+    if heartbeats is not None:
+        # Optuna 4.9 renamed the stale-trial callback (argument and class); older releases know the old names.
+        params = inspect.signature(optuna.storages.RDBStorage).parameters
+        callback = "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params \
+            else "failed_trial_callback"
+        retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) \
+            or optuna.storages.RetryFailedTrialCallback
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+            extra = {
+                "heartbeat_interval": heartbeats.interval_s,
+                "grace_period": heartbeats.grace_s,
+                callback: retry(max_retry=heartbeats.max_retry),
+            }
+    storage = optuna.storages.RDBStorage(store.optuna_url, **extra)
+    if store.dialect == "sqlite":
+        event.listen(storage.engine, "connect", _sqlite_synchronous_normal)
+        storage.engine.dispose()  # connections opened before the listener existed
+    return storage
+
+
+def withdraw_waiting(session: Session, trial_ids: Sequence[int]) -> set[int]:
+    """Fail those of ``trial_ids`` still WAITING in Optuna's ``trials`` table (one conditional UPDATE per
+    trial, in the caller's transaction); returns the ids failed."""
+    from optuna.trial import TrialState
+
+    state = sa.Enum(TrialState, name="trialstate")  # Optuna's column: a native enum on PostgreSQL
+    trials = sa.table("trials", sa.column("trial_id"), sa.column("state", state), sa.column("datetime_complete"))
+    now = datetime.datetime.now()  # Optuna stores naive local times
+    withdrawn: set[int] = set()
+    for trial_id in trial_ids:
+        result = session.execute(
+            sa.update(trials)
+            .where(trials.c.trial_id == trial_id, trials.c.state == TrialState.WAITING)
+            .values(state=TrialState.FAIL, datetime_complete=now)
+        )
+        if result.rowcount:  # type: ignore[attr-defined]
+            withdrawn.add(trial_id)
+    return withdrawn
+
+
+def _sqlite_synchronous_normal(dbapi_connection: Any, _record: object) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA synchronous = NORMAL")
+    finally:
+        cursor.close()

@@ -1,0 +1,309 @@
+"""The store contract (tuner.store.TuningStore and JobQueue), one suite run on every implementation: the
+in-memory store, SQLite and PostgreSQL. A behaviour the engine relies on is tested here, once."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from tests.fixtures import databases
+from tests.fixtures.studies import study_fields
+from tuner.errors import NotFoundError, RecordConflictError
+from tuner.store import JobQueue, NewMeasurement, StudyRecord, TuningStore
+from tuner.store.memory import MemoryStore
+from tuner.store.records import Status
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    from tuner import db
+
+    if request.param == "sqlite":
+        url = databases.sqlite_file_url(tmp_path / "tuner.db")
+    else:
+        url = request.getfixturevalue("postgres_sandbox").new_url()
+    opened = db.Store.open(url)
+    yield opened
+    opened.close()
+
+
+def _study(store: Any, **dims: Any) -> StudyRecord:
+    return store.get_or_create_study(**study_fields(**dims))
+
+
+def _m(study_id: int, **fields: Any) -> NewMeasurement:
+    base: dict[str, Any] = {"role": "trial", "candidate": "config", "config_json": {"BLOCK_H": 4},
+                            "status": Status.OK, "median_us": 5.0}
+    return NewMeasurement(study_id=study_id, **{**base, **fields})
+
+
+def _job(store: Any, *, trials: int = 2, shapes: int = 1, **fields: Any) -> Any:
+    tasks = [(f"w{i}", f"n={i}", f'{{"n": {i}}}') for i in range(shapes)]
+    base: dict[str, Any] = {"template": "t", "template_version": "1", "backend": "triton", "device_kind": "cpu",
+                            "device_name": None, "trials": trials, "sampler": "tpe", "samples": 10,
+                            "candidate_timeout_s": 60.0, "tasks": tasks}
+    return store.create_job(**{**base, **fields})
+
+
+def _worker(store: Any, worker_id: str = "w1", lease_s: float = 30.0) -> str:
+    store.register_worker(worker_id=worker_id, host="h", pid=1, device_kind="cpu", device_name="CPU",
+                          device_index=0, backends=["triton"], fingerprint_hash="f", fingerprint_json="{}",
+                          lease_s=lease_s)
+    return worker_id
+
+
+def test_both_protocols_are_implemented(store: Any) -> None:
+    assert isinstance(store, TuningStore) and isinstance(store, JobQueue)
+
+
+# -- studies ------------------------------------------------------------------------------------------------
+def test_a_study_is_created_once_and_keeps_its_key(store: Any) -> None:
+    first = _study(store)
+    assert _study(store) == first
+    assert store.get_study(study_id=first.id) == first == store.get_study(name=first.name)
+    assert store.get_study(name="nope") is None and store.get_study(study_id=first.id + 1000) is None
+    with pytest.raises(ValueError):
+        store.get_study()
+    other = study_fields(S=8192)
+    with pytest.raises(RecordConflictError):  # the name of one key with the fields of another
+        store.get_or_create_study(**{**other, "name": first.name})
+    with pytest.raises(RecordConflictError):  # the key of a stored study under a new name
+        store.get_or_create_study(**{**study_fields(), "name": "another name"})
+
+
+def test_studies_are_listed_oldest_first_and_filtered(store: Any) -> None:
+    a, b = _study(store), _study(store, S=8192)
+    c = _study(store, template="mamba3_mimo_bwd")
+    assert store.list_studies() == [a, b, c]
+    assert store.list_studies(template="mamba2_chunk_cumsum") == [a, b]
+    assert store.list_studies(device_kind="npu") == []
+
+
+# -- measurements ---------------------------------------------------------------------------------------------
+def test_a_measurement_round_trips_with_canonical_json(store: Any) -> None:
+    study = _study(store)
+    stored = store.record_measurement(_m(study.id, config_json='{"b": 1, "a": 2}', errors_json={"y": math.nan},
+                                         kernels_json={"k": 1.5}, p20_us=4.0, p80_us=6.0, n_samples=3,
+                                         timer="cupti", trial_number=7, worker="host/1"))
+    assert stored.config_json == '{"a":2,"b":1}' and stored.status is Status.OK and stored.timer == "cupti"
+    assert math.isnan(stored.errors["y"]) and stored.kernels == {"k": 1.5}
+    assert (stored.trial_number, stored.worker, stored.n_samples) == (7, "host/1", 3)
+    assert store.get_measurement(measurement_id=stored.id) == stored
+    assert store.get_measurement(measurement_id=stored.id + 1000) is None
+
+
+@pytest.mark.parametrize("bad", [{"role": "warmup"}, {"candidate": "mine"}, {"status": "GOOD"},
+                                 {"config_json": "{not json"}, {"timer": "sundial"}])
+def test_an_invalid_measurement_is_refused(store: Any, bad: dict[str, Any]) -> None:
+    study = _study(store)
+    with pytest.raises(ValueError):
+        store.record_measurement(_m(study.id, **bad))
+    assert store.count_measurements(study_id=study.id) == 0
+
+
+def test_a_measurement_of_an_unknown_study_is_refused(store: Any) -> None:
+    with pytest.raises(NotFoundError):
+        store.record_measurement(_m(12345))
+
+
+def test_measurements_are_filtered_ordered_and_paged(store: Any) -> None:
+    study, other = _study(store), _study(store, S=8192)
+    slow = store.record_measurement(_m(study.id, median_us=9.0))
+    fast = store.record_measurement(_m(study.id, median_us=2.0, config_json={"BLOCK_H": 8}))
+    crash = store.record_measurement(_m(study.id, status=Status.RUNTIME_ERROR, median_us=None, reason="boom"))
+    final = store.record_measurement(_m(study.id, role="final", round_id="r1", median_us=2.1))
+    store.record_measurement(_m(other.id))
+    ids = lambda rows: [r.id for r in rows]  # noqa: E731
+    assert ids(store.list_measurements(study_id=study.id)) == [slow.id, fast.id, crash.id, final.id]
+    assert ids(store.list_measurements(study_id=study.id, order="-id")) == [final.id, crash.id, fast.id, slow.id]
+    assert ids(store.list_measurements(study_id=study.id, order="median_us")) == [fast.id, final.id, slow.id,
+                                                                                  crash.id]
+    assert ids(store.list_measurements(study_id=study.id, role="trial", status=Status.OK)) == [slow.id, fast.id]
+    assert ids(store.list_measurements(study_id=study.id, config_json='{"BLOCK_H":8}')) == [fast.id]
+    assert ids(store.list_measurements(study_id=study.id, limit=2, offset=1)) == [fast.id, crash.id]
+    assert store.count_measurements(study_id=study.id, role="trial") == 3
+    assert store.count_measurements(study_id=study.id, status="RUNTIME_ERROR") == 1
+    with pytest.raises(ValueError):
+        store.list_measurements(study_id=study.id, order="fastest")
+
+
+def test_the_latest_final_round_is_the_one_holding_the_newest_final_row(store: Any) -> None:
+    study = _study(store)
+    assert store.latest_round(study_id=study.id) == []
+    store.record_measurement(_m(study.id, role="final", round_id="r1"))
+    a = store.record_measurement(_m(study.id, role="final", round_id="r2"))
+    b = store.record_measurement(_m(study.id, role="final", round_id="r2", candidate="default"))
+    store.record_measurement(_m(study.id))
+    assert [r.id for r in store.latest_round(study_id=study.id)] == [a.id, b.id]
+
+
+# -- best configs ---------------------------------------------------------------------------------------------
+def test_publishing_replaces_the_studys_best_and_is_served_newest_first(store: Any) -> None:
+    study, other = _study(store), _study(store, S=8192)
+    first = store.record_measurement(_m(study.id, median_us=4.0))
+    second = store.record_measurement(_m(study.id, median_us=3.0, config_json={"BLOCK_H": 8}))
+    published = store.publish_best(study_id=study.id, measurement_id=first.id)
+    assert (published.median_us, published.shape_key, published.template) == (4.0, study.shape_key, study.template)
+    again = store.publish_best(study_id=study.id, measurement_id=second.id)
+    assert store.get_study_best(study_id=study.id) == again and again.config == {"BLOCK_H": 8}
+    assert store.get_best(template=study.template, shape_key=study.shape_key) == again
+    assert store.get_best(template=study.template, shape_key=study.shape_key, device_name="other") is None
+    store.publish_best(study_id=other.id, measurement_id=store.record_measurement(_m(other.id)).id)
+    assert [b.shape_key for b in store.list_best(template=study.template)] == sorted([study.shape_key,
+                                                                                     other.shape_key])
+    assert store.list_best(device_kind="npu") == []
+
+
+@pytest.mark.parametrize("fields", [{"status": Status.WRONG_RESULT}, {"median_us": None},
+                                    {"candidate": "comparator:mamba_ssm"}])
+def test_only_an_ok_timed_config_of_the_study_is_published(store: Any, fields: dict[str, Any]) -> None:
+    study = _study(store)
+    m = store.record_measurement(_m(study.id, **fields))
+    with pytest.raises(RecordConflictError):
+        store.publish_best(study_id=study.id, measurement_id=m.id)
+    other = _study(store, S=8192)
+    with pytest.raises(RecordConflictError):
+        store.publish_best(study_id=other.id, measurement_id=store.record_measurement(_m(study.id)).id)
+    with pytest.raises(NotFoundError):
+        store.publish_best(study_id=study.id, measurement_id=m.id + 1000)
+    assert store.get_study_best(study_id=study.id) is None
+
+
+# -- the Optuna side ------------------------------------------------------------------------------------------
+def test_withdrawing_fails_only_trials_still_waiting(store: Any) -> None:
+    study = optuna.create_study(study_name="q", storage=store.optuna_storage(), direction="minimize")
+    study.enqueue_trial({"x": 1})
+    study.enqueue_trial({"x": 2})
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    running = study.ask()  # pops the first
+    ids = [t._trial_id for t in waiting]
+    assert store.withdraw_waiting_trials(ids) == {ids[1]}
+    states = {t._trial_id: t.state for t in study.get_trials(deepcopy=False)}
+    assert states == {ids[0]: optuna.trial.TrialState.RUNNING, ids[1]: optuna.trial.TrialState.FAIL}
+    assert running._trial_id == ids[0]
+
+
+# -- the job queue --------------------------------------------------------------------------------------------
+def test_a_job_needs_distinct_shapes(store: Any) -> None:
+    with pytest.raises(ValueError):
+        _job(store, shapes=0)
+    with pytest.raises(ValueError):
+        store.create_job(**{"template": "t", "template_version": "1", "backend": "triton", "device_kind": "cpu",
+                            "device_name": None, "trials": 1, "sampler": "tpe", "samples": 1,
+                            "candidate_timeout_s": 1.0, "tasks": [("a", "n=1", "{}"), ("b", "n=1", "{}")]})
+
+
+def test_jobs_are_listed_newest_first_and_counted(store: Any) -> None:
+    a, b = _job(store), _job(store, shapes=2)
+    assert [j.id for j in store.list_jobs()] == [b.id, a.id]
+    assert [len(j.tasks) for j in store.list_jobs()] == [2, 1]
+    assert store.count_jobs() == 2 and store.count_jobs(state="queued") == 2 and store.count_jobs(state="done") == 0
+    assert store.get_job(job_id=a.id) == a and store.get_job(job_id=a.id + 1000) is None
+
+
+def test_a_worker_claims_only_what_its_device_and_backends_serve(store: Any) -> None:
+    worker = _worker(store)
+    other_device = _job(store, device_kind="cuda")
+    other_backend = _job(store, backend="tilelang")
+    named = _job(store, device_name="Other CPU")
+    assert store.claim_task(worker_id=worker, device_kind="cpu", device_name="CPU", backends=["triton"]) is None
+    low, high = _job(store), _job(store, priority=5)
+    claim = store.claim_task(worker_id=worker, device_kind="cpu", device_name="CPU", backends=["triton"])
+    assert claim is not None and claim.job.id == high.id and claim.task.state == "running"
+    assert claim.job.state == "running" and claim.job.workers == (worker,)
+    assert store.list_workers()[0].current_task_id == claim.task.id
+    assert {other_device.id, other_backend.id, named.id, low.id} == {j.id for j in store.list_jobs(state="queued")}
+
+
+def test_slots_bound_the_trials_and_a_measurement_spends_its_slot(store: Any) -> None:
+    worker = _worker(store)
+    job = _job(store, trials=2)
+    claim = store.claim_task(worker_id=worker, device_kind="cpu", device_name="CPU", backends=["triton"])
+    task_id = claim.task.id
+    study = _study(store)
+    store.attach_study(task_id=task_id, study_id=study.id)
+    s1, s2 = (store.reserve_slot(task_id=task_id, worker_id=worker) for _ in range(2))
+    assert s1 is not None and s2 is not None and store.reserve_slot(task_id=task_id, worker_id=worker) is None
+    store.release_slot(slot_id=s2)
+    store.release_slot(slot_id=s2)  # idempotent
+    assert store.get_task(task_id=task_id).trials_reserved == 1
+    with pytest.raises(ValueError):  # a slot is spent on a trial's measurement
+        store.record_measurement(_m(study.id), slot_id=s1)
+    m = store.record_measurement(_m(study.id, trial_number=0, median_us=3.0), slot_id=s1)
+    task = store.get_task(task_id=task_id)
+    assert (task.trials_done, task.trials_failed, task.best_us, task.study_id) == (1, 0, 3.0, study.id)
+    assert task.best_config_json == m.config_json
+    with pytest.raises(RecordConflictError):  # spent already: nothing more is stored
+        store.record_measurement(_m(study.id, trial_number=1), slot_id=s1)
+    assert store.count_measurements(study_id=study.id) == 1
+    assert store.job_state(job_id=job.id) == "running"
+
+
+def test_a_lost_worker_gives_back_its_slots_and_stores_nothing_more(store: Any) -> None:
+    worker = _worker(store, lease_s=0.0)
+    _job(store, trials=1)
+    claim = store.claim_task(worker_id=worker, device_kind="cpu", device_name="CPU", backends=["triton"])
+    slot = store.reserve_slot(task_id=claim.task.id, worker_id=worker)
+    study = _study(store)
+    assert store.reap_lost_workers(now=claim.task.updated_at + timedelta(hours=1)) == [worker]
+    assert store.get_task(task_id=claim.task.id).trials_reserved == 0
+    assert store.heartbeat(worker_id=worker, lease_s=30.0) is False
+    with pytest.raises(RecordConflictError):
+        store.record_measurement(_m(study.id, trial_number=0), slot_id=slot)
+    assert store.count_measurements(study_id=study.id) == 0
+    assert store.list_workers() == [] and store.list_workers(include_stopped=True)[0].state == "lost"
+
+
+def test_a_stopping_worker_gives_back_its_slots(store: Any) -> None:
+    worker = _worker(store)
+    _job(store, trials=1)
+    claim = store.claim_task(worker_id=worker, device_kind="cpu", device_name="CPU", backends=["triton"])
+    store.reserve_slot(task_id=claim.task.id, worker_id=worker)
+    assert store.heartbeat(worker_id=worker, lease_s=30.0) is True
+    store.stop_worker(worker_id=worker)
+    assert store.get_task(task_id=claim.task.id).trials_reserved == 0
+    assert store.list_workers(include_stopped=True)[0].state == "stopped"
+
+
+def test_one_worker_finalises_and_the_last_task_closes_the_job(store: Any) -> None:
+    a, b = _worker(store, "a"), _worker(store, "b")
+    job = _job(store, trials=1, shapes=2)
+    claim = store.claim_task(worker_id=a, device_kind="cpu", device_name="CPU", backends=["triton"])
+    study = _study(store)
+    slot = store.reserve_slot(task_id=claim.task.id, worker_id=a)
+    assert store.begin_finalize(task_id=claim.task.id, worker_id=a) is False  # a trial is still running
+    store.record_measurement(_m(study.id, trial_number=0), slot_id=slot)
+    assert store.begin_finalize(task_id=claim.task.id, worker_id=a) is True
+    assert store.begin_finalize(task_id=claim.task.id, worker_id=b) is False
+    with pytest.raises(RecordConflictError):
+        store.finish_task(task_id=claim.task.id, worker_id=b, best_us=1.0, best_config_json="{}")
+    done = store.finish_task(task_id=claim.task.id, worker_id=a, best_us=1.0, best_config_json='{"x":1}')
+    assert done.state == "running" and [t.state for t in done.tasks] == ["done", "queued"]
+    store.release_task(worker_id=a)
+    second = store.claim_task(worker_id=b, device_kind="cpu", device_name="CPU", backends=["triton"])
+    assert second.task.id == done.tasks[1].id
+    store.fail_task(task_id=second.task.id, error="template gone")
+    finished = store.get_job(job_id=job.id)
+    assert finished.state == "failed" and "template gone" in (finished.error or "")
+    assert finished.finished_at is not None
+
+
+def test_cancelling_stops_a_job_once(store: Any) -> None:
+    job = _job(store, shapes=2)
+    cancelled = store.cancel_job(job_id=job.id)
+    assert cancelled.state == "cancelled" and {t.state for t in cancelled.tasks} == {"cancelled"}
+    with pytest.raises(RecordConflictError):
+        store.cancel_job(job_id=job.id)
+    with pytest.raises(NotFoundError):
+        store.cancel_job(job_id=job.id + 1000)
+    worker = _worker(store)
+    assert store.claim_task(worker_id=worker, device_kind="cpu", device_name="CPU", backends=["triton"]) is None

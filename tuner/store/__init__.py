@@ -1,0 +1,30 @@
+"""The store contract: protocols (:mod:`tuner.store.protocols`) and the values they speak
+(:mod:`tuner.store.records`). ``tuner.db`` implements them on SQL; :mod:`tuner.store.memory` in memory."""
+
+from __future__ import annotations
+
+from tuner.store.protocols import JobQueue, TrialHeartbeats, TuningStore
+from tuner.store.records import (
+    BestRecord,
+    Claim,
+    JobRecord,
+    MeasurementRecord,
+    NewMeasurement,
+    StudyRecord,
+    TaskRecord,
+    WorkerRecord,
+)
+
+__all__ = [
+    "BestRecord",
+    "Claim",
+    "JobQueue",
+    "JobRecord",
+    "MeasurementRecord",
+    "NewMeasurement",
+    "StudyRecord",
+    "TaskRecord",
+    "TrialHeartbeats",
+    "TuningStore",
+    "WorkerRecord",
+]

@@ -1,0 +1,216 @@
+"""The store contract of the engine: what the driver, the worker and the reports need from a store.
+
+The engine defines these protocols; ``tuner.db.Store`` implements them on SQLite and PostgreSQL and
+:class:`tuner.store.memory.MemoryStore` in memory (unit tests). One shared test-suite
+(``tests/store/test_store_contract.py``) runs against all three.
+
+Conventions shared by every method:
+
+* Each call is one transaction: it is applied entirely or not at all.
+* Arguments and results are plain values and the frozen records of :mod:`tuner.store.records`; records
+  are immutable snapshots, valid after the call (they hold no connection).
+* Lookups (``get_*``, ``list_*``, ``latest_round``) return None or an empty list when nothing matches.
+* Writes that name a row by id raise :class:`tuner.errors.NotFoundError` when it does not exist, and
+  :class:`tuner.errors.RecordConflictError` when the stored state forbids them (nothing is written then);
+  invalid arguments raise ValueError.
+* Infrastructure failures (database unreachable, locked, lost connection) raise
+  :class:`tuner.errors.StoreError`, translated once inside the implementation.
+* Implementations are thread-safe (share one instance across threads) and safe across processes where
+  the backend is shared (several workers on one database); the memory store serves one process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from tuner.store.records import (
+    BestRecord,
+    Claim,
+    JobRecord,
+    MeasurementRecord,
+    NewMeasurement,
+    Status,
+    StudyRecord,
+    TaskRecord,
+    WorkerRecord,
+)
+from tuner.store.records import JsonInput as JsonInput
+
+if TYPE_CHECKING:
+    import optuna
+
+ORDERS = ("id", "-id", "median_us")  # median_us: fastest first, rows without a time last
+
+
+@dataclass(frozen=True)
+class TrialHeartbeats:
+    """Optuna trial heartbeats for studies shared by workers: a trial whose process stops beating for
+    ``grace_s`` is failed by the next worker and retried (at most ``max_retry`` times) with the same
+    parameters. Immutable."""
+
+    interval_s: int
+    grace_s: int
+    max_retry: int = 3
+
+
+@runtime_checkable
+class TuningStore(Protocol):
+    """Studies, measurements and published best configs, beside the Optuna studies of the same key."""
+
+    @property
+    def url(self) -> str:
+        """Where the store lives, safe to log (passwords masked)."""
+
+    # -- studies ----------------------------------------------------------------------------------------
+    def get_or_create_study(
+        self, *, name: str, template: str, template_version: str, shape_key: str, shape_json: JsonInput,
+        device_kind: str, device_name: str, fingerprint_hash: str, fingerprint_json: JsonInput,
+    ) -> StudyRecord:
+        """The study named ``name``, created with these fields if absent; race-safe across processes (two
+        creators get the one study). An existing study keeps its stored JSON. RecordConflictError when
+        ``name`` is stored under another key or the key under another name."""
+
+    def get_study(self, *, name: str | None = None, study_id: int | None = None) -> StudyRecord | None:
+        """The study with this name or id (exactly one of them; ValueError otherwise)."""
+
+    def list_studies(self, *, template: str | None = None, device_kind: str | None = None) -> list[StudyRecord]:
+        """Studies matching the filters (None: any), oldest first."""
+
+    # -- measurements -----------------------------------------------------------------------------------
+    def record_measurement(self, measurement: NewMeasurement, *, slot_id: int | None = None) -> MeasurementRecord:
+        """Store one measurement and, with ``slot_id``, spend that trial slot on it, in one transaction: the
+        measurement is stored if and only if its slot is spent. NotFoundError for an unknown study;
+        RecordConflictError when the slot is no longer reserved (its worker was declared lost), and then
+        nothing is stored; ValueError for an invalid role, candidate, status, timer or JSON."""
+
+    def get_measurement(self, *, measurement_id: int) -> MeasurementRecord | None: ...
+
+    def list_measurements(
+        self, *, study_id: int, role: str | None = None, status: Status | str | None = None,
+        candidate: str | None = None, round_id: str | None = None, config_json: str | None = None,
+        limit: int | None = None, offset: int = 0, order: str = "id",
+    ) -> list[MeasurementRecord]:
+        """Measurements of a study matching the filters, in ``order`` (one of ORDERS; ``median_us``: fastest
+        first, rows without a time last, ties by id). ValueError for an unknown order, role or status."""
+
+    def count_measurements(
+        self, *, study_id: int, role: str | None = None, status: Status | str | None = None,
+        candidate: str | None = None, round_id: str | None = None, config_json: str | None = None,
+    ) -> int:
+        """How many measurements :meth:`list_measurements` would list without limit."""
+
+    def latest_round(self, *, study_id: int) -> list[MeasurementRecord]:
+        """The rows of the study's most recent final round (the round holding the newest final row), by id."""
+
+    # -- best configs -----------------------------------------------------------------------------------
+    def publish_best(self, *, study_id: int, measurement_id: int) -> BestRecord:
+        """Publish a measurement as its study's best config (replacing the previous one). NotFoundError for
+        an unknown study or measurement; RecordConflictError when the measurement is of another study, not
+        OK, has no median, or measured a comparator."""
+
+    def get_best(
+        self, *, template: str, shape_key: str, device_kind: str | None = None, device_name: str | None = None,
+        fingerprint_hash: str | None = None, template_version: str | None = None,
+    ) -> BestRecord | None:
+        """The most recently published best config matching the key (None in a filter: any)."""
+
+    def get_study_best(self, *, study_id: int) -> BestRecord | None: ...
+
+    def list_best(
+        self, *, template: str | None = None, device_kind: str | None = None, device_name: str | None = None
+    ) -> list[BestRecord]:
+        """Best configs matching the filters, by template, shape, device, newest first."""
+
+    # -- the Optuna side of the same studies ------------------------------------------------------------
+    def optuna_storage(self, *, heartbeats: TrialHeartbeats | None = None) -> optuna.storages.BaseStorage:
+        """An Optuna storage holding the Optuna studies beside this store's (the same database, so that
+        optuna-dashboard shows them; one shared in-memory storage for the memory store)."""
+
+    def withdraw_waiting_trials(self, trial_ids: Sequence[int]) -> set[int]:
+        """Fail those of the Optuna trials ``trial_ids`` (of :meth:`optuna_storage`) that are still WAITING,
+        atomically per trial (a trial another worker popped meanwhile keeps running); returns the ids
+        failed."""
+
+
+@runtime_checkable
+class JobQueue(Protocol):
+    """Tuning jobs, one task per shape, trial slots shared by workers, workers and their leases.
+
+    Protocol: ``claim_task`` (one transaction; on PostgreSQL ``FOR UPDATE SKIP LOCKED``); ``reserve_slot``
+    before each trial, :meth:`TuningStore.record_measurement` with the slot to spend it, ``release_slot``
+    when a trial needed no measurement; ``begin_finalize`` gives the final round to exactly one worker;
+    ``finish_task`` closes the task (and its job with its last task); ``heartbeat`` renews a lease and
+    ``reap_lost_workers`` gives back what expired workers held. Timestamps are UTC from the callers' clocks.
+    """
+
+    def create_job(
+        self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
+        trials: int, sampler: str, samples: int, candidate_timeout_s: float, tasks: Sequence[tuple[str, str, str]],
+        seed: int | None = None, finalists: int = 3, comparators: bool = True, priority: int = 0,
+        submitted_by: str | None = None,
+    ) -> JobRecord:
+        """A queued job with one task per ``(label, shape_key, shape_json)``; ValueError when there is none
+        or a shape repeats."""
+
+    def get_job(self, *, job_id: int) -> JobRecord | None: ...
+
+    def list_jobs(self, *, state: str | None = None, limit: int = 50, offset: int = 0) -> list[JobRecord]:
+        """Jobs, newest first, with their tasks."""
+
+    def count_jobs(self, *, state: str | None = None) -> int: ...
+
+    def cancel_job(self, *, job_id: int) -> JobRecord:
+        """Cancel a queued or running job and its unfinished tasks. NotFoundError for an unknown id,
+        RecordConflictError when it has already finished."""
+
+    def register_worker(
+        self, *, worker_id: str, host: str, pid: int, device_kind: str, device_name: str, device_index: int,
+        backends: Sequence[str], fingerprint_hash: str, fingerprint_json: str, lease_s: float,
+    ) -> WorkerRecord: ...
+
+    def heartbeat(self, *, worker_id: str, lease_s: float) -> bool:
+        """Renew the worker's lease; False when it was declared lost (it must stop recording results)."""
+
+    def list_workers(self, *, include_stopped: bool = False) -> list[WorkerRecord]: ...
+
+    def stop_worker(self, *, worker_id: str) -> None:
+        """A worker leaving cleanly: its reserved slots go back to their tasks, its lease ends."""
+
+    def reap_lost_workers(self, *, now: datetime | None = None) -> list[str]:
+        """Declare workers whose lease expired lost and give back what they held; returns their ids."""
+
+    def claim_task(
+        self, *, worker_id: str, device_kind: str, device_name: str, backends: Sequence[str]
+    ) -> Claim | None:
+        """The next task this worker can serve (highest priority, oldest job, first shape), or None."""
+
+    def attach_study(self, *, task_id: int, study_id: int) -> None: ...
+
+    def reserve_slot(self, *, task_id: int, worker_id: str) -> int | None:
+        """Reserve one trial of the task; the slot id, or None when every trial is taken or the task no
+        longer runs."""
+
+    def release_slot(self, *, slot_id: int) -> None:
+        """Give back a reserved slot that led to no measurement (no-op when it is already gone)."""
+
+    def get_task(self, *, task_id: int) -> TaskRecord | None: ...
+
+    def job_state(self, *, job_id: int) -> str | None: ...
+
+    def begin_finalize(self, *, task_id: int, worker_id: str) -> bool:
+        """Take the final round of a task whose trials are all done; True for exactly one caller."""
+
+    def finish_task(
+        self, *, task_id: int, worker_id: str, best_us: float | None, best_config_json: str | None,
+        error: str | None = None,
+    ) -> JobRecord:
+        """Close a task this worker finalised; RecordConflictError when it no longer holds the round."""
+
+    def fail_task(self, *, task_id: int, error: str) -> None:
+        """Fail a task that cannot run anywhere; its job fails once no other task runs."""
+
+    def release_task(self, *, worker_id: str) -> None:
+        """The worker leaves its current task (it stays claimable by others) and becomes idle."""
