@@ -195,7 +195,7 @@ class BestService:
     def _compute(self, request: BestRequest) -> tuple[BestOut, EntrySet]:
         entry = self._template(request)
         try:
-            shape = entry.template.make_shape(request.raw_shape)
+            shape = entry.spec.make_shape(request.raw_shape)
         except ShapeError as exc:
             raise FieldError.wrap(exc, ("query", "shape")) from None
         entry_set = self.entry_set(entry, request.device_kind)
@@ -203,7 +203,7 @@ class BestService:
         if request.fingerprint is not None:
             entries = tuple(e for e in entries if e.fingerprint_hash == request.fingerprint)
         requester = Requester(request.device_name, dict(request.software), request.template_version,
-                              entry.template.backend)
+                              entry.spec.backend)
         answer = choose(shape.to_dict(), entries, default=entry.space.default.to_dict(), valid=entry.is_valid,
                         requester=requester)
         assert answer is not None, "a search space always has a default"
@@ -221,7 +221,7 @@ class BestService:
         if cached is not None:
             return cached
         found = tuple(e for _, e in published_entries(self.stores.get(), template=entry.name, device_kind=device_kind,
-                                                      version=entry.template.version))
+                                                      version=entry.spec.version))
         entry_set = EntrySet(found, tuple((e.measurement_id, e.published_at) for e in found))
         self._entries.put(key, entry_set)
         return entry_set
@@ -236,7 +236,7 @@ def _out(entry: CatalogEntry, shape: Shape, device_kind: str, answer: Answer) ->
         elif not d.what.startswith("shape."):
             notes.append(f"verified under another {d}")
     return BestOut(
-        template=entry.name, template_version=entry.template.version, shape=shape.to_dict(), shape_key=shape.key(),
+        template=entry.name, template_version=entry.spec.version, shape=shape.to_dict(), shape_key=shape.key(),
         device_kind=device_kind,  # type: ignore[arg-type]
         device_name=e.device_name if e else None, match=answer.match, distance=answer.distance,
         config=dict(answer.config), median_us=e.median_us if e else None, p20_us=e.p20_us if e else None,

@@ -1,9 +1,10 @@
-"""Templates and their search spaces, loaded once per process and shared by every request.
+"""Template specs and their search spaces, loaded once per process and shared by every request.
 
-Importing a template imports its kernel module (and Triton or TileLang with it) and loading its space parses
-YAML: both are far too slow for a request path, so the first request (or the start-up warm-up) pays and
-later ones read a dict. Entries are immutable; the catalog is thread-safe. Failures are not cached, so a
-template fixed on disk is picked up by the next request (a template that loaded stays as it was loaded).
+The API reads template specs (:mod:`tuner.spec`), never the implementations: it imports no torch, Triton
+or TileLang. Loading a space parses YAML, too slow for a request path, so the first request (or the
+start-up warm-up) pays and later ones read a dict. Entries are immutable; the catalog is thread-safe.
+Failures are not cached, so a template fixed on disk is picked up by the next request (a template that
+loaded stays as it was loaded).
 """
 
 from __future__ import annotations
@@ -17,21 +18,21 @@ from tuner import registry
 from tuner.errors import TunerError
 from tuner.frozen import Config, Shape
 from tuner.space import SearchSpace
-from tuner.template import KernelTemplate
+from tuner.spec import TemplateSpec
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """One template with its validated search space."""
+    """One template's spec with its validated search space."""
 
-    template: KernelTemplate
+    spec: TemplateSpec
     space: SearchSpace
 
     @property
     def name(self) -> str:
-        return self.template.name
+        return self.spec.name
 
     def is_valid(self, config: Any, shape: Any) -> bool:
         """Whether a stored config satisfies the space's constraints for ``shape`` (False if malformed)."""
@@ -60,8 +61,8 @@ class Catalog:
         with self._lock:
             entry = self._entries.get(name)
             if entry is None:
-                template = registry.get(name)
-                entry = CatalogEntry(template, template.space())
+                spec = registry.spec(name)
+                entry = CatalogEntry(spec, spec.space())
                 self._entries[name] = entry
         return entry
 

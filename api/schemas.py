@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tuner.driver.samplers import SamplerName
+from tuner.driver.sampler_names import SamplerName
 from tuner.store import JobRecord, MeasurementRecord, TaskRecord
 
 DeviceKind = Literal["cuda", "npu", "cpu"]

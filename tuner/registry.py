@@ -1,11 +1,15 @@
-"""The explicit registry of kernel templates: name → ``module:Class`` import path.
+"""The explicit registry of kernel templates: name → import path of its spec or its class.
 
-Templates are imported lazily, because importing a kernel module imports its backend (Triton, TileLang),
-and the CPU backend must set ``TRITON_INTERPRET=1`` before Triton is first imported. Measurement
-subprocesses receive the import path, so templates registered at run time (tests, plugins) work there too.
+A built-in template is registered by its :class:`tuner.spec.TemplateSpec` (``module:SPEC``), which names
+the implementation: :func:`spec` reads it without importing torch, Triton or TileLang (the API process
+does only that), :func:`get` imports the implementation (workers and measurement processes). Importing
+kernels lazily matters too because the CPU backend must set ``TRITON_INTERPRET=1`` before Triton is first
+imported. Measurement subprocesses receive the import path, so templates registered at run time (tests,
+plugins) work there too.
 
-Templates of your own, outside this repository: ``TUNER_TEMPLATES="name=pkg.module:Class,other=…"`` adds
-them to the registry of every tuner process (CLI, server, workers) that sees the variable.
+Templates of your own, outside this repository: ``TUNER_TEMPLATES="name=pkg.module:Class,other=…"`` (a
+KernelTemplate class or a TemplateSpec) adds them to the registry of every tuner process (CLI, server,
+workers) that sees the variable.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ import threading
 from functools import cache
 
 from tuner.errors import UnknownTemplateError
+from tuner.spec import TemplateSpec
 from tuner.template import KernelTemplate
 
 BUILTIN_TEMPLATES: dict[str, str] = {
-    "mamba2_chunk_cumsum": "tuner.kernels.mamba2_chunk_cumsum.triton_template:Mamba2ChunkCumsum",
-    "mamba2_chunk_cumsum_tilelang": "tuner.kernels.mamba2_chunk_cumsum.tilelang_template:Mamba2ChunkCumsumTileLang",
-    "mamba3_mimo_bwd": "tuner.kernels.mamba3_mimo.bwd_template:Mamba3MimoBwd",
+    "mamba2_chunk_cumsum": "tuner.kernels.mamba2_chunk_cumsum.spec:TRITON",
+    "mamba2_chunk_cumsum_tilelang": "tuner.kernels.mamba2_chunk_cumsum.spec:TILELANG",
+    "mamba3_mimo_bwd": "tuner.kernels.mamba3_mimo.spec:BWD",
 }
 
 _lock = threading.Lock()
@@ -41,7 +46,8 @@ _registry: dict[str, str] = {**BUILTIN_TEMPLATES, **_from_environment(os.environ
 
 
 def register(name: str, ref: str) -> None:
-    """Add (or replace) a template under ``name``; ``ref`` is ``package.module:ClassName``."""
+    """Add (or replace) a template under ``name``; ``ref`` is ``package.module:Name`` of a KernelTemplate
+    class or of a TemplateSpec."""
     with _lock:
         _registry[name] = ref
 
@@ -74,11 +80,33 @@ def get(name: str) -> KernelTemplate:
     return template
 
 
+def spec(name: str) -> TemplateSpec:
+    """The spec of the template registered under ``name``, without importing a built-in implementation.
+
+    Raises UnknownTemplateError as :func:`get` does; ImportError/AttributeError/TypeError as :func:`load`.
+    """
+    ref = ref_of(name)
+    found = _spec_or_template(ref)
+    the_spec = found if isinstance(found, TemplateSpec) else found.spec
+    if the_spec.name != name:
+        raise UnknownTemplateError(f"template {name!r} is registered to {ref}, whose name is {the_spec.name!r}")
+    return the_spec
+
+
 @cache
 def load(ref: str) -> KernelTemplate:
-    """Import ``module:Class`` and instantiate it; raises ImportError/AttributeError/TypeError as Python does."""
-    module_name, _, class_name = ref.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    if not (isinstance(cls, type) and issubclass(cls, KernelTemplate)):
-        raise TypeError(f"{ref} is not a KernelTemplate subclass")
-    return cls()
+    """The template of an import path (``module:Class`` or ``module:SPEC``), one instance per path; raises
+    ImportError/AttributeError/TypeError as Python does."""
+    found = _spec_or_template(ref)
+    return load(found.implementation) if isinstance(found, TemplateSpec) else found
+
+
+@cache
+def _spec_or_template(ref: str) -> TemplateSpec | KernelTemplate:
+    module_name, _, attr = ref.partition(":")
+    obj = getattr(importlib.import_module(module_name), attr)
+    if isinstance(obj, TemplateSpec):
+        return obj
+    if not (isinstance(obj, type) and issubclass(obj, KernelTemplate)):
+        raise TypeError(f"{ref} is not a KernelTemplate subclass (nor a TemplateSpec)")
+    return obj()

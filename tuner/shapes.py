@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from tuner.errors import ShapeError, UserInputError
 from tuner.frozen import Shape
+from tuner.spec import TemplateSpec
 from tuner.template import KernelTemplate
 
 
@@ -25,7 +26,7 @@ def parse_shape_text(text: str) -> dict[str, str]:
 
 
 def select_shapes(
-    template: KernelTemplate,
+    template: TemplateSpec | KernelTemplate,
     *,
     workloads: Sequence[str] = (),
     shapes: Sequence[str] = (),

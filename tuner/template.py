@@ -15,22 +15,33 @@ import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar
 
-from tuner.dims import Dim, ShapeRule, validate_shape
-from tuner.errors import UnknownWorkloadError
-from tuner.frozen import Config, Scalar, Shape
+from tuner.dims import Dim, ShapeRule
+from tuner.frozen import Config, Shape
+from tuner.spec import Backend, TemplateSpec, Workload, default_space_path
 
 if TYPE_CHECKING:
     import torch
 
     from tuner.space import SearchSpace
 
-Backend = Literal["triton", "tilelang"]
+__all__ = [
+    "Backend",
+    "Comparator",
+    "Dim",
+    "Kernel",
+    "KernelTemplate",
+    "OutputSpec",
+    "TemplateSpec",
+    "Tensors",
+    "Workload",
+]
+
 Tensors = Mapping[str, "torch.Tensor"]
 Kernel = Callable[[Tensors, Tensors], None]
 
-SEARCH_SPACES_DIR = Path(__file__).resolve().parent / "search_spaces"  # package data (the repository's search_spaces/)
+
 
 @dataclass(frozen=True)
 class OutputSpec:
@@ -38,15 +49,6 @@ class OutputSpec:
 
     name: str
     rtol: float = 1e-3
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A named shape users tune for (e.g. a model's layer at a batch and sequence length)."""
-
-    name: str
-    shape: Mapping[str, Scalar]
-    doc: str = ""
 
 
 @dataclass(frozen=True)
@@ -94,32 +96,46 @@ class KernelTemplate(abc.ABC):
     # driver then asks trials in batches and precompiles each batch in parallel across the host's cores
     # (:meth:`precompile`) before measuring.
     compile_in_parallel: ClassVar[bool] = False
+    # The spec of a built-in template (tuner.spec): name, version, backend, dims, workloads and doc come from it.
+    SPEC: ClassVar[TemplateSpec | None] = None
 
-    # -- shapes ------------------------------------------------------------------------------------
+    # -- spec and shapes (one implementation: tuner.spec.TemplateSpec) ---------------------------------
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A subclass declaring ``SPEC`` takes its name, version, backend, dims, workloads, shape rules and doc
+        from it."""
+        super().__init_subclass__(**kwargs)
+        spec = cls.__dict__.get("SPEC")
+        if spec is not None:
+            cls.name, cls.version, cls.backend = spec.name, spec.version, spec.backend
+            cls.dims, cls.workloads, cls.shape_rules = spec.dims, spec.workloads, spec.shape_rules
+            cls.doc = spec.doc or cls.__dict__.get("doc", "")
+
+    @property
+    def spec(self) -> TemplateSpec:
+        """The template's spec: its declared ``SPEC``, else one made of its class attributes."""
+        if self.SPEC is not None:
+            return self.SPEC
+        return TemplateSpec(
+            name=self.name, version=self.version, backend=self.backend, dims=self.dims,
+            implementation=f"{type(self).__module__}:{type(self).__qualname__}", workloads=self.workloads,
+            doc=self.doc, shape_rules=self.shape_rules, space_file=self.space_path,
+        )
+
     def make_shape(self, raw: Mapping[str, object]) -> Shape:
-        """Validate and complete a raw shape: coerce types, fill defaults, reject unknown dims, check
-        :attr:`shape_rules` (:func:`tuner.dims.validate_shape`, which the runtime client runs offline on
-        the same dims and rules). Raises ShapeError."""
-        return Shape(validate_shape(self.name, self.dims, self.shape_rules, raw))
+        """Validate and complete a raw shape (:meth:`tuner.spec.TemplateSpec.make_shape`: the dims and the
+        :attr:`shape_rules`, as the runtime client checks them offline). Raises ShapeError."""
+        return self.spec.make_shape(raw)
 
     def check_shape(self, shape: Shape) -> None:
         """Raise ShapeError when ``shape`` breaks one of :attr:`shape_rules`."""
-        for rule in self.shape_rules:
-            rule.check(shape)
+        self.spec.check_shape(shape)
 
     def workload(self, name: str) -> Shape:
-        for w in self.workloads:
-            if w.name == name:
-                return self.make_shape(w.shape)
-        known = ", ".join(w.name for w in self.workloads) or "none"
-        raise UnknownWorkloadError(f"unknown workload {name!r} for {self.name}; known: {known}")
+        return self.spec.workload(name)
 
     def workload_name(self, shape: Shape) -> str | None:
         """The name of the workload whose shape this is, if any."""
-        for w in self.workloads:
-            if self.make_shape(w.shape) == shape:
-                return w.name
-        return None
+        return self.spec.workload_name(shape)
 
     def reduced(self, shape: Shape) -> Shape:
         """A smaller shape of the same kind, for tests on the CPU (interpreter). Default: the shape itself."""
@@ -128,17 +144,11 @@ class KernelTemplate(abc.ABC):
     # -- search space ------------------------------------------------------------------------------
     @property
     def space_path(self) -> Path:
-        return SEARCH_SPACES_DIR / f"{self.name}.yaml"
+        return self.SPEC.space_path if self.SPEC is not None else default_space_path(self.name)
 
     def space(self) -> SearchSpace:
         """The template's search space, loaded and validated from ``search_spaces/<name>.yaml``."""
-        from tuner.errors import SearchSpaceError
-        from tuner.space import load_space
-
-        space = load_space(self.space_path, shape_dims=tuple(d.name for d in self.dims))
-        if space.template != self.name:
-            raise SearchSpaceError(f"{self.space_path}: template: {space.template!r} is not {self.name!r}")
-        return space
+        return self.spec.space()
 
     # -- math --------------------------------------------------------------------------------------
     @abc.abstractmethod

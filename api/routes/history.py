@@ -39,7 +39,7 @@ def history(
         raise FieldError.wrap(exc, ("query", "template")) from None
     raw = raw_shape(shape, request.query_params.multi_items(), RESERVED)
     try:
-        the_shape = entry.template.make_shape(raw)
+        the_shape = entry.spec.make_shape(raw)
     except ShapeError as exc:
         raise FieldError.wrap(exc, ("query", "shape")) from None
     studies = [

@@ -37,7 +37,7 @@ def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep,
         raise FieldError.wrap(exc, ("body", "template")) from None
     tasks = [(label, shape.key(), shape.to_json()) for label, shape in _shapes(entry, body)]
     job = store.create_job(
-        template=entry.name, template_version=entry.template.version, backend=entry.template.backend,
+        template=entry.name, template_version=entry.spec.version, backend=entry.spec.backend,
         device_kind=body.device.kind, device_name=body.device.name, trials=body.trials, sampler=body.sampler,
         samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, tasks=tasks, seed=body.seed,
         finalists=body.finalists, comparators=body.comparators, priority=body.priority,
@@ -52,15 +52,15 @@ def _shapes(entry: CatalogEntry, body: JobIn) -> list[tuple[str, Shape]]:
     selected: list[tuple[str, Shape]] = []
     for i, name in enumerate(body.workloads):
         try:
-            selected.append((name, entry.template.workload(name)))
+            selected.append((name, entry.spec.workload(name)))
         except UserInputError as exc:
             raise FieldError.wrap(exc, ("body", "workloads", i)) from None
     for i, raw in enumerate(body.shapes):
         try:
-            shape = entry.template.make_shape(raw)
+            shape = entry.spec.make_shape(raw)
         except UserInputError as exc:
             raise FieldError.wrap(exc, ("body", "shapes", i)) from None
-        selected.append((entry.template.workload_name(shape) or shape.key(), shape))
+        selected.append((entry.spec.workload_name(shape) or shape.key(), shape))
     if not selected:
         raise FieldError("give at least one workload or shape", ("body", "shapes"))
     unique: dict[Shape, str] = {}

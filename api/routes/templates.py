@@ -46,14 +46,14 @@ def template_regret(
     default = entry.space.default.to_dict()
 
     def space_of(version: str) -> Any:
-        return (default, entry.is_valid) if version == entry.template.version else None
+        return (default, entry.is_valid) if version == entry.spec.version else None
 
     reports = regret_reports(recorded_shapes(store, template=name, device_kind=device), space_of=space_of)
     return [r.to_dict() for r in reports]
 
 
 def describe(entry: CatalogEntry) -> TemplateOut:
-    t, space = entry.template, entry.space
+    t, space = entry.spec, entry.space
     return TemplateOut(
         name=t.name, version=t.version, backend=t.backend, doc=t.doc or space.doc,
         dims=[

@@ -6,7 +6,7 @@ x = dt + dt_bias; x = softplus(x) = log1p(exp(x)) where x <= 20, else x (when ``
 dt_min, dt_max). Outputs, both (B, H, S/Q, Q): ``dt_out`` = x in the shape's ``dtype``; ``dA_cumsum`` fp32,
 the inclusive cumsum within each chunk of x·A, from the fp32 x (not the rounded dt_out).
 
-:class:`Mamba2ChunkCumsumOp` is the operator half of a template (dims, workloads, inputs, reference, outputs
+:class:`Mamba2ChunkCumsumOp` is the operator half of a template (inputs, reference, outputs
 and their bounds, roofline bytes, comparators); the Triton (kernels/mamba2_chunk_cumsum/triton_template.py) and TileLang
 (kernels/mamba2_chunk_cumsum/tilelang_template.py) templates add name, version, backend and ``build``, so that
 both are checked and compared against exactly the same contract. Stateless and thread-safe.
@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 from tuner.frozen import Shape
 from tuner.kernels.mamba2_chunk_cumsum import comparator_mamba_ssm as mamba_ssm_lines
-from tuner.template import Comparator, Dim, OutputSpec, ShapeRule, Tensors, Workload
+from tuner.template import Comparator, OutputSpec, Tensors
 
 if TYPE_CHECKING:
     import torch
 
-DTYPES = ("float16", "bfloat16", "float32")
 
 # Inputs drawn by make_inputs: dt ~ N(0, 3²) with 1% of entries in [30, 60] (the x > 20 bypass), biases and
 # A as Mamba2 initialises them. With dt_limit = (1e-3, 4), 1% (no bias) to 28% (bias) of the values hit the
@@ -62,43 +61,12 @@ def itemsize(name: str) -> int:
 class Mamba2ChunkCumsumOp:
     """Operator half of the Mamba2 chunk-cumsum templates: a mixin, ``class T(Mamba2ChunkCumsumOp, KernelTemplate)``."""
 
-    dims: ClassVar[tuple[Dim, ...]] = (
-        Dim("B", doc="batch"),
-        Dim("S", doc="sequence length, a multiple of Q"),
-        Dim("H", doc="heads (any count: blocks of heads are masked)"),
-        Dim("Q", default=256, minimum=16, doc="chunk size, a power of two"),
-        Dim("has_bias", "bool", default=False, doc="dt_bias is added before the softplus"),
-        Dim("dtype", "str", default="float16", choices=DTYPES, doc="dtype of dt_out"),
-        Dim("softplus", "bool", default=True, doc="apply softplus (with the x > 20 bypass)"),
-    )
     # Class-level bounds are the loosest over dtypes; output_specs(shape) gives the per-dtype ones.
     outputs: ClassVar[tuple[OutputSpec, ...]] = (
         OutputSpec("dt_out", rtol=max(DT_OUT_RTOL.values())),
         OutputSpec("dA_cumsum", rtol=DA_CUMSUM_RTOL),
     )
-    workloads: ClassVar[tuple[Workload, ...]] = (
-        Workload("mamba2-780m-b1-s4k", {"B": 1, "S": 4096, "H": 48, "has_bias": False, "dtype": "float16"}),
-        Workload("mamba2-1p3b-b8-s2k", {"B": 8, "S": 2048, "H": 64, "has_bias": False, "dtype": "bfloat16"}),
-        Workload(
-            "mamba2-780m-b1-s4k-dt-bias", {"B": 1, "S": 4096, "H": 48, "has_bias": True, "dtype": "float16"}
-        ),
-        Workload(
-            "mamba2-1p3b-b8-s2k-dt-bias", {"B": 8, "S": 2048, "H": 64, "has_bias": True, "dtype": "bfloat16"}
-        ),
-        Workload(
-            "mamba2-2p7b-b2-s32k-dt-bias", {"B": 2, "S": 32768, "H": 80, "has_bias": True, "dtype": "float16"}
-        ),
-    )
-
-    # Q a power of two, S a multiple of Q, S·H within the kernel's 32-bit offsets.
-    shape_rules: ClassVar[tuple[ShapeRule, ...]] = (
-        ShapeRule("is_pow2(Q)", "chunk size Q must be a power of two, got {Q}"),
-        ShapeRule("S * H < 2**31", "S*H = {S}*{H} elements per batch: beyond the kernel's 32-bit offsets"),
-        ShapeRule("S % Q == 0", "sequence length S={S} is not a multiple of the chunk size Q={Q} "
-                                "(pad S to a multiple of Q, or choose another Q)"),
-    )
-
-    # -- shapes ------------------------------------------------------------------------------------
+    # -- shapes (dims, workloads and their rules: tuner.kernels.mamba2_chunk_cumsum.spec) ------------------
     def reduced(self, shape: Shape) -> Shape:
         """Q=64, S=4 chunks, B ≤ 2, H/4 heads (48→12, 64→16, 80→20: masking stays exercised)."""
         q = min(int(shape["Q"]), 64)

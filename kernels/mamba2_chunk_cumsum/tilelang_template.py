@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tuner.frozen import Config, Shape
+from tuner.kernels.mamba2_chunk_cumsum import spec
 from tuner.kernels.mamba2_chunk_cumsum.op import Mamba2ChunkCumsumOp
 from tuner.measure.compile_cache import CacheKey, default_cache
-from tuner.template import Backend, Kernel, KernelTemplate, Tensors
+from tuner.template import Kernel, KernelTemplate, Tensors
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -30,10 +31,7 @@ if TYPE_CHECKING:
 class Mamba2ChunkCumsumTileLang(Mamba2ChunkCumsumOp, KernelTemplate):
     """TileLang kernels for the Mamba2 chunk cumsum: one CTA per (batch, chunk group, head block)."""
 
-    name: ClassVar[str] = "mamba2_chunk_cumsum_tilelang"
-    version: ClassVar[str] = "5"  # 2: persist; 3: persist need not divide the tiles; 4: min_blocks; 5: load_cache
-    backend: ClassVar[Backend] = "tilelang"
-    doc: ClassVar[str] = __doc__ or ""
+    SPEC = spec.TILELANG
     compile_in_parallel: ClassVar[bool] = True
 
     def build(self, config: Config, shape: Shape) -> Kernel:

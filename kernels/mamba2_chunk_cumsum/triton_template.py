@@ -7,11 +7,11 @@ Data paths, tiling and the scan formulation are parameters (search_spaces/mamba2
 from __future__ import annotations
 
 import os
-from typing import ClassVar
 
 from tuner.frozen import Config, Shape
+from tuner.kernels.mamba2_chunk_cumsum import spec
 from tuner.kernels.mamba2_chunk_cumsum.op import Mamba2ChunkCumsumOp
-from tuner.template import Backend, Kernel, KernelTemplate
+from tuner.template import Kernel, KernelTemplate
 
 INTERPRETER_SMS = 4  # "SM count" for persistent grids under the Triton interpreter
 
@@ -19,10 +19,7 @@ INTERPRETER_SMS = 4  # "SM count" for persistent grids under the Triton interpre
 class Mamba2ChunkCumsum(Mamba2ChunkCumsumOp, KernelTemplate):
     """Mamba2 ``_chunk_cumsum_fwd`` with fp32 dA_cumsum and dt_out in the workload's dtype, in Triton."""
 
-    name: ClassVar[str] = "mamba2_chunk_cumsum"
-    version: ClassVar[str] = "1"
-    backend: ClassVar[Backend] = "triton"
-    doc: ClassVar[str] = __doc__ or ""
+    SPEC = spec.TRITON
 
     def build(self, config: Config, shape: Shape) -> Kernel:
         """A launch of the Triton kernel for (config, shape); raises ConfigError/ShapeError on bad input."""

@@ -1,18 +1,4 @@
-"""Template: the backward of Mamba3's MIMO layer (Triton), fused or split into chunk-parallel passes.
-
-The kernel under test is the backward: given the forward inputs, the saved rotary angle cumsum
-``AnglesCS`` (mamba_ssm's forward saves it for its backward) and the upstream gradient ``dOut``, it writes
-the gradient of every input. It recomputes what it needs of the forward; that recompute is timed with it.
-The reference is autograd of the float32 chunked form in :mod:`tuner.kernels.mamba3_mimo.reference`; the comparator
-is mamba_ssm's TileLang backward (:mod:`tuner.kernels.mamba3_mimo.comparator_mamba_ssm`).
-
-Config parameters (``search_spaces/mamba3_mimo_bwd.yaml``): ``variant`` (split: chunk-parallel passes
-around a scan; fused: one program per (batch, head) walking the chunks like the TileLang kernels; grouped:
-one program per ``group_chunks`` consecutive chunks, the scan over groups),
-``chunk_rows`` (C·R rows per MIMO chunk, so C = chunk_rows / R), ``prec`` and ``prec_rot`` (matmul operand
-precision), ``block_n`` (rotary pairs per block of N), ``num_warps``, ``num_stages``, ``scan_block``,
-``scan_chunks``, ``group_chunks``.
-"""
+"""Template: the backward of Mamba3's MIMO layer (Triton); described in :mod:`tuner.kernels.mamba3_mimo.spec`."""
 
 from __future__ import annotations
 
@@ -27,27 +13,14 @@ import torch.nn.functional as F
 from tuner.frozen import Config, Shape
 from tuner.kernels.mamba3_mimo import comparator_mamba_ssm as tilelang_cmp
 from tuner.kernels.mamba3_mimo import reference as ref
+from tuner.kernels.mamba3_mimo import spec
 from tuner.kernels.mamba3_mimo.bwd_launch import Dims, Plan, run
-from tuner.template import Comparator, Dim, Kernel, KernelTemplate, OutputSpec, ShapeRule, Tensors, Workload
+from tuner.template import Comparator, Kernel, KernelTemplate, OutputSpec, Tensors
 
 FP32_RTOL = 1e-3
 LOWP_RTOL = 5e-3
 # Gradients the TileLang backward returns in the 16-bit input dtype; the others are float32.
 LOWP_OUTPUTS = frozenset({"dQ", "dK", "dV", "dTrap", "dQ_bias", "dK_bias", "dZ"})
-
-# (N, P, R) of the 11 official shapes; B=4, S=2048, H=16, G=1, rotary divisor 4, bf16.
-_OFFICIAL = ((16, 64, 4), (32, 64, 4), (64, 64, 4), (128, 64, 4), (256, 64, 4), (64, 128, 4), (128, 32, 4),
-             (128, 128, 4), (128, 64, 8), (128, 64, 2), (128, 64, 1))
-
-
-def _workload(n: int, p: int, r: int) -> Workload:
-    chunk, threads = tilelang_cmp.OFFICIAL_SETTINGS[(n, p, r)]
-    return Workload(
-        name=f"mimo-n{n}-p{p}-r{r}",
-        shape={"B": 4, "S": 2048, "H": 16, "G": 1, "N": n, "P": p, "R": r},
-        doc=f"mamba_ssm test grid; TileLang baseline runs chunk {chunk}, bb_threads {threads}",
-    )
-
 
 @contextlib.contextmanager
 def _exact_fp32_matmul() -> Iterator[None]:
@@ -64,38 +37,15 @@ def _exact_fp32_matmul() -> Iterator[None]:
 
 
 class Mamba3MimoBwd(KernelTemplate):
-    """Mamba3 MIMO backward; see the module docstring."""
+    """Mamba3 MIMO backward; see :mod:`tuner.kernels.mamba3_mimo.spec`."""
 
-    name = "mamba3_mimo_bwd"
-    version = "2"  # 2: chunk kernels compiled with a register cap (maxnreg); split2 variant
-    backend = "triton"
-    dims = (
-        Dim("B", doc="batch"),
-        Dim("S", minimum=8, doc="sequence length"),
-        Dim("H", doc="heads"),
-        Dim("G", default=1, doc="q/k head groups (H % G == 0)"),
-        Dim("N", minimum=16, doc="q/k head dim (state size), a power of two"),
-        Dim("P", minimum=16, doc="v head dim, a power of two"),
-        Dim("R", doc="MIMO rank, a power of two"),
-        Dim("rotary_divisor", default=4, minimum=2, doc="N / rotary_divisor rotary angles per head (2 or 4)"),
-        Dim("dtype", kind="str", default="bfloat16", choices=("bfloat16", "float16"),
-            doc="dtype of Q, K, V, Z, Trap, dOut"),
-    )
+    SPEC = spec.BWD
     outputs = tuple(OutputSpec(n, LOWP_RTOL if n in LOWP_OUTPUTS else FP32_RTOL) for n in ref.GRAD_NAMES)
-    workloads = tuple(_workload(*npr) for npr in _OFFICIAL)
-    doc = __doc__ or ""
     # On a GPU a config compiles for tens of seconds (see build): the tuner then compiles each batch of trials
     # in parallel processes. Under the interpreter nothing compiles.
     compile_in_parallel = torch.cuda.is_available()
 
-    shape_rules = (
-        *(ShapeRule(f"is_pow2({d})", f"{d}={{{d}}} must be a power of two") for d in ("N", "P", "R")),
-        ShapeRule("H % G == 0", "H={H} must be a multiple of G={G}"),
-        ShapeRule("rotary_divisor in (2, 4)", "rotary_divisor must be 2 or 4, got {rotary_divisor}"),
-        ShapeRule("S % 8 == 0", "S={S} must be a multiple of 8 (the smallest chunk)"),
-    )
-
-    # -- shapes -------------------------------------------------------------------------------------
+    # -- shapes (dims, workloads and their rules: tuner.kernels.mamba3_mimo.spec) -----------------------
     def reduced(self, shape: Shape) -> Shape:
         return shape.replace(B=1, S=64, H=2, G=1, N=min(int(shape["N"]), 32), P=min(int(shape["P"]), 32))
 

@@ -17,27 +17,13 @@ from collections.abc import Mapping
 import torch
 
 from tuner.frozen import Shape
+from tuner.kernels.mamba3_mimo.spec import OFFICIAL_SETTINGS
 from tuner.template import Kernel
 
 MAMBA_VERSION = "2.3.2.post1"
 TILELANG_VERSION = "0.1.8"
 
 # (N, P, R) -> (chunk size, threads of mamba_mimo_bwd_bwd) that mamba_ssm's tests use for these shapes.
-OFFICIAL_SETTINGS: dict[tuple[int, int, int], tuple[int, int]] = {
-    (16, 64, 4): (8, 128),
-    (32, 64, 4): (16, 256),
-    (64, 64, 4): (16, 256),
-    (128, 64, 4): (16, 256),
-    (256, 64, 4): (8, 256),
-    (64, 128, 4): (16, 256),
-    (128, 32, 4): (16, 256),
-    (128, 128, 4): (8, 256),
-    (128, 64, 8): (8, 256),
-    (128, 64, 2): (32, 256),
-    (128, 64, 1): (64, 256),
-}
-
-
 def settings(shape: Shape) -> tuple[int, int]:
     """(chunk size, bb_threads) for a shape: mamba_ssm's test settings, else its advice (C = 64/R)."""
     key = (int(shape["N"]), int(shape["P"]), int(shape["R"]))

@@ -72,7 +72,7 @@ def templates() -> None:
 
     table = Table("template", "version", "backend", "parameters", "workloads")
     for name in registry.names():
-        t = registry.get(name)
+        t = registry.spec(name)
         space = t.space()
         table.add_row(name, t.version, t.backend, ", ".join(space.names), "\n".join(w.name for w in t.workloads))
     console.print(table)
@@ -156,7 +156,7 @@ def _one_shape(template: str, workload: list[str], shape: list[str]):
     from tuner import registry
     from tuner.shapes import select_shapes
 
-    t = registry.get(template)
+    t = registry.spec(template)
     selected = select_shapes(t, workloads=workload, shapes=shape)
     if len(selected) != 1:
         raise UserInputError("give exactly one --workload or --shape")
@@ -274,7 +274,7 @@ def regret(
 ) -> None:
     """Nearest-shape regret: for every shape with its own best, what the lookup would serve without it,
     timed from the store's records, against the shape's own best (leave-one-out; nothing is measured)."""
-    from tuner.service import distance as distances
+    from tuner import distance as distances
     from tuner.service.regret import recorded_shapes, registered_space, regret_reports, render_markdown
 
     space_of = registered_space(template)
@@ -385,7 +385,7 @@ def export(
         from tuner import registry
 
         for name in template:
-            registry.get(name).space()  # unknown template or broken space: exit 2 before touching the store
+            registry.spec(name).space()  # unknown template or broken space: exit 2 before touching the store
     document = build_export(
         _store(db_url), templates=template or None, device_kind=device,
         warn=lambda message: err_console.print(f"warning: {message}", highlight=False),

@@ -7,16 +7,16 @@ exhausted) and ``cmaes`` (numeric parameters by CMA-ES, categorical ones by the 
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any
 
 import optuna
 from optuna.samplers import GridSampler
 
+from tuner.driver.sampler_names import SAMPLERS, SamplerName
 from tuner.errors import UserInputError
 from tuner.space import SearchSpace
 
-SamplerName = Literal["tpe", "random", "grid", "cmaes"]
-SAMPLERS: tuple[str, ...] = get_args(SamplerName)
+__all__ = ["SAMPLERS", "AskTellGridSampler", "SamplerName", "exhausted", "make_sampler"]
 
 
 class AskTellGridSampler(GridSampler):

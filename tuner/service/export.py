@@ -42,14 +42,14 @@ from tuner import registry
 from tuner.errors import TunerError
 from tuner.service.entries import published_entries
 from tuner.space import SearchSpace
+from tuner.spec import TemplateSpec
 from tuner.store import TuningStore
-from tuner.template import KernelTemplate
 
 FORMAT = "tuner-best-configs"
 SCHEMA_VERSION = 1
 
 
-def template_section(template: KernelTemplate, space: SearchSpace) -> dict[str, Any]:
+def template_section(template: TemplateSpec, space: SearchSpace) -> dict[str, Any]:
     """What the client needs of one template: version, dims (with defaults), default config, constraints."""
     return {
         "version": template.version,
@@ -74,7 +74,7 @@ def build_export(
     sections: dict[str, dict[str, Any]] = {}
     for name in templates if templates is not None else registry.names():
         try:
-            t = registry.get(name)
+            t = registry.spec(name)
             sections[name] = template_section(t, t.space())
         except (TunerError, ImportError, AttributeError, TypeError) as exc:
             if templates is not None:
