@@ -7,7 +7,9 @@ Command-line options override the environment.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
+from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -23,3 +25,19 @@ class EngineSettings(BaseSettings):
 @lru_cache(maxsize=1)
 def engine_settings() -> EngineSettings:
     return EngineSettings()
+
+
+def data_home() -> Path:
+    """tuner's data directory: ``$TUNER_HOME``, else ``$XDG_DATA_HOME/tuner``, else ``~/.local/share/tuner``
+    (the compile cache, the local token; ``tuner.db.engine.default_path`` applies the same rule to the
+    default store, as the store imports nothing of the engine). Read at each call: tests change it."""
+    home = os.environ.get("TUNER_HOME")
+    if home:
+        return Path(home).expanduser()
+    return Path(os.environ.get("XDG_DATA_HOME") or "~/.local/share").expanduser() / "tuner"
+
+
+def triton_interpreted() -> bool:
+    """Whether Triton runs through its interpreter in this process (``TRITON_INTERPRET=1``, which the CPU
+    backend sets for its measurement processes before Triton is imported)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"

@@ -6,11 +6,10 @@ Data paths, tiling and the scan formulation are parameters (search_spaces/mamba2
 
 from __future__ import annotations
 
-import os
-
 from tuner.frozen import Config, Shape
 from tuner.kernels.mamba2_chunk_cumsum import spec
 from tuner.kernels.mamba2_chunk_cumsum.op import Mamba2ChunkCumsumOp
+from tuner.settings import triton_interpreted
 from tuner.template import Kernel, KernelTemplate
 
 INTERPRETER_SMS = 4  # "SM count" for persistent grids under the Triton interpreter
@@ -31,7 +30,7 @@ class Mamba2ChunkCumsum(Mamba2ChunkCumsumOp, KernelTemplate):
 
 def _sm_count() -> int:
     """Multiprocessors of the current CUDA device, or a small fixed count under the interpreter / on CPU."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if triton_interpreted():
         return INTERPRETER_SMS
     import torch
 

@@ -19,6 +19,7 @@ import triton.language as tl
 
 from tuner.frozen import Config, Shape
 from tuner.kernels.mamba3_mimo import bwd_kernel as kern
+from tuner.settings import triton_interpreted
 
 PRECISIONS = {"lowp": 0, "tf32": 1, "tf32x3": 2, "lowp3": 3}
 VARIANTS = ("split", "split2", "grouped", "fused")
@@ -90,7 +91,7 @@ class Plan:
 
 
 def _interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    return triton_interpreted()
 
 
 @contextlib.contextmanager

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Iterator
 
 import torch
@@ -15,6 +14,7 @@ from tuner.kernels.mamba3_mimo import comparator_mamba_ssm as tilelang_cmp
 from tuner.kernels.mamba3_mimo import reference as ref
 from tuner.kernels.mamba3_mimo import spec
 from tuner.kernels.mamba3_mimo.bwd_launch import Dims, Plan, run
+from tuner.settings import triton_interpreted
 from tuner.template import Comparator, Kernel, KernelTemplate, OutputSpec, Tensors
 
 FP32_RTOL = 1e-3
@@ -100,7 +100,7 @@ class Mamba3MimoBwd(KernelTemplate):
     def precompile(self, config: Config, shape: Shape) -> None:
         """On a CUDA device, compile by one run at batch 1 (:meth:`compile_at_batch_one`): Triton's on-disk
         cache then spares the measurer the tens of seconds of compile. Elsewhere only validate the plan."""
-        if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        if torch.cuda.is_available() and not triton_interpreted():
             self.compile_at_batch_one(config, shape, "cuda")
         else:
             Plan.of(config, Dims.of(shape))

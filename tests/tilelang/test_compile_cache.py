@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tuner.frozen import Config, Shape
-from tuner.measure.compile_cache import CacheKey, CompileCache, CompileFailed, kernel_cache_dir, tuner_home
+from tuner.measure.compile_cache import CacheKey, CompileCache, CompileFailed, kernel_cache_dir
+from tuner.settings import data_home
 
 KEY = CacheKey(
     "tmpl", "1", Config(a=1, b="x"), Shape(S=64, dtype="float16"), "tilelang", {"compiler": "nvcc 13"}
@@ -46,7 +47,10 @@ class _Compiler:
 
 def test_home_and_key_digest(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("TUNER_HOME", raising=False)
-    assert tuner_home() == Path("~/.local/share/tuner").expanduser()
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    assert data_home() == Path("~/.local/share/tuner").expanduser()
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # the same home as the default store's
+    assert kernel_cache_dir() == tmp_path / "xdg" / "tuner" / "kernel-cache"
     monkeypatch.setenv("TUNER_HOME", str(tmp_path))
     assert kernel_cache_dir() == tmp_path / "kernel-cache"
     assert CompileCache().root == tmp_path / "kernel-cache"

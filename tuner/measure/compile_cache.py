@@ -39,25 +39,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tuner.frozen import Config, Shape
+from tuner.settings import data_home
 
 if TYPE_CHECKING:
     from tuner.template import KernelTemplate
 
 T = TypeVar("T")
 
-TUNER_HOME_ENV = "TUNER_HOME"
-DEFAULT_TUNER_HOME = "~/.local/share/tuner"
 MAX_ERROR_CHARS = 8000
 _TRANSIENT_MARKERS = ("timed out", "timeout", "killed", "out of memory", "no space left")
 
 
-def tuner_home() -> Path:
-    """``$TUNER_HOME``, or ``~/.local/share/tuner``."""
-    return Path(os.environ.get(TUNER_HOME_ENV) or DEFAULT_TUNER_HOME).expanduser()
-
-
 def kernel_cache_dir() -> Path:
-    return tuner_home() / "kernel-cache"
+    """``kernel-cache`` in :func:`tuner.settings.data_home`."""
+    return data_home() / "kernel-cache"
 
 
 @dataclass(frozen=True)

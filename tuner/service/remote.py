@@ -27,10 +27,10 @@ class RemoteError(TunerError):
 
 
 def local_token_path() -> Path:
-    """``$TUNER_HOME/token`` (beside the default SQLite store; see :func:`db.default_path`)."""
-    from tuner.db.engine import default_path
+    """``token`` in :func:`tuner.settings.data_home` (beside the default SQLite store)."""
+    from tuner.settings import data_home
 
-    return default_path().parent / "token"
+    return data_home() / "token"
 
 
 def local_token(*, create: bool) -> str | None:
