@@ -40,23 +40,24 @@ from tuner.service.regret import (  # noqa: E402
 GOAL_MEDIAN, GOAL_P90 = 0.02, 0.05
 
 
-def load(paths: Sequence[Path], workdir: Path) -> dict[str, tuple[list[RecordedShape], SpaceOf, str | None]]:
-    """Per template: its recorded shapes over all stores, its ``space_of`` and its registered version."""
-    found: dict[str, tuple[list[RecordedShape], SpaceOf, str | None]] = {}
+Data = dict[tuple[str, str], tuple[list[RecordedShape], SpaceOf, str | None]]
+
+
+def load(paths: Sequence[Path], workdir: Path) -> Data:
+    """Per (store file, template): its recorded shapes, its ``space_of`` and its registered version. Each
+    store is a world of its own: a shape recorded in two stores is left out of each one separately."""
+    found: Data = {}
     for path in paths:
         copy = workdir / path.name
         shutil.copyfile(path, copy)
         with db.Store.open(db.sqlite_url(copy)) as store:
-            with store.session(readonly=True) as session:
-                names = sorted({b.template for b in db.list_best(session)})
-            for name in names:
+            for name in sorted({b.template for b in store.list_best()}):
                 try:
                     space_of, version = registered_space(name), registry.get(name).version
                 except (TunerError, ImportError) as exc:
                     print(f"{name}: not registered ({exc}); constraints not checked", file=sys.stderr)
                     space_of, version = (lambda v: None), None
-                shapes = recorded_shapes(store, template=name)
-                found.setdefault(name, ([], space_of, version))[0].extend(shapes)
+                found[(path.name, name)] = (recorded_shapes(store, template=name), space_of, version)
     return found
 
 
@@ -64,23 +65,22 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:+.1f}%"
 
 
-def evaluate(data: dict[str, tuple[list[RecordedShape], SpaceOf, str | None]],
-             distance: ShapeDistance) -> list[tuple[RegretReport, bool]]:
-    """(report, is the registered version) per template version, under ``distance``."""
+def evaluate(data: Data, distance: ShapeDistance) -> list[tuple[str, RegretReport, bool]]:
+    """(store, report, is the registered version) per store and template version, under ``distance``."""
     out = []
-    for _, (shapes, space_of, version) in sorted(data.items()):
+    for (store, _), (shapes, space_of, version) in sorted(data.items()):
         for report in regret_reports(shapes, space_of=space_of, distance=distance):
-            out.append((report, report.template_version == version))
+            out.append((store, report, report.template_version == version))
     return out
 
 
-def pooled(reports: Sequence[tuple[RegretReport, bool]], current: bool) -> tuple[int, list[float], int]:
-    rows = [row for r, is_current in reports if is_current == current for row in r.rows]
+def pooled(reports: Sequence[tuple[str, RegretReport, bool]], current: bool) -> tuple[int, list[float], int]:
+    rows = [row for _, r, is_current in reports if is_current == current for row in r.rows]
     timed = sorted(row.regret for row in rows if row.regret is not None)
     return len(rows), timed, len(rows) - len(timed)
 
 
-def render(data: dict[str, tuple[list[RecordedShape], SpaceOf, str | None]], command: str,
+def render(data: Data, command: str,
            stores: Sequence[Path]) -> str:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out = ["# Nearest-shape regret of the lookup (H200 stores)", "",
@@ -104,20 +104,23 @@ def render(data: dict[str, tuple[list[RecordedShape], SpaceOf, str | None]], com
         chosen = " (chosen)" if d == DEFAULT_DISTANCE else ""
         out.append(f"| `{d.name}`{chosen} | {d.describe()} | {' | '.join(cells)} |")
     out += ["", "## Per template version", "",
-            "| template | version | distance | median | p90 | worst | timed / shapes |",
-            "|---|---|---|---:|---:|---:|---:|"]
+            "| store | template | version | distance | median | p90 | worst | timed / shapes |",
+            "|---|---|---|---|---:|---:|---:|---:|"]
     for d in CANDIDATES:
-        for r, current in results[d.name]:
+        for store, r, current in results[d.name]:
             worst = r.measured[-1] if r.measured else None
-            out.append(f"| {r.template} | {r.template_version}{' (current)' if current else ''} | `{d.name}` | "
-                       f"{_pct(r.median())} | {_pct(r.p90())} | {_pct(worst)} | {len(r.measured)} / {len(r.rows)} |")
+            version = f"{r.template_version}{' (current)' if current else ''}"
+            figures = f"{_pct(r.median())} | {_pct(r.p90())} | {_pct(worst)} | {len(r.measured)} / {len(r.rows)}"
+            out.append(f"| {store} | {r.template} | {version} | `{d.name}` | {figures} |")
     n, timed, unmeasured = pooled(results[DEFAULT_DISTANCE.name], True)
     median, p90 = quantile(timed, 0.5), quantile(timed, 0.9)
     out += ["", "## Against the goal (median ≤ 2%, p90 ≤ 5%), chosen distance, current versions", "",
             f"`{DEFAULT_DISTANCE.name}`: median {_pct(median)}, p90 {_pct(p90)} over {len(timed)} timed shapes "
             f"({unmeasured} of {n} unmeasured). " + _verdict(median, p90), ""]
     out += ["## Every held-out shape under the chosen distance", ""]
-    out.append(render_markdown([r for r, _ in results[DEFAULT_DISTANCE.name]], level=3))
+    for store in sorted({store for store, _, _ in results[DEFAULT_DISTANCE.name]}):
+        out += [f"### {store}", ""]
+        out.append(render_markdown([r for s, r, _ in results[DEFAULT_DISTANCE.name] if s == store], level=4))
     return "\n".join(out)
 
 
