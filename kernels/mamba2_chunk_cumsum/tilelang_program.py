@@ -37,40 +37,14 @@ also lowers for TileLang's C target (CPU), where thread-indexed code is rejected
 # (the T.Tensor(...) parameter annotations below are TileLang's buffer declarations, not Python types)
 # No ``from __future__ import annotations`` here: TileLang reads the T.Tensor annotations of the prim_funcs
 # below at run time, and string annotations would have to name closure variables it cannot see.
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tuner.errors import ConfigError
 from tuner.frozen import Config, Shape
-
-PARAMS = (
-    "block_h",
-    "rows",
-    "threads",
-    "scan",
-    "prefix",
-    "store",
-    "pad",
-    "vec",
-    "layout",
-    "sweep",
-    "fast_math",
-    "persist",
-    "min_blocks",
-    "load_cache",
-)
-SWEEPS = ("heads", "chunks")
-LOAD_CACHES = ("default", "streaming")
-STORES = ("staged", "direct")
-MAX_DIRECT_SEG = 32  # values per thread kept twice in registers by the direct store
-PREFIXES = ("serial", "tree")
-SCANS = ("serial", "twolevel")
-LAYOUTS = ("qh", "hq")
-MAX_THREADS = 1024
-MAX_THREADS_PER_SM = 2048  # sm_90: min_blocks CTAs of `threads` must fit one SM
-MAX_SMEM_BYTES = 232448  # 227 KB: the most dynamic shared memory one block may opt into on sm_90
-MAX_STATIC_RAW = 16384  # persist > 1: bytes of one raw tile stage (static shared memory, two stages < 48 KB)
+from tuner.space import SearchSpace
 
 
 @dataclass(frozen=True)
@@ -160,13 +134,16 @@ class CumsumPlan:
 def plan_for(config: Config, shape: Shape) -> CumsumPlan:
     """Validate ``config`` for ``shape`` and derive the plan; ConfigError says which rule is broken.
 
-    These are the search space's constraints (search_spaces/mamba2_chunk_cumsum_tilelang.yaml), re-checked
-    here so that a config given by hand fails before any compile with a readable reason.
+    The rules are the search space's (search_spaces/mamba2_chunk_cumsum_tilelang.yaml: parameter domains and
+    constraints, written once there), asked here so that a config given by hand fails before any compile
+    with a readable reason.
     """
-    missing = [p for p in PARAMS if p not in config]
-    if missing:
-        raise ConfigError(f"missing parameter(s) {', '.join(missing)}")
-    plan = CumsumPlan(
+    space = _space()
+    space.validate_config(config)  # every parameter, each value in its domain
+    reason = space.check(config, shape)
+    if reason:
+        raise ConfigError(f"config {config.key()} for shape {shape.key()}: {reason}")
+    return CumsumPlan(
         B=int(shape["B"]), S=int(shape["S"]), H=int(shape["H"]), Q=int(shape["Q"]),
         has_bias=bool(shape["has_bias"]), softplus=bool(shape["softplus"]), dtype=str(shape["dtype"]),
         block_h=int(config["block_h"]), rows=int(config["rows"]), threads=int(config["threads"]),
@@ -175,58 +152,13 @@ def plan_for(config: Config, shape: Shape) -> CumsumPlan:
         sweep=str(config["sweep"]), fast_math=bool(config["fast_math"]), persist=int(config["persist"]),
         min_blocks=int(config["min_blocks"]), load_cache=str(config["load_cache"]),
     )  # fmt: skip
-    reason = _violation(plan)
-    if reason:
-        raise ConfigError(f"config {config.key()} for shape {shape.key()}: {reason}")
-    return plan
 
 
-def _violation(p: CumsumPlan) -> str | None:
-    rq = p.rows * p.Q
-    checks: tuple[tuple[Callable[[], bool], str], ...] = (  # lazy: later checks assume the earlier ones
-        (lambda: (p.scan, p.layout, p.prefix, p.store, p.sweep) in _CHOICES, "unknown choice"),
-        (lambda: p.scan == "twolevel" or p.prefix == "serial", "prefix=tree needs the two-level scan"),
-        (lambda: min(p.block_h, p.rows, p.threads, p.vec) >= 1 and p.pad >= 0, "sizes must be positive"),
-        (lambda: p.threads % 32 == 0 and p.threads <= MAX_THREADS, "threads: a multiple of 32, at most 1024"),
-        (lambda: p.block_h < 2 * p.H, "block_h at most next_pow2(H)"),
-        (lambda: (p.S // p.Q) % p.rows == 0, "rows must divide the number of chunks S/Q"),
-        (lambda: p.threads % (p.rows * p.block_h) == 0, "threads must be a multiple of rows*block_h"),
-        (lambda: p.scan == "serial" or p.segments >= 2, "a two-level scan needs threads >= 2*rows*block_h"),
-        (
-            lambda: p.Q % p.segments == 0 and (p.scan == "serial" or p.seg_len >= 2),
-            "segments: Q/n, >= 2 each",
-        ),
-        (lambda: (rq * p.block_h) % (p.threads * p.vec) == 0, "rows*Q*block_h: a multiple of threads*vec"),
-        (lambda: p.vec == 1 or _vec_aligned(p), "vec: misaligned rows or vectors"),
-        (
-            lambda: p.store == "staged" or p.seg_len <= MAX_DIRECT_SEG,
-            "direct store: segments of <= 32 values",
-        ),
-        (lambda: p.store == "staged" or p.layout == "qh" or p.vec == 1, "direct store with hq: vec unused"),
-        (lambda: p.smem_bytes <= MAX_SMEM_BYTES, f"shared memory above {MAX_SMEM_BYTES} B"),
-        (lambda: 1 <= p.persist <= p.tiles, "persist: between 1 and the number of tiles"),
-        (lambda: p.persist == 1 or not p.masked, "persist > 1: block_h must divide H (whole-tile copies)"),
-        (lambda: p.persist == 1 or 4 * p.rows * p.Q * p.block_h <= MAX_STATIC_RAW,
-         f"persist > 1: the raw tile ({MAX_STATIC_RAW} B of static shared memory per stage at most)"),
-        (lambda: p.min_blocks >= 0 and p.min_blocks * p.threads <= MAX_THREADS_PER_SM,
-         f"min_blocks: at most {MAX_THREADS_PER_SM} threads per SM"),
-        (lambda: p.load_cache in LOAD_CACHES, "unknown load_cache"),
-        (lambda: p.persist == 1 or p.load_cache == "default",
-         "persist > 1 copies dt with cp.async (load_cache applies to the one-tile kernel's loads)"),
-    )
-    for ok, reason in checks:
-        if not ok():
-            return reason
-    return None
+@functools.cache
+def _space() -> SearchSpace:
+    from tuner.kernels.mamba2_chunk_cumsum.spec import TILELANG
 
-
-_CHOICES = {(a, b, c, d, e) for a in SCANS for b in LAYOUTS for c in PREFIXES for d in STORES for e in SWEEPS}
-
-
-def _vec_aligned(p: CumsumPlan) -> bool:
-    if p.layout == "qh":  # vectors along H: global rows (H) and shared rows (block_h + pad) aligned
-        return p.H % p.vec == 0 and p.block_h % p.vec == 0 and (p.block_h + p.pad) % p.vec == 0
-    return p.Q % p.vec == 0 and (p.rows * p.Q + p.pad) % p.vec == 0  # vectors along Q
+    return TILELANG.space()
 
 
 def make_program(plan: CumsumPlan, *, cuda: bool = True) -> Any:

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from tuner.errors import ShapeError
+from tuner.kernels.mamba2_chunk_cumsum import spec
 from tuner.kernels.mamba2_chunk_cumsum.op import DA_CUMSUM_RTOL, DT_MAX, DT_MIN, Mamba2ChunkCumsumOp
 from tuner.template import KernelTemplate
 
 
 class _Op(Mamba2ChunkCumsumOp, KernelTemplate):
-    """The operator alone (build is not needed here)."""
+    """The operator alone (build is not needed here), with the templates' dims, workloads and shape rules."""
 
-    name = "op_only"
-    version = "0"
-    backend = "tilelang"
+    SPEC = dataclasses.replace(spec.TRITON, name="op_only", version="0", backend="tilelang",
+                               implementation=f"{__name__}:_Op")
 
     def build(self, config, shape):  # type: ignore[no-untyped-def]
         raise NotImplementedError
