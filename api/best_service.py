@@ -18,8 +18,10 @@ Two in-process caches keep the endpoint off the database under load (``ttl_s=0``
     the answer only if the entries it came from changed (their signature), else it just renews it, so the
     refresher holds the GIL for microseconds, not milliseconds, and the event loop is not kept waiting.
     An answer reflects the store as it was at most ``3 × ttl_s`` ago (entries up to ``ttl_s`` old, answers
-    served up to ``2 × ttl_s``); one whose refresh fails (store down) is dropped, and the next request
-    for it goes through the route (and gets its 503).
+    served up to ``2 × ttl_s``) while the store answers. While it is unreachable (StoreError), the last
+    answer is served on, marked ``"stale": true`` in the body and ``x-stale: true`` in the headers, and
+    its refresh is tried again every ``ttl_s``; the first refresh that succeeds serves fresh answers again.
+    A request whose answer is not cached then gets the route's 503.
   * the best-config entries of one (template, device kind), for ``ttl_s``: a new shape of a known template,
     and every refresh but the first of a round, costs no query.
 The caches are bounded (``max_entries``; full → expired entries dropped, then everything). Errors are not
@@ -28,6 +30,8 @@ cached. Misses run in a worker thread (they may query the database).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import threading
 import time
@@ -40,7 +44,7 @@ from tuner.api.catalog import Catalog, CatalogEntry
 from tuner.api.deps import StoreProvider
 from tuner.api.errors import FieldError
 from tuner.api.schemas import BestOut, DifferenceOut
-from tuner.errors import ShapeError, UnknownTemplateError
+from tuner.errors import ShapeError, StoreError, UnknownTemplateError
 from tuner.frozen import Shape
 from tuner.lookup import Answer, Entry, Requester, choose
 from tuner.service.entries import published_entries
@@ -97,12 +101,20 @@ class EntrySet:
 
 
 @dataclass(frozen=True)
-class _Answer:
+class CachedAnswer:
     body: bytes
     fresh_until: float
     stale_until: float
     request: BestRequest  # what produced it, to recompute it
-    basis: object  # the signature of the entries it was computed from
+    basis: object  # the signature of the entries it was computed from (None: recompute at the next refresh)
+    stale: bool = False  # served from the cache while the store is unreachable
+
+
+def mark_stale(body: bytes) -> bytes:
+    """A rendered answer with ``"stale": true``."""
+    data = json.loads(body)
+    data["stale"] = True
+    return json.dumps(data, separators=(",", ":")).encode()
 
 
 class AnswerCache:
@@ -110,26 +122,41 @@ class AnswerCache:
 
     def __init__(self, service: BestService, ttl_s: float, max_entries: int, clock: Callable[[], float]) -> None:
         self.service, self.ttl_s, self.max_entries, self.clock = service, ttl_s, max_entries, clock
-        self._data: dict[bytes, _Answer] = {}
+        self._data: dict[bytes, CachedAnswer] = {}
         self._refreshing: set[bytes] = set()
         self._lock = threading.Lock()
         self._refresher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-best-refresh")
 
-    def get(self, key: bytes) -> bytes | None:
+    def get(self, key: bytes) -> CachedAnswer | None:
         hit = self._data.get(key)
         if hit is None:
             return None
         now = self.clock()
         if now < hit.fresh_until:
-            return hit.body
+            return hit
         if now >= hit.stale_until:
             return None
         with self._lock:
             if key in self._refreshing:
-                return hit.body
+                return hit
             self._refreshing.add(key)
         self._refresher.submit(self._refresh, key, hit)
-        return hit.body
+        return hit
+
+    def fallback(self, key: bytes) -> CachedAnswer | None:
+        """The last answer of ``key`` however old, marked stale: for a request the store cannot answer now."""
+        hit = self._data.get(key)
+        if hit is None:
+            return None
+        if not hit.stale:
+            hit = self._stale(hit)
+            with self._lock:
+                self._data[key] = hit
+        return hit
+
+    def _stale(self, hit: CachedAnswer) -> CachedAnswer:
+        now = self.clock()
+        return CachedAnswer(mark_stale(hit.body), now + self.ttl_s, now + 2 * self.ttl_s, hit.request, None, True)
 
     def put(self, key: bytes, body: bytes, request: BestRequest, basis: object) -> None:
         if self.ttl_s <= 0:
@@ -140,16 +167,22 @@ class AnswerCache:
                 self._data = {k: v for k, v in self._data.items() if v.stale_until >= now}
                 if len(self._data) >= self.max_entries:
                     self._data = {}
-            self._data[key] = _Answer(body, now + self.ttl_s, now + 2 * self.ttl_s, request, basis)
+            self._data[key] = CachedAnswer(body, now + self.ttl_s, now + 2 * self.ttl_s, request, basis)
 
-    def _refresh(self, key: bytes, hit: _Answer) -> None:
+    def _refresh(self, key: bytes, hit: CachedAnswer) -> None:
         try:
             basis = self.service.signature(hit.request)
             if basis == hit.basis:
                 self.put(key, hit.body, hit.request, basis)  # nothing published since: renew as it is
             else:
                 self.put(key, *self.service.render(hit.request))
-        except Exception as exc:  # the store is down, the template changed…: let the route answer next time
+        except StoreError as exc:  # unreachable: serve the last answer on, marked stale, and retry later
+            log.info("refreshing a cached best answer failed (%s); served stale", exc)
+            now = self.clock()
+            again = dataclasses.replace(hit, fresh_until=now + self.ttl_s, stale_until=now + 2 * self.ttl_s)
+            with self._lock:
+                self._data[key] = again if hit.stale else self._stale(hit)
+        except Exception as exc:  # the template changed…: let the route answer next time
             log.info("refreshing a cached best answer failed (%s); dropped", type(exc).__name__)
             with self._lock:
                 self._data.pop(key, None)

@@ -18,6 +18,7 @@ from tuner.api.settings import ApiSettings
 
 PATH = "/v1/best"
 _HEADERS = [(b"content-type", b"application/json"), (b"x-cache", b"hit")]
+_STALE = [*_HEADERS, (b"x-stale", b"true")]
 
 
 class CachedBest:
@@ -26,11 +27,12 @@ class CachedBest:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == PATH and scope["method"] == "GET" and self._may_read(scope):
-            body = self.service.answers.get(scope["query_string"])
-            if body is not None:
+            hit = self.service.answers.get(scope["query_string"])
+            if hit is not None:
                 await send({"type": "http.response.start", "status": 200,
-                            "headers": [*_HEADERS, (b"content-length", str(len(body)).encode())]})
-                await send({"type": "http.response.body", "body": body})
+                            "headers": [*(_STALE if hit.stale else _HEADERS),
+                                        (b"content-length", str(len(hit.body)).encode())]})
+                await send({"type": "http.response.body", "body": hit.body})
                 return
         await self.app(scope, receive, send)
 

@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 import tuner
 from tuner import db
-from tuner.api import errors
+from tuner.api import errors, openapi
 from tuner.api.best_service import BestService
 from tuner.api.catalog import Catalog
 from tuner.api.deps import StoreProvider
@@ -62,6 +62,7 @@ def create_app(settings: ApiSettings | None = None, store: db.Store | None = Non
     app.state.best = BestService(catalog, stores, ttl_s=settings.best_cache_ttl_s,
                                  max_entries=settings.best_cache_size)
     errors.install(app)
+    openapi.install(app, settings)
     v1 = APIRouter(prefix="/v1")
     for module in (jobs, best, templates, history, workers):
         v1.include_router(module.router)

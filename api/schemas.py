@@ -1,32 +1,58 @@
 """Request and response bodies of the API (pydantic v2). Requests forbid unknown fields; bounds are enforced
-here so that a bad body is refused with field-level messages before anything touches the store."""
+here so that a bad body is refused with field-level messages before anything touches the store.
+
+Requests are strict: numbers must be JSON numbers (``"40"`` is not a trial count), booleans JSON booleans,
+and finite (``NaN``/``Infinity`` are refused); text holds no NUL byte and no lone surrogate (neither can be
+stored in PostgreSQL, nor encoded in an answer) and fits the column it is stored in. Shape dim values are
+typed by the template (its ``make_shape``), so a dim value may be a number, a boolean or a string there.
+"""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from tuner.driver.sampler_names import SamplerName
 from tuner.store import JobRecord, MeasurementRecord, TaskRecord
 
 DeviceKind = Literal["cuda", "npu", "cpu"]
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
-DimValue = int | bool | str
 MAX_TRIALS = 100_000
 MAX_SHAPES = 256
+MAX_ID = 2**63 - 1  # ids are 64-bit in every backend: a larger one cannot exist (422, not a store error)
+MAX_OFFSET = 2**63 - 1
+
+
+def storable(text: str) -> str:
+    """``text`` unchanged; ValueError when it holds a NUL byte or a lone surrogate (not storable as text)."""
+    if "\x00" in text:
+        raise ValueError("text must not contain NUL bytes")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+    return text
+
+
+Storable = AfterValidator(storable)
+Name = Annotated[str, StringConstraints(min_length=1, max_length=128), Storable]  # template, workload
+DimName = Annotated[str, StringConstraints(min_length=1, max_length=64), Storable]
+DeviceName = Annotated[str, StringConstraints(min_length=1, max_length=256), Storable]
+DimText = Annotated[str, StringConstraints(max_length=256), Storable]
+DimValue = int | bool | DimText
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class DeviceRequirement(_Request):
     kind: DeviceKind = Field(description="Device kind a worker must have.")
-    name: str | None = Field(
-        default=None, min_length=1, max_length=256,
+    name: DeviceName | None = Field(
+        default=None,
         description='Device name a worker must report, e.g. "NVIDIA H200" (default: any device of the kind).',
     )
 
@@ -34,9 +60,11 @@ class DeviceRequirement(_Request):
 class JobIn(_Request):
     """A tuning job: one task per shape (named workloads and explicit shapes, duplicates merged)."""
 
-    template: str = Field(min_length=1, max_length=128, description="Registered template name.")
-    workloads: list[str] = Field(default_factory=list, max_length=MAX_SHAPES, description="Named workloads.")
-    shapes: list[dict[str, DimValue]] = Field(
+    template: Name = Field(description="Registered template name.")
+    workloads: list[Name] = Field(
+        default_factory=list, max_length=MAX_SHAPES, description="Named workloads."
+    )
+    shapes: list[dict[DimName, DimValue]] = Field(
         default_factory=list, max_length=MAX_SHAPES, description="Explicit shapes, dim name → value."
     )
     device: DeviceRequirement
@@ -165,6 +193,8 @@ class BestOut(BaseModel):
         default_factory=list, description="Fields the request did not give (device_name, software), hence not "
                                           "compared: an exact match says nothing about them.")
     notes: list[str]
+    stale: bool = Field(default=False, description=(
+        "true: the store is unreachable and this is the last answer computed (also the header x-stale: true)"))
 
 
 class DimOut(BaseModel):
@@ -173,6 +203,7 @@ class DimOut(BaseModel):
     default: int | bool | float | str | None
     choices: list[str] | None
     minimum: int | None
+    maximum: int | None
     doc: str
 
 
@@ -204,6 +235,7 @@ class TemplateOut(BaseModel):
     constraints: list[ConstraintOut]
     default: dict[str, Any]
     workloads: list[WorkloadOut]
+    max_elements: int = Field(description="Largest shape accepted: bound on the product of its int dims.")
 
 
 class MeasurementOut(BaseModel):

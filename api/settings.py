@@ -28,6 +28,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tuner.service.remote import MIN_TOKEN_LENGTH
+
 Scope = Literal["submit", "read", "worker"]
 SCOPES: tuple[Scope, ...] = ("submit", "read", "worker")
 
@@ -54,8 +56,9 @@ class ApiSettings(BaseSettings):
             raise ValueError('expected a JSON object {"<token>": ["submit", "read"], ...}')
         tokens: dict[str, frozenset[str]] = {}
         for token, scopes in raw.items():
-            if not isinstance(token, str) or len(token) < 8 or token != token.strip():
-                raise ValueError("every token must have at least 8 characters and no surrounding spaces")
+            if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH or token != token.strip():
+                raise ValueError(f"every token must have at least {MIN_TOKEN_LENGTH} characters and no "
+                                 "surrounding spaces")
             label = token_label(token)
             if isinstance(scopes, str) or not isinstance(scopes, (list, tuple, set, frozenset)) or not scopes:
                 raise ValueError(f"{label}: expected a non-empty list of scopes ({', '.join(SCOPES)})")

@@ -11,7 +11,7 @@ devices: it imports nothing of the engine but the store contract (:mod:`tuner.st
 from __future__ import annotations
 
 from tuner.db.engine import Store, default_path, default_url, mask_url, optuna_storage_url, sqlite_url
-from tuner.db.errors import RecordConflictError
+from tuner.db.errors import RecordConflictError, RecordRejectedError
 from tuner.db.jobs import (
     attach_study,
     begin_finalize,
@@ -60,6 +60,7 @@ from tuner.store.records import (
     TaskRecord,
     WorkerRecord,
 )
+from tuner.db.settings import StoreSettings, store_settings
 
 __all__ = [
     "BestRecord",
@@ -68,7 +69,9 @@ __all__ = [
     "MeasurementRecord",
     "NewMeasurement",
     "RecordConflictError",
+    "RecordRejectedError",
     "Store",
+    "StoreSettings",
     "StudyRecord",
     "TaskRecord",
     "WorkerRecord",
@@ -111,4 +114,5 @@ __all__ = [
     "reserve_slot",
     "sqlite_url",
     "stop_worker",
+    "store_settings",
 ]

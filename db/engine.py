@@ -7,7 +7,9 @@ Where the default database lives: ``Store.open(None)`` uses the SQLite file ``$T
 Any other SQLAlchemy URL works (PostgreSQL via ``postgresql+psycopg://user:pass@host:5432/db``). On
 open the store checks that the database answers and migrates its own tables (prefix ``tuner_``, version
 table ``tuner_alembic_version``) to the newest revision; Optuna's tables in the same database are left
-alone.
+alone. PostgreSQL connections get connect, statement and pool timeouts (:mod:`tuner.db.settings`) and
+client-side deadlines (:mod:`tuner.db.deadline`), so that an unreachable or partitioned database fails a call
+within seconds instead of hanging it.
 
 SQLite connections get ``busy_timeout`` (30 s), WAL journal, ``synchronous=NORMAL`` and foreign keys
 on, and write sessions take the write lock up front (``BEGIN IMMEDIATE``; see :mod:`tuner.db.sqlite`).
@@ -15,8 +17,11 @@ on, and write sessions take the write lock up front (``BEGIN IMMEDIATE``; see :m
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import re
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,16 +29,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import filelock
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from tuner.db import migrate, sqlite
+from tuner.db import deadline, migrate, sqlite
 from tuner.db.methods import StoreMethods
-from tuner.errors import StoreError
+from tuner.db.settings import StoreSettings, store_settings
+from tuner.errors import RecordConflictError, RecordRejectedError, StoreError
 
-PG_CONNECT_TIMEOUT_S = 5
+log = logging.getLogger(__name__)
+# Key of the session-level PostgreSQL advisory lock around schema creation ("tunerS" in ASCII); our
+# migrations take another key (db.migrate), so a starter holding this one can migrate without a deadlock.
+SCHEMA_LOCK_KEY = 0x74756E657253
+_SCHEMA_LOCK_IN_PROCESS = threading.RLock()
 
 
 def default_path() -> Path:
@@ -86,9 +97,10 @@ class Store(StoreMethods):
     this class is raised as :class:`tuner.errors.StoreError` with the masked URL and the cause.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, settings: StoreSettings | None = None) -> None:
         """Wrap an engine built by :meth:`open` (use ``open``; this neither checks nor migrates)."""
         self._engine = engine
+        self.settings = settings or store_settings()
         self._url = engine.url
         self._write = sessionmaker(
             bind=engine.execution_options(**{sqlite.BEGIN_OPTION: "IMMEDIATE"}), expire_on_commit=False
@@ -97,19 +109,21 @@ class Store(StoreMethods):
         _dispose_in_forked_children(engine)
 
     @classmethod
-    def open(cls, url: str | None = None, *, migrate_schema: bool = True) -> Store:
+    def open(cls, url: str | None = None, *, migrate_schema: bool = True,
+             settings: StoreSettings | None = None) -> Store:
         """Connect to ``url`` (None: :func:`default_url`), check it answers, migrate our tables to head.
 
         Raises StoreError (one line: masked URL + cause) for a malformed URL, an unknown or missing
-        driver, an unreachable or refusing database (PostgreSQL gives up after 5 s), or a database
-        migrated by a newer tuner than this one.
+        driver, an unreachable or refusing database (PostgreSQL gives up after ``connect_timeout_s``),
+        or a database migrated by a newer tuner than this one. ``settings``: default :func:`store_settings`.
         """
+        settings = settings or store_settings()
         if url is None:
             path = default_path()
             path.parent.mkdir(parents=True, exist_ok=True)
             url = sqlite_url(path)
         try:
-            engine = _create_engine(url)
+            engine = _create_engine(url, settings)
         except (SQLAlchemyError, ImportError, ValueError, TypeError) as exc:
             raise StoreError(f"cannot open store {mask_url(url)}: {describe(exc)}") from exc
         try:
@@ -120,7 +134,7 @@ class Store(StoreMethods):
         except (SQLAlchemyError, migrate.MigrationError) as exc:
             engine.dispose()
             raise StoreError(f"cannot open store {mask_url(engine.url)}: {describe(exc)}") from exc
-        return cls(engine)
+        return cls(engine, settings)
 
     @property
     def url(self) -> str:
@@ -150,8 +164,12 @@ class Store(StoreMethods):
     def session(self, *, readonly: bool = False) -> Iterator[Session]:
         """One transaction: commit when the block ends, rollback when it raises.
 
-        Every SQLAlchemyError raised in the block, at commit or at rollback becomes a StoreError here
-        (once); other exceptions pass through unchanged after the rollback. Do not call ``commit`` inside.
+        Errors are translated here, once: the database refusing a value as data (out of range, NUL or an
+        unencodable character in text, too long) is RecordRejectedError, and a broken constraint (a
+        duplicate key) RecordConflictError: the caller's input, retrying will not help. Every other
+        SQLAlchemyError raised in the block, at commit or at rollback (unreachable, refusing, timed out)
+        becomes a StoreError. Other exceptions pass through unchanged after the rollback. Do not call
+        ``commit`` inside.
         ``readonly=True`` promises the block will not write: on SQLite it then starts a deferred
         transaction that does not wait for the write lock (writing in it may fail with "locked").
         """
@@ -159,8 +177,68 @@ class Store(StoreMethods):
         try:
             with maker() as session, session.begin():
                 yield session
+        except DataError as exc:
+            raise RecordRejectedError(f"the store refused a value: {describe(exc)}") from exc
+        except IntegrityError as exc:
+            raise RecordConflictError(f"the store refused a write: {describe(exc)}") from exc
         except SQLAlchemyError as exc:
             raise StoreError(f"store {self.url}: {describe(exc)}") from exc
+        except (OverflowError, UnicodeEncodeError) as exc:  # raised by sqlite3 while binding, not wrapped
+            raise RecordRejectedError(f"the store refused a value: {type(exc).__name__}: {exc}") from exc
+
+    @contextmanager
+    def schema_lock(self, timeout_s: float = 300.0) -> Iterator[None]:
+        """Hold the store's schema lock for the block: one process at a time creates tables (Optuna's,
+        whose creation is not safe against concurrent starters), the others wait, then find them there.
+
+        PostgreSQL: a session-level advisory lock on a connection of its own; an SQLite file: an OS file
+        lock on ``<file>.schema-lock`` beside it (the ``filelock`` library); always a lock within this
+        process too. Raises StoreError when the database cannot be reached or the lock is not had
+        within ``timeout_s``.
+        """
+        with _SCHEMA_LOCK_IN_PROCESS:
+            if self.dialect == "postgresql":
+                with self._pg_schema_lock(timeout_s):
+                    yield
+            elif self._url.database not in (None, "", ":memory:"):
+                lock = filelock.FileLock(f"{self._url.database}.schema-lock", timeout=timeout_s)
+                try:
+                    lock.acquire()
+                except filelock.Timeout as exc:
+                    raise StoreError(f"store {self.url}: schema lock not had within {timeout_s:g} s") from exc
+                try:
+                    yield
+                finally:
+                    lock.release()
+            else:
+                yield
+
+    @contextmanager
+    def _pg_schema_lock(self, timeout_s: float) -> Iterator[None]:
+        try:
+            wait_s = timeout_s + self.settings.statement_deadline_s
+            conn = self._engine.connect().execution_options(
+                isolation_level="AUTOCOMMIT", **{deadline.DEADLINE_OPTION: wait_s}
+            )
+            conn.execute(text("SELECT set_config('lock_timeout', :ms, false), "
+                              "set_config('statement_timeout', '0', false)"), {"ms": str(round(timeout_s * 1000))})
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+        except SQLAlchemyError as exc:
+            raise StoreError(f"store {self.url}: cannot take the schema lock: {describe(exc)}") from exc
+        try:
+            yield
+        finally:
+            try:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            except SQLAlchemyError:  # the connection is gone, and the session lock with it
+                log.warning("could not release the schema lock of %s", self.url, exc_info=True)
+            finally:
+                conn.invalidate()  # never return a connection with altered timeouts to the pool
+                conn.close()
+
+    def guard(self, engine: Engine) -> None:
+        """Put another engine on this store's database (Optuna's) under the same deadlines as ours."""
+        deadline.guard(engine, self.settings)
 
     def close(self) -> None:
         """Close pooled connections. Sessions opened later reconnect."""
@@ -182,14 +260,27 @@ def optuna_storage_url(store: Store) -> str:
     """The URL for ``optuna.storages.RDBStorage``: our database, with a lock wait / connect timeout.
 
     SQLite gets ``timeout=30`` (Optuna's connections then wait for our writers like ours do);
-    PostgreSQL via psycopg gets ``connect_timeout=5``. Parameters already in the URL are kept.
+    PostgreSQL via psycopg gets the store's connect and statement timeouts. Parameters already in the
+    URL are kept. (Call :meth:`Store.guard` on the storage's engine for the client-side deadlines.)
     """
     url = store._url
     if url.get_backend_name() == "sqlite" and "timeout" not in url.query:
         url = url.update_query_dict({"timeout": str(int(sqlite.BUSY_TIMEOUT_S))})
-    elif _is_libpq(url) and "connect_timeout" not in url.query:
-        url = url.update_query_dict({"connect_timeout": str(PG_CONNECT_TIMEOUT_S)})
+    elif _is_libpq(url):
+        url = url.update_query_dict(_libpq_args(url, store.settings))
     return url.render_as_string(hide_password=False)
+
+
+def _libpq_args(url: URL, settings: StoreSettings) -> dict[str, str]:
+    """connect_timeout (unless the URL sets one) and the server-side statement_timeout, added to the
+    URL's own ``options`` (e.g. a ``search_path``)."""
+    args: dict[str, str] = {}
+    if "connect_timeout" not in url.query:
+        args["connect_timeout"] = str(math.ceil(settings.connect_timeout_s))
+    options = url.query.get("options", "")
+    if "statement_timeout" not in str(options):
+        args["options"] = f"{options} -c statement_timeout={round(settings.statement_timeout_s * 1000)}".strip()
+    return args
 
 
 def _dispose_in_forked_children(engine: Engine) -> None:
@@ -210,12 +301,16 @@ def _is_libpq(url: URL) -> bool:
     return url.get_backend_name() == "postgresql" and url.get_driver_name() in ("psycopg", "psycopg2")
 
 
-def _create_engine(url: str) -> Engine:
+def _create_engine(url: str, settings: StoreSettings) -> Engine:
     parsed = make_url(url)
-    kwargs: dict[str, Any] = {"pool_pre_ping": parsed.get_backend_name() != "sqlite"}
-    if _is_libpq(parsed) and "connect_timeout" not in parsed.query:
-        kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+    kwargs: dict[str, Any] = {}
+    if _is_libpq(parsed):
+        parsed = parsed.update_query_dict(_libpq_args(parsed, settings))
+        kwargs["pool_timeout"] = settings.pool_timeout_s
+    # Liveness of pooled connections: checked under a deadline by db.deadline (libpq drivers), else pre-ping.
+    kwargs["pool_pre_ping"] = parsed.get_backend_name() != "sqlite" and not _is_libpq(parsed)
     engine = create_engine(parsed, **kwargs)
     if engine.dialect.name == "sqlite":
         sqlite.install(engine)
+    deadline.guard(engine, settings)
     return engine

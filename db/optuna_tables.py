@@ -33,7 +33,9 @@ def rdb_storage(store: Store, heartbeats: TrialHeartbeats | None) -> optuna.stor
     On SQLite its connections get ``synchronous=NORMAL`` (safe under WAL, which the store has switched the
     file to): Optuna commits once per user attribute, and a full fsync per commit made the per-trial
     overhead several times larger than the 50 ms target. With ``heartbeats``, trials carry heartbeats and
-    stale ones are retried (Optuna's retry callback) with the same parameters.
+    stale ones are retried (Optuna's retry callback) with the same parameters. Optuna's tables are created
+    under the store's schema lock. Raises StoreError when the database cannot be reached for the lock;
+    Optuna's own errors propagate.
     """
     import optuna
 
@@ -52,7 +54,11 @@ def rdb_storage(store: Store, heartbeats: TrialHeartbeats | None) -> optuna.stor
                 "grace_period": heartbeats.grace_s,
                 callback: retry(max_retry=heartbeats.max_retry),
             }
-    storage = optuna.storages.RDBStorage(store.optuna_url, **extra)
+    # Optuna creates its tables on first use, racing other starters on a fresh database (duplicate-key or
+    # "table already exists" errors): one process at a time, under the store's schema lock.
+    with store.schema_lock():
+        storage = optuna.storages.RDBStorage(store.optuna_url, **extra)
+    store.guard(storage.engine)  # the store's client-side deadlines on PostgreSQL
     if store.dialect == "sqlite":
         event.listen(storage.engine, "connect", _sqlite_synchronous_normal)
         storage.engine.dispose()  # connections opened before the listener existed

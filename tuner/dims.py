@@ -18,12 +18,19 @@ from tuner.expr import Expression, ExpressionError
 from tuner.frozen import Scalar
 
 
+MAX_INT_DIM = 2**31 - 1  # default maximum of an int dim
+MAX_STR_DIM = 64  # characters of a str dim
+MAX_ELEMENTS = 2**40  # default bound on a shape's size (the product of its int dims)
+
+
 @dataclass(frozen=True)
 class Dim:
     """One entry of a template's shape: a dimension, dtype or flag.
 
     ``kind`` is ``int``, ``bool`` or ``str`` (dtypes are str, e.g. ``bfloat16``); ``default`` of None means
-    the dim is required; ``choices`` restricts str dims; ``minimum`` restricts int dims.
+    the dim is required; ``choices`` restricts str dims; ``minimum`` and ``maximum`` restrict int dims (the
+    default maximum, 2**31 - 1, keeps every index a kernel computes from one dim within 32 bits); str dims
+    hold at most ``MAX_STR_DIM`` characters.
     """
 
     name: str
@@ -32,6 +39,7 @@ class Dim:
     choices: tuple[str, ...] | None = None
     minimum: int = 1
     doc: str = ""
+    maximum: int = MAX_INT_DIM
 
     def coerce(self, raw: object) -> Scalar:
         """Turn a raw value (from a CLI string, JSON or Python) into this dim's type; ShapeError if not."""
@@ -47,6 +55,8 @@ class Dim:
                 return False
             raise ShapeError(f"shape dim {self.name}: expected true/false, got {raw!r}")
         value_s = str(raw)
+        if len(value_s) > MAX_STR_DIM:
+            raise ShapeError(f"shape dim {self.name}: at most {MAX_STR_DIM} characters, got {len(value_s)}")
         if self.choices is not None and value_s not in self.choices:
             raise ShapeError(f"shape dim {self.name}: expected one of {', '.join(self.choices)}, got {raw!r}")
         return value_s
@@ -62,13 +72,16 @@ class Dim:
             raise ShapeError(f"shape dim {self.name}: expected an integer, got {raw!r}")
         if value < self.minimum:
             raise ShapeError(f"shape dim {self.name}: must be >= {self.minimum}, got {value}")
+        if value > self.maximum:
+            raise ShapeError(f"shape dim {self.name}: must be <= {self.maximum}, got {value}")
         return value
 
     def to_dict(self) -> dict[str, Any]:
         """The export file's form (``doc`` left out)."""
         return {"name": self.name, "kind": self.kind, "default": self.default,
                 "choices": list(self.choices) if self.choices else None,
-                "minimum": self.minimum if self.kind == "int" else None}
+                "minimum": self.minimum if self.kind == "int" else None,
+                "maximum": self.maximum if self.kind == "int" else None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Dim:
@@ -77,9 +90,10 @@ class Dim:
         if kind not in ("int", "bool", "str"):
             raise ValueError(f"dim {data.get('name')!r}: unknown kind {kind!r}")
         choices = data.get("choices")
-        minimum = data.get("minimum")
+        minimum, maximum = data.get("minimum"), data.get("maximum")
         return cls(str(data["name"]), kind, data.get("default"), tuple(choices) if choices else None,
-                   int(minimum) if minimum is not None else 1)
+                   int(minimum) if minimum is not None else 1,
+                   maximum=int(maximum) if maximum is not None else MAX_INT_DIM)
 
 
 @dataclass(frozen=True)
@@ -117,9 +131,11 @@ def _parsed(source: str) -> Expression:
 
 
 def validate_shape(
-    template: str, dims: Sequence[Dim], rules: Sequence[ShapeRule], raw: Mapping[str, object]
+    template: str, dims: Sequence[Dim], rules: Sequence[ShapeRule], raw: Mapping[str, object],
+    max_elements: int = MAX_ELEMENTS,
 ) -> dict[str, Scalar]:
-    """Validate and complete a raw shape: reject unknown dims, coerce types, fill defaults, check the rules.
+    """Validate and complete a raw shape: reject unknown dims, coerce types, fill defaults, bound its size
+    (the product of its int dims, at most ``max_elements``), check the rules.
 
     Returns the complete shape (every dim, typed). Raises ShapeError naming the first problem."""
     known = {d.name: d for d in dims}
@@ -134,6 +150,12 @@ def validate_shape(
             values[dim.name] = dim.default
         else:
             raise ShapeError(f"shape dim {dim.name} is required for {template}")
+    size = 1
+    for dim in dims:
+        if dim.kind == "int":
+            size *= int(values[dim.name])  # type: ignore[arg-type]
+    if size > max_elements:
+        raise ShapeError(f"shape too large for {template}: {size} elements, at most {max_elements}")
     for rule in rules:
         rule.check(values)
     return values

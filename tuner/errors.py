@@ -53,6 +53,12 @@ class RecordConflictError(TunerError, ValueError):
     """
 
 
+class RecordRejectedError(UserInputError, ValueError):
+    """The database refused a value as data: a number out of its column's range, text with a NUL byte or
+    an unencodable character, a string longer than its column. Nothing was written; the same values will be
+    refused again (this is the caller's input, not an outage: :class:`StoreError` is that)."""
+
+
 class DeviceError(TunerError):
     """A device backend is unavailable or failed outside any candidate (driver, profiler, allocation)."""
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from tuner.dims import Dim, ShapeRule, validate_shape
+from tuner.dims import MAX_ELEMENTS, Dim, ShapeRule, validate_shape
 from tuner.errors import SearchSpaceError, UnknownWorkloadError
 from tuner.frozen import Scalar, Shape
 
@@ -59,11 +59,13 @@ class TemplateSpec:
     doc: str = ""
     shape_rules: tuple[ShapeRule, ...] = ()
     space_file: Path | None = None  # default: search_spaces/<name>.yaml (package data)
+    max_elements: int = MAX_ELEMENTS  # the largest shape accepted (product of its int dims)
 
     def make_shape(self, raw: Mapping[str, object]) -> Shape:
-        """Validate and complete a raw shape: coerce types, fill defaults, reject unknown dims, check the
-        shape rules (:func:`tuner.dims.validate_shape`, which the runtime client runs offline too)."""
-        return Shape(validate_shape(self.name, self.dims, self.shape_rules, raw))
+        """Validate and complete a raw shape: coerce types, fill defaults, reject unknown dims, bound its
+        size, check the shape rules (:func:`tuner.dims.validate_shape`, which the runtime client runs
+        offline too)."""
+        return Shape(validate_shape(self.name, self.dims, self.shape_rules, raw, self.max_elements))
 
     def check_shape(self, shape: Shape) -> None:
         """Raise ShapeError when ``shape`` breaks one of the shape rules."""

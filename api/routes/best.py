@@ -11,6 +11,7 @@ from tuner.api.best_service import BestRequest, BestService
 from tuner.api.deps import Reader
 from tuner.api.schemas import BestOut, DeviceKind
 from tuner.api.shape_params import raw_shape, software_versions
+from tuner.errors import StoreError
 
 router = APIRouter(tags=["best"])
 RESERVED = frozenset({"template", "shape", "device", "device_name", "fingerprint", "software", "template_version"})
@@ -21,6 +22,8 @@ RESERVED = frozenset({"template", "shape", "device", "device_name", "fingerprint
     response_model=BestOut,
     summary="The best verified config for a shape (exact, else nearest measured shape, else the default)",
     responses={404: {"description": "Unknown template"}, 422: {"description": "Malformed or rejected shape"}},
+    description="While the store is unreachable, the last answer computed for the same query is served with "
+                "`stale: true` and the header `x-stale: true` (503 when there is none).",
 )
 async def best(
     request: Request,
@@ -43,13 +46,20 @@ async def best(
 ) -> Response:
     service: BestService = request.app.state.best
     key = request.scope["query_string"]
-    body = service.answers.get(key)
-    if body is not None:  # the hot path: one dict lookup, no validation, no thread hop
-        return Response(body, media_type="application/json", headers={"x-cache": "hit"})
-    the_request = BestRequest(template, raw_shape(shape, request.query_params.multi_items(), RESERVED), device,
-                              device_name, fingerprint, software_versions(software), template_version)
-    rendered = await run_in_threadpool(service.render, the_request)
-    service.answers.put(key, *rendered)
-    body = rendered[0]
-    return Response(body, media_type="application/json", headers={"x-cache": "miss"})
+    hit = service.answers.get(key)
+    if hit is None:
+        the_request = BestRequest(template, raw_shape(shape, request.query_params.multi_items(), RESERVED),
+                                  device, device_name, fingerprint, software_versions(software), template_version)
+        try:
+            rendered = await run_in_threadpool(service.render, the_request)
+        except StoreError:
+            hit = service.answers.fallback(key)  # the last answer, marked stale; else the 503
+            if hit is None:
+                raise
+        else:
+            service.answers.put(key, *rendered)
+            return Response(rendered[0], media_type="application/json", headers={"x-cache": "miss"})
+    # a cached answer (the middleware serves most of them before routing)
+    headers = {"x-cache": "hit", **({"x-stale": "true"} if hit.stale else {})}
+    return Response(hit.body, media_type="application/json", headers=headers)
 

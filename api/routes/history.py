@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 
 from tuner.api.deps import CatalogDep, Reader, StoreDep
 from tuner.api.errors import FieldError
-from tuner.api.schemas import DeviceKind, HistoryPage, MeasurementOut, StudyOut
+from tuner.api.schemas import MAX_ID, MAX_OFFSET, DeviceKind, HistoryPage, MeasurementOut, StudyOut
 from tuner.api.shape_params import raw_shape
 from tuner.errors import ShapeError, UnknownTemplateError
 from tuner.store import StudyRecord
@@ -28,10 +28,11 @@ def history(
     device: DeviceKind,
     shape: Annotated[str | None, Query(max_length=2048, description="B=1,S=4096,… or one parameter per dim")] = None,
     device_name: Annotated[str | None, Query(max_length=256)] = None,
-    study_id: Annotated[int | None, Query(description="One of the listed studies (default: the newest)")] = None,
+    study_id: Annotated[int | None, Query(ge=1, le=MAX_ID,
+                                          description="One of the listed studies (default: the newest)")] = None,
     role: Annotated[str | None, Query(pattern="^(trial|final)$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> HistoryPage:
     try:
         entry = catalog.get(template)

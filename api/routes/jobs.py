@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Path, Query, Response, status
 
 from tuner.api.catalog import CatalogEntry
 from tuner.api.deps import CatalogDep, Reader, StoreDep, Submitter
 from tuner.api.errors import FieldError
-from tuner.api.schemas import JobIn, JobOut, JobPage, JobState
+from tuner.api.schemas import MAX_ID, MAX_OFFSET, JobIn, JobOut, JobPage, JobState
 from tuner.errors import UnknownTemplateError, UserInputError
 from tuner.frozen import Shape
 
 router = APIRouter(tags=["jobs"])
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="A job's id.")]
+MAX_LABEL, MAX_SHAPE_KEY = 256, 1024  # the store's columns (tuner_tasks.label, shape_key)
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "No or unknown bearer token"},
     403: {"description": "The token lacks the 'submit' scope"},
@@ -60,7 +62,11 @@ def _shapes(entry: CatalogEntry, body: JobIn) -> list[tuple[str, Shape]]:
             shape = entry.spec.make_shape(raw)
         except UserInputError as exc:
             raise FieldError.wrap(exc, ("body", "shapes", i)) from None
-        selected.append((entry.spec.workload_name(shape) or shape.key(), shape))
+        label = entry.spec.workload_name(shape) or shape.key()
+        if len(shape.key()) > MAX_SHAPE_KEY or len(label) > MAX_LABEL:
+            raise FieldError(f"shape too long to store: {len(shape.key())} characters as text, at most "
+                             f"{min(MAX_LABEL, MAX_SHAPE_KEY)}", ("body", "shapes", i))
+        selected.append((label, shape))
     if not selected:
         raise FieldError("give at least one workload or shape", ("body", "shapes"))
     unique: dict[Shape, str] = {}
@@ -75,7 +81,7 @@ def list_jobs(
     store: StoreDep,
     state: JobState | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> JobPage:
     jobs = store.list_jobs(state=state, limit=limit, offset=offset)
     total = store.count_jobs(state=state)
@@ -84,7 +90,7 @@ def list_jobs(
 
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="One job: state, progress per shape, best so far",
             responses={**_ERRORS, 404: {"description": "No such job"}})
-def get_job(job_id: int, _: Reader, store: StoreDep) -> JobOut:
+def get_job(job_id: JobId, _: Reader, store: StoreDep) -> JobOut:
     job = store.get_job(job_id=job_id)
     if job is None:
         raise FieldError(f"no job {job_id}", ("path", "job_id"), status=404, kind="not_found")
@@ -93,6 +99,6 @@ def get_job(job_id: int, _: Reader, store: StoreDep) -> JobOut:
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job",
              responses={**_ERRORS, 404: {"description": "No such job"}, 409: {"description": "Already finished"}})
-def cancel(job_id: int, _: Submitter, store: StoreDep) -> JobOut:
+def cancel(job_id: JobId, _: Submitter, store: StoreDep) -> JobOut:
     job = store.cancel_job(job_id=job_id)
     return JobOut.of(job)

@@ -58,11 +58,13 @@ def describe(entry: CatalogEntry) -> TemplateOut:
         name=t.name, version=t.version, backend=t.backend, doc=t.doc or space.doc,
         dims=[
             DimOut(name=d.name, kind=d.kind, default=d.default, choices=list(d.choices) if d.choices else None,
-                   minimum=d.minimum if d.kind == "int" else None, doc=d.doc)
+                   minimum=d.minimum if d.kind == "int" else None, maximum=d.maximum if d.kind == "int" else None,
+                   doc=d.doc)
             for d in t.dims
         ],
         parameters=[ParamOut(name=p.name, kind=p.kind, choices=list(p.choices), doc=p.doc) for p in space.params],
         constraints=[ConstraintOut(expr=c.expression.source, reason=c.reason) for c in space.constraints],
         default=space.default.to_dict(),
         workloads=[WorkloadOut(name=w.name, shape=dict(w.shape), doc=w.doc) for w in t.workloads],
+        max_elements=t.max_elements,
     )

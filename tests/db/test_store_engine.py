@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from tests.fixtures.databases import PostgresSandbox
 from tests.fixtures.studies import study_fields
 from tuner.db import (
+    RecordConflictError,
     Store,
     StudyRecord,
     add_measurement,
@@ -116,7 +117,11 @@ def test_postgres_optuna_url_keeps_the_password_and_adds_a_timeout(
         assert ":***@" in store.url
         optuna_url = make_url(store.optuna_url)
     assert optuna_url.password == "pw"
-    assert optuna_url.query == {**url.query, "connect_timeout": "5"}
+    # The store's timeouts (db.settings defaults), the URL's own options kept.
+    options = f"{url.query['options']} -c statement_timeout=3000"
+    assert optuna_url.query == {**url.query, "connect_timeout": "2", "options": options}
+    with Store.open(url.render_as_string(hide_password=False)) as store, store.session() as session:
+        assert session.execute(text("SHOW statement_timeout")).scalar() == "3s"
 
 
 def test_default_location_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -197,7 +202,8 @@ def test_session_translates_database_errors_once(store: Store) -> None:
 
 def test_database_checks_guard_the_role_column(store: Store, make_study: StudyFactory) -> None:
     study = make_study()
-    with pytest.raises(StoreError), store.session() as session:
+    # A broken constraint is the caller's data, not an outage: RecordConflictError (409), not StoreError (503).
+    with pytest.raises(RecordConflictError), store.session() as session:
         session.execute(
             text(
                 "INSERT INTO tuner_measurements (study_id, role, candidate, config_json, status, errors_json,"

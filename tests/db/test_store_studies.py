@@ -15,7 +15,6 @@ from sqlalchemy import func, select
 from tests.fixtures.studies import open_and_create_study, study_fields
 from tuner.db import RecordConflictError, Store, StudyRecord, get_or_create_study, get_study, list_studies
 from tuner.db.models import StudyRow
-from tuner.errors import StoreError
 
 
 def count_studies(store: Store) -> int:
@@ -140,5 +139,6 @@ def test_processes_migrating_a_fresh_database_and_creating_one_study(db_url: str
 
 
 def test_store_errors_inside_get_or_create_are_translated(store: Store) -> None:
-    with pytest.raises(StoreError), store.session() as session:
+    # A NULL in a NOT NULL column is the caller's data (RecordConflictError, 409), not an outage (StoreError).
+    with pytest.raises(RecordConflictError), store.session() as session:
         get_or_create_study(session, **{**study_fields(), "template": None})

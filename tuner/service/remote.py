@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError, UserInputError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+MIN_TOKEN_LENGTH = 8  # of every bearer token, configured or local
 
 
 class RemoteInputError(UserInputError):
@@ -34,14 +36,27 @@ def local_token_path() -> Path:
 
 
 def local_token(*, create: bool) -> str | None:
-    """The local token (owner-only file), created with a random value when ``create`` and absent."""
+    """The local token (owner-only file), created with a random value when ``create`` and absent.
+
+    Raises UserInputError when the file is readable or writable by group or others (anyone who could read
+    it could submit jobs), or holds a token shorter than :data:`MIN_TOKEN_LENGTH` characters.
+    """
     path = local_token_path()
     try:
-        text = path.read_text().strip()
+        with open(path) as f:
+            mode = os.fstat(f.fileno()).st_mode
+            text = f.read().strip()
+    except FileNotFoundError:
+        text = ""
+    else:
+        if mode & 0o077:
+            raise UserInputError(f"the token file {path} is accessible by group or others (mode "
+                                 f"{stat.S_IMODE(mode):o}): make it owner-only (chmod 600) or delete it")
+        if text and len(text) < MIN_TOKEN_LENGTH:
+            raise UserInputError(f"the token in {path} is shorter than {MIN_TOKEN_LENGTH} characters: "
+                                 "delete the file (`tuner serve` makes a new one)")
         if text:
             return text
-    except FileNotFoundError:
-        pass
     if not create:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,121 @@
+"""Database faults against a real server and real workers (short versions of benchmarks/reliability.py).
+
+Faults are made with the database's own means on a database of the test's own (tests/fixtures/faults.py):
+refused connections plus terminated sessions for an outage, a TCP proxy that holds every byte for a
+partition. The PostgreSQL server itself is never stopped.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures import databases
+from tests.fixtures.faults import FaultDatabase, TcpProxy
+from tests.fixtures.servers import TOKENS, publish, thread_server
+from tuner import db
+from tuner.api.settings import ApiSettings
+
+NAME = "fault_vector_scale_tunable"
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def fault_db(postgres_sandbox: databases.PostgresSandbox) -> Iterator[FaultDatabase]:
+    database = FaultDatabase()
+    yield database
+    database.drop()
+
+
+def _timed(call: object) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    response = call()  # type: ignore[operator]
+    return response, time.monotonic() - started
+
+
+def test_a_partition_gives_503_within_5_s_best_answers_stale_and_the_server_recovers(
+    fault_db: FaultDatabase,
+) -> None:
+    from tests.fixtures.fault_templates import TUNABLE_REF
+    from tuner import registry
+
+    registry.register(NAME, TUNABLE_REF)
+    proxy = TcpProxy(fault_db.server_host, fault_db.server_port)
+    store = db.Store.open(fault_db.url(port=proxy.port, host="127.0.0.1"))
+    publish(store, NAME, {"n": 256}, {"mode": "ok", "BLOCK": 64}, 4.0)
+    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False,  # type: ignore[arg-type]
+                           best_cache_ttl_s=0.3)
+    best = {"template": NAME, "device": "cpu", "n": 256}
+    try:
+        with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=60) as http:
+            assert http.get("/v1/jobs").status_code == 200  # a pooled connection, held through the partition
+            fresh = http.get("/v1/best", params=best).json()
+            assert fresh["match"] == "exact" and fresh["stale"] is False
+            proxy.partition()
+            for path in ("/v1/jobs", "/readyz", "/v1/workers", "/v1/jobs"):
+                response, took = _timed(lambda path=path: http.get(path))
+                assert response.status_code == 503 and took <= 5.0, (path, response.status_code, took)
+                assert response.json()["detail"].startswith("store unavailable")
+            time.sleep(0.7)  # past the answer's freshness: its refresh fails, the last answer is served stale
+            stale, took = _timed(lambda: http.get("/v1/best", params=best))
+            assert stale.status_code == 200 and took <= 5.0
+            assert stale.headers.get("x-stale") == "true" and stale.json()["stale"] is True
+            assert stale.json()["config"] == fresh["config"]
+            proxy.heal()
+            deadline = time.monotonic() + 15
+            while http.get("/v1/jobs").status_code != 200:
+                assert time.monotonic() < deadline, "the server did not recover by itself"
+                time.sleep(0.2)
+            recovered = time.monotonic() + 10
+            while http.get("/v1/best", params=best).json()["stale"]:
+                assert time.monotonic() < recovered, "best answers stayed stale after the store came back"
+                time.sleep(0.2)
+    finally:
+        store.close()
+        proxy.close()
+
+
+def _open_optuna_storage(url: str, go: Any, errors: Any) -> None:
+    # In a forked child: wait for the others, then create Optuna's storage (its tables on first use).
+    try:
+        from tuner.driver.study import optuna_storage
+
+        store = db.Store.open(url)
+        go.wait(30)
+        optuna_storage(store, heartbeat_s=1.0).engine.dispose()
+        store.close()
+    except BaseException as exc:
+        errors.put(f"{type(exc).__name__}: {exc}")
+        raise
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_starters_on_a_fresh_database_create_optunas_tables_once(
+    backend: str, fault_db: FaultDatabase, tmp_path: Path
+) -> None:
+    """Four processes create Optuna's storage at the same instant on a database without its tables (the
+    fault: IntegrityError on PostgreSQL, "table … already exists" on SQLite). Under the store's schema lock
+    one creates them and the others wait: every process succeeds, three times over."""
+    context = multiprocessing.get_context("fork")
+    for attempt in range(3):
+        url = fault_db.url() if backend == "postgresql" else databases.sqlite_file_url(tmp_path / f"f{attempt}.db")
+        if backend == "postgresql":
+            fault_db.reset()
+        go, errors = context.Event(), context.Queue()
+        children = [context.Process(target=_open_optuna_storage, args=(url, go, errors)) for _ in range(4)]
+        for child in children:
+            child.start()
+        time.sleep(1.0)
+        go.set()
+        for child in children:
+            child.join(60)
+        found = []
+        while not errors.empty():
+            found.append(errors.get())
+        assert [c.exitcode for c in children] == [0] * 4 and not found, (attempt, found)
