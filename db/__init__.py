@@ -11,7 +11,7 @@ devices: it imports nothing of the engine but the store contract (:mod:`tuner.st
 from __future__ import annotations
 
 from tuner.db.engine import Store, default_path, default_url, mask_url, optuna_storage_url, sqlite_url
-from tuner.db.errors import RecordConflictError, RecordRejectedError
+from tuner.db.errors import RecordConflictError, RecordRejectedError, SlotLostError
 from tuner.db.jobs import (
     attach_study,
     begin_finalize,
@@ -30,6 +30,7 @@ from tuner.db.jobs import (
     list_workers,
     reap_lost_workers,
     register_worker,
+    rejoin_worker,
     release_slot,
     release_task,
     reserve_slot,
@@ -50,6 +51,7 @@ from tuner.db.repository import (
     list_studies,
     publish_best,
 )
+from tuner.db.settings import StoreSettings, store_settings
 from tuner.store.records import (
     BestRecord,
     Claim,
@@ -60,7 +62,6 @@ from tuner.store.records import (
     TaskRecord,
     WorkerRecord,
 )
-from tuner.db.settings import StoreSettings, store_settings
 
 __all__ = [
     "BestRecord",
@@ -70,6 +71,7 @@ __all__ = [
     "NewMeasurement",
     "RecordConflictError",
     "RecordRejectedError",
+    "SlotLostError",
     "Store",
     "StoreSettings",
     "StudyRecord",
@@ -109,6 +111,7 @@ __all__ = [
     "publish_best",
     "reap_lost_workers",
     "register_worker",
+    "rejoin_worker",
     "release_slot",
     "release_task",
     "reserve_slot",

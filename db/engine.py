@@ -230,8 +230,8 @@ class Store(StoreMethods):
         finally:
             try:
                 conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
-            except SQLAlchemyError:  # the connection is gone, and the session lock with it
-                log.warning("could not release the schema lock of %s", self.url, exc_info=True)
+            except SQLAlchemyError as exc:  # the connection is gone, and the session lock with it
+                log.warning("could not release the schema lock of %s: %s", self.url, describe(exc))
             finally:
                 conn.invalidate()  # never return a connection with altered timeouts to the pool
                 conn.close()

@@ -1,7 +1,7 @@
-"""Errors of the store's callers: :class:`tuner.errors.RecordConflictError` and :class:`tuner.errors.RecordRejectedError`, named here too for ``db`` users."""
+"""Errors of the store's callers (:mod:`tuner.errors`), named here too for ``db`` users."""
 
 from __future__ import annotations
 
-from tuner.errors import RecordConflictError, RecordRejectedError
+from tuner.errors import RecordConflictError, RecordRejectedError, SlotLostError
 
-__all__ = ["RecordConflictError", "RecordRejectedError"]
+__all__ = ["RecordConflictError", "RecordRejectedError", "SlotLostError"]

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from tuner.db._convert import as_utc, to_record
 from tuner.db.models import JobRow, SlotRow, TaskRow, WorkerRow, utcnow
-from tuner.errors import NotFoundError, RecordConflictError
+from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store.records import Claim, JobRecord, TaskRecord, WorkerRecord, check_tasks
 
 ACTIVE_JOB_STATES = ("queued", "running")
@@ -200,8 +200,33 @@ def reap_lost_workers(session: Session, *, now: datetime | None = None) -> list[
     return lost
 
 
+def rejoin_worker(session: Session, *, worker_id: str, lease_s: float) -> None:
+    """A worker declared lost while it was alive (cut off from the store longer than its lease) comes back:
+    idle again with a new lease. What it held was given back when it was reaped."""
+    now = utcnow()
+    session.execute(
+        update(WorkerRow).where(WorkerRow.id == worker_id)
+        .values(state="idle", current_task_id=None, last_heartbeat=now,
+                lease_expires_at=now + timedelta(seconds=lease_s))
+    )
+
+
 def _release_worker(session: Session, worker_id: str, *, new_state: str) -> None:
     now = utcnow()
+    _free_slots(session, worker_id, now)
+    # A final round it had begun goes back to 'running', where any worker may claim and finish it.
+    session.execute(
+        update(TaskRow).where(TaskRow.finalizer_id == worker_id, TaskRow.state == "finalizing")
+        .values(state="running", finalizer_id=None, updated_at=now)
+    )
+    session.execute(
+        update(WorkerRow).where(WorkerRow.id == worker_id)
+        .values(state=new_state, current_task_id=None, lease_expires_at=now)
+    )
+
+
+def _free_slots(session: Session, worker_id: str, now: datetime) -> None:
+    """Give the worker's reserved (not yet measured) slots back to their tasks."""
     reserved = session.execute(
         select(SlotRow.task_id, func.count(SlotRow.id))
         .where(SlotRow.worker_id == worker_id, SlotRow.state == "reserved")
@@ -214,15 +239,6 @@ def _release_worker(session: Session, worker_id: str, *, new_state: str) -> None
         )
     session.execute(
         delete(SlotRow).where(SlotRow.worker_id == worker_id, SlotRow.state == "reserved")
-    )
-    # A final round it had begun goes back to 'running', where any worker may claim and finish it.
-    session.execute(
-        update(TaskRow).where(TaskRow.finalizer_id == worker_id, TaskRow.state == "finalizing")
-        .values(state="running", finalizer_id=None, updated_at=now)
-    )
-    session.execute(
-        update(WorkerRow).where(WorkerRow.id == worker_id)
-        .values(state=new_state, current_task_id=None, lease_expires_at=now)
     )
 
 
@@ -308,11 +324,14 @@ def complete_slot(
 ) -> None:
     """Mark a reserved slot done with its measurement (call in the transaction that stores it).
 
-    Raises RecordConflictError when the slot is gone (its worker was declared lost and the slot given
-    back): the caller's transaction then rolls back, so the measurement is not stored twice."""
+    Raises SlotLostError when the slot is gone (its worker was declared lost and the slot given back), and
+    RecordConflictError when it is already spent: the caller's transaction then rolls back, so the
+    measurement is not stored twice."""
     slot = session.get(SlotRow, slot_id, with_for_update=True)
-    if slot is None or slot.state != "reserved":
-        raise RecordConflictError(f"trial slot {slot_id} is no longer reserved (lease lost)")
+    if slot is None:
+        raise SlotLostError(f"trial slot {slot_id} is no longer reserved (lease lost)")
+    if slot.state != "reserved":
+        raise RecordConflictError(f"trial slot {slot_id} is already spent")
     slot.state, slot.trial_number, slot.measurement_id = "done", trial_number, measurement_id
     task = session.get(TaskRow, slot.task_id, with_for_update=True)
     assert task is not None
@@ -411,7 +430,9 @@ def fail_task(session: Session, *, task_id: int, error: str) -> None:
 
 
 def release_task(session: Session, *, worker_id: str) -> None:
-    """The worker leaves its current task (it stays claimable by others) and becomes idle."""
+    """The worker leaves its current task (it stays claimable by others) and becomes idle; trial slots it
+    still holds reserved go back to their tasks (nothing it does not measure now stays reserved)."""
+    _free_slots(session, worker_id, utcnow())
     session.execute(
         update(WorkerRow).where(WorkerRow.id == worker_id, WorkerRow.state == "busy")
         .values(state="idle", current_task_id=None)

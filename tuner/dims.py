@@ -17,7 +17,6 @@ from tuner.errors import ShapeError
 from tuner.expr import Expression, ExpressionError
 from tuner.frozen import Scalar
 
-
 MAX_INT_DIM = 2**31 - 1  # default maximum of an int dim
 MAX_STR_DIM = 64  # characters of a str dim
 MAX_ELEMENTS = 2**40  # default bound on a shape's size (the product of its int dims)
@@ -153,7 +152,7 @@ def validate_shape(
     size = 1
     for dim in dims:
         if dim.kind == "int":
-            size *= int(values[dim.name])  # type: ignore[arg-type]
+            size *= int(values[dim.name])
     if size > max_elements:
         raise ShapeError(f"shape too large for {template}: {size} elements, at most {max_elements}")
     for rule in rules:

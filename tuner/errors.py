@@ -53,6 +53,10 @@ class RecordConflictError(TunerError, ValueError):
     """
 
 
+class SlotLostError(RecordConflictError):
+    """A reserved trial slot no longer exists: its worker was declared lost and the slot given back."""
+
+
 class RecordRejectedError(UserInputError, ValueError):
     """The database refused a value as data: a number out of its column's range, text with a NUL byte or
     an unencodable character, a string longer than its column. Nothing was written; the same values will be
@@ -66,3 +70,8 @@ class DeviceError(TunerError):
 class MeasureSetupError(TunerError):
     """A measurement could not be set up for reasons outside the candidate: the template does not import,
     its inputs or reference raise, a measurement worker cannot start, or a comparator is unknown."""
+
+
+class MeasureInterrupted(TunerError):
+    """A measurement was ended from outside (the worker is stopping): it has no result, and its candidate
+    is to be measured again, not recorded as failed."""

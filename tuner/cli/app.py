@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -307,6 +308,7 @@ def worker(
 
     from tuner.measure.devices.base import DeviceSpec, resolve
     from tuner.service.worker import Worker, WorkerOptions, parse_backends
+    from tuner.store.retry import StoreHealth, durable
 
     if device not in ("auto", "cuda", "npu", "cpu"):
         raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
@@ -315,12 +317,18 @@ def worker(
     names = parse_backends(backends)
     spec = resolve(DeviceSpec(device, index))  # type: ignore[arg-type]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    store = _store(db_url)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    store = durable(lambda: _store(db_url), StoreHealth(), stop)  # a store down at start is waited for too
     served = Worker(store, WorkerOptions(spec, names, heartbeat, lease)).run(stop, exit_when_idle=exit_when_idle)
     err_console.print(f"worker stopped after {served} task(s)")
+    # The worker has left the queue: exit now. Tearing down the interpreter (a garbage collection over
+    # everything torch and the kernel toolchains loaded) takes seconds, and SIGTERM must end a worker in 5 s.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(0)
 
 
 # -- service: server, export, and the API's client commands ------------------------------------------------

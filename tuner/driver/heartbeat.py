@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 import optuna
 
 from tuner.driver import optuna_access
-from tuner.errors import StoreError
 from tuner.store import JobQueue
+from tuner.store.retry import STORAGE_ERRORS, StoreHealth
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +54,20 @@ class InFlight:
 class Heartbeat:
     """Renews ``worker_id``'s lease every ``interval_s`` and beats for the in-flight trials of the study
     attached with :meth:`attach`. When the queue says the worker was declared lost, ``on_lost`` is called
-    once and the thread ends. Store outages are logged and retried at the next beat.
+    once and the thread ends. Store outages (Optuna's storage errors too) are reported to ``health``, which
+    logs each outage once, and retried at the next beat.
 
     Thread-safe: :meth:`attach` and :meth:`detach` may be called from any thread while it runs; the
     attached pair is read and replaced under a lock. ``start`` once, ``stop`` once (idempotent).
     """
 
     def __init__(
-        self, queue: JobQueue, worker_id: str, *, interval_s: float, lease_s: float, on_lost: Callable[[], None]
+        self, queue: JobQueue, worker_id: str, *, interval_s: float, lease_s: float, on_lost: Callable[[], None],
+        health: StoreHealth | None = None,
     ) -> None:
         self._queue, self._worker_id = queue, worker_id
         self._interval_s, self._lease_s, self._on_lost = interval_s, lease_s, on_lost
+        self._health = health or StoreHealth()
         self._lock = threading.Lock()
         self._trials: tuple[optuna.storages.BaseStorage, InFlight] | None = None
         self._stop = threading.Event()
@@ -101,5 +104,6 @@ class Heartbeat:
                     storage, in_flight = trials
                     for trial in in_flight:
                         optuna_access.record_heartbeat(storage, trial)
-            except StoreError as exc:
-                log.error("heartbeat failed: %s", exc)
+                self._health.ok()
+            except STORAGE_ERRORS as exc:  # an outage: logged once (StoreHealth), retried at the next beat
+                self._health.failed(exc)

@@ -14,7 +14,7 @@ import optuna
 
 from tuner.driver.budget import TrialBudget
 from tuner.driver.study import FinalRound, StudyContext, finalize, open_study
-from tuner.driver.trials import TrialRecord, run_trials
+from tuner.driver.trials import Persist, TrialRecord, run_trials
 from tuner.frozen import Shape
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.measurer import Measurer
@@ -56,10 +56,12 @@ def run_study(
     on_trial: Callable[[TrialRecord], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     take_final_round: Callable[[], bool] | None = None,
+    persist: Persist | None = None,
 ) -> StudyRun:
     """Open the study of (template, shape, the measurer's device), run trials while ``budget`` grants them
     and ``should_stop`` says no, then, unless stopped and if ``take_final_round`` says so (default: yes),
-    re-measure the finalists and publish the best. ``on_open`` sees the context before the first trial.
+    re-measure the finalists and publish the best. ``on_open`` sees the context before the first trial;
+    ``persist`` runs the writes of a measurement already taken (see :func:`~tuner.driver.trials.run_trials`).
 
     Raises what :func:`~tuner.driver.study.open_study`, the trial loop and the final round raise
     (UnknownTemplateError, SearchSpaceError, StoreError, DeviceError, RecordConflictError for a lost slot).
@@ -69,7 +71,7 @@ def run_study(
     if on_open is not None:
         on_open(ctx)
     records = run_trials(ctx, budget, on_trial=on_trial, should_stop=should_stop,
-                         batch=pool.workers if pool else 1, compile_pool=pool)
+                         batch=pool.workers if pool else 1, compile_pool=pool, persist=persist)
     final = None
     stopped = should_stop is not None and should_stop()
     if not stopped and (take_final_round is None or take_final_round()):

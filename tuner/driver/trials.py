@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import optuna
 from optuna.trial import TrialState
@@ -34,6 +35,8 @@ from tuner.results import MeasureResult, SampleSummary, Status, Timer
 from tuner.store import MeasurementRecord
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+Persist = Callable[[Callable[[], T]], T]  # runs a write that must not be lost (see run_trials)
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,16 @@ def run_trials(
     max_skips: int | None = None,
     batch: int = 1,
     compile_pool: CompilePool | None = None,
+    persist: Persist | None = None,
 ) -> list[TrialRecord]:
     """Run trials while the budget grants slots. Invalid and duplicate configs cost no slot; at most
     ``max_skips`` of them in a row (default 200) end the loop, as does an exhausted grid. With trial
-    heartbeats on, trials of workers that stopped beating are failed (and so retried) before each ask."""
+    heartbeats on, trials of workers that stopped beating are failed (and so retried) before each ask.
+
+    ``persist(write)`` runs the writes that record a measurement already taken (store, tell): a worker
+    passes one that retries them until the store answers again, so that a measurement taken during an
+    outage is kept; by default they run once. Other store errors propagate (what was asked and not
+    measured is abandoned: failed, its slot freed, its config queued again)."""
     records: list[TrialRecord] = []
     skips, limit = 0, 200 if max_skips is None else max_skips
 
@@ -104,21 +113,25 @@ def run_trials(
         if not pending:
             break
         skips = 0
-        _measure_batch(ctx, budget, pending, compile_pool, emit)
+        _measure_batch(ctx, budget, pending, compile_pool, emit, persist or _once)
     if skips >= limit:
         log.info("stopped %s: %d invalid or duplicate configs in a row", ctx.key.study_name(), skips)
     return records
 
 
+def _once(write: Callable[[], T]) -> T:
+    return write()
+
+
 def _measure_batch(
     ctx: StudyContext, budget: TrialBudget, pending: list[_Pending], pool: CompilePool | None,
-    emit: Callable[[TrialRecord], None],
+    emit: Callable[[TrialRecord], None], persist: Persist,
 ) -> None:
     try:
         if pool is not None and len(pending) > 1:
             pool.compile(ctx.template, [p.config for p in pending], ctx.shape)
         while pending:
-            emit(_measure(ctx, budget, pending[0]))
+            emit(_measure(ctx, budget, pending[0], persist))
             pending.pop(0)
     finally:
         for p in pending:  # interrupted: no RUNNING trial and no reserved slot is left behind
@@ -157,23 +170,24 @@ def _propose(ctx: StudyContext, token: object) -> TrialRecord | _Pending:
     return _Pending(trial, config, token, started, time.perf_counter() - started)
 
 
-def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending) -> TrialRecord:
+def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending, persist: Persist) -> TrialRecord:
     trial = p.trial
     measuring_from = time.perf_counter()
     try:
         result = ctx.measurer.measure(
             ctx.template_ref, ctx.shape, Candidate(config=p.config), seed=ctx.seed_base + trial.number
         )
-        measurement_id = store_result(
+        measurement_id = persist(lambda: store_result(
             ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=trial.number,
             slot_id=budget.slot_of(p.token),
-        )
+        ))
     except BaseException as exc:
-        # Not stored (store down, slot lost, interrupted): fail the trial, free the slot, let the caller decide.
+        # Not stored (slot lost, interrupted, the worker stopping in an outage): fail the trial, free the
+        # slot, let the caller decide.
         _abandon(ctx, budget, p, f"not recorded: {type(exc).__name__}: {exc}")
         raise
     ctx.in_flight.discard(optuna_access.trial_id(trial))
-    _tell(ctx, trial, result, measurement_id)
+    persist(lambda: _tell_stored(ctx, trial, result, measurement_id))
     # Overhead: its own proposal and measurement call, not the wait for its batch's compile and for the
     # trials measured before it in the batch (those are in wall_s).
     return _record(trial.number, result, None, p.asked_at,
@@ -235,6 +249,17 @@ def _record(
         number, result.config, result.status, result.median_us, result.reason, duplicate_of, wall,
         max(0.0, (wall if own_s is None else own_s) - spent),
     )
+
+
+def _tell_stored(ctx: StudyContext, trial: optuna.Trial, result: MeasureResult, measurement_id: int) -> None:
+    """Tell a trial whose measurement is stored; if Optuna already finished it (its heartbeats stopped
+    during an outage, so another worker failed it and queued its config again), the stored measurement
+    stands: the queued copy finds it and counts as a duplicate, measuring nothing."""
+    try:
+        _tell(ctx, trial, result, measurement_id)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        log.info("trial %d was finished by another worker during an outage; its measurement %d is kept",
+                 trial.number, measurement_id)
 
 
 def _tell(ctx: StudyContext, trial: optuna.Trial, result: MeasureResult, measurement_id: int) -> None:

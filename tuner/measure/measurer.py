@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from tuner import errors, registry
-from tuner.errors import MeasureSetupError
+from tuner.errors import MeasureInterrupted, MeasureSetupError
 from tuner.frozen import Shape
 from tuner.measure.devices.base import DeviceSpec, Fingerprint, backend_class, resolve
 from tuner.measure.pool import WorkerDied, WorkerProcess, WorkerTimedOut
@@ -81,6 +81,7 @@ class Measurer:
         self._ready = False
         self._fingerprint: Fingerprint | None = None
         self._closed = False
+        self._interrupted = False
         self._start_worker()  # start now: its imports overlap the caller's own set-up
 
     def __enter__(self) -> Measurer:
@@ -124,6 +125,8 @@ class Measurer:
             while groups:
                 group = groups.pop(0)
                 outcome = self._run_round(ref, shape, candidates, group, chosen_seed)
+                if self._interrupted:  # its results are the kill's, not the candidates'
+                    raise MeasureInterrupted("the measurement was interrupted")
                 results.update(outcome.results)
                 if outcome.retry:
                     groups.extend([[i] for i in outcome.retry] if outcome.split else [outcome.retry])
@@ -133,6 +136,16 @@ class Measurer:
         """Use these options from the next call on (a worker serving jobs with other sample counts)."""
         with self._lock:
             self.options = options
+
+    def interrupt(self) -> None:
+        """End the measurement in progress now, from any thread (a worker told to stop by SIGTERM): its
+        process is killed, the call measuring raises MeasureInterrupted (its candidates get no result, to be
+        measured again later), and no fresh process is started. Later calls raise MeasureInterrupted too.
+        Does not wait for the measuring thread; idempotent."""
+        self._interrupted = True
+        worker = self._worker
+        if worker is not None:
+            worker.terminate_group()
 
     def close(self) -> None:
         """Stop the worker. Idempotent; the measurer cannot be used afterwards."""
@@ -157,10 +170,12 @@ class Measurer:
         if self._worker is not None:
             self._worker.kill()
             self._worker = None
-        if restart and not self._closed:
+        if restart and not (self._closed or self._interrupted):
             self._start_worker()
 
     def _ready_worker(self) -> WorkerProcess:
+        if self._interrupted:
+            raise MeasureInterrupted("the measurer was interrupted")
         if self._closed:
             raise MeasureSetupError("this measurer is closed")
         if self._worker is None or (self._ready and not self._worker.alive()):

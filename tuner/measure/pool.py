@@ -149,6 +149,12 @@ class WorkerProcess:
             how = f"exited with code {code}"
         return WorkerDied(how, self.log_tail())
 
+    def terminate_group(self) -> None:
+        """SIGKILL the child and its session without waiting (safe from another thread than the reader's:
+        the reader then sees the child die)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+
     def kill(self) -> None:
         """Kill the child and everything in its session now, and release the pipes."""
         if self.alive():

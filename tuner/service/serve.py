@@ -23,7 +23,7 @@ from collections.abc import Callable
 from tuner import db
 
 log = logging.getLogger("tuner.service.serve")
-WORKER_GRACE_S = 60.0
+WORKER_GRACE_S = 10.0  # a worker ends its measurement at once on SIGTERM (tuner.service.worker)
 
 
 def start_worker(store: db.Store, device: str, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:

@@ -7,6 +7,13 @@ look reaps it: its reserved trial slots go back to their tasks, its Optuna trial
 are failed and retried with the same parameters, so the job goes on elsewhere. Measurements and trial
 slots are written in one transaction: a completed measurement is never lost nor counted twice.
 
+Store outages are waited out (:mod:`tuner.store.retry`): every store error in the loop is retried with
+capped exponential backoff and jitter, logged once per outage; a measurement taken while the store is down
+is kept and written when it is back; leaving a task gives back every slot not being measured, and a lease
+that lapsed meanwhile is rejoined. After its own reconnection a worker waits one lease before reaping
+others, so that live workers cut off by the same outage can renew first. SIGTERM (``stop``) ends the
+candidate being measured at once (its process is killed, its config queued again).
+
 The worker knows the queue and store contracts (:mod:`tuner.store`), the study driver and the measurer; it
 knows nothing of HTTP or SQL. Liveness (the lease and the trials' heartbeats) is one
 :class:`~tuner.driver.heartbeat.Heartbeat`.
@@ -19,24 +26,30 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from tuner import registry
 from tuner.driver.heartbeat import Heartbeat
 from tuner.driver.run import StudyOptions, StudyRun, run_study
 from tuner.driver.study import StudyContext
-from tuner.errors import DeviceError, RecordConflictError, StoreError, TunerError, UserInputError
+from tuner.errors import DeviceError, MeasureInterrupted, RecordConflictError, TunerError, UserInputError
 from tuner.frozen import Shape
 from tuner.measure.compile_cache import CompilePool
-from tuner.measure.devices.base import DeviceSpec
+from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.store import Claim, JobQueue, JobRecord, TuningStore
+from tuner.store.retry import STORAGE_ERRORS, StoreHealth, durable
 from tuner.template import KernelTemplate
 
 log = logging.getLogger(__name__)
 BACKENDS = ("triton", "tilelang")
+T = TypeVar("T")
+# Errors on which a worker leaves its task (and claims again later) rather than failing it.
+LEAVE_TASK_ERRORS: tuple[type[BaseException], ...] = (*STORAGE_ERRORS, RecordConflictError)
 
 
 @dataclass(frozen=True)
@@ -83,32 +96,37 @@ class Worker:
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._lost = threading.Event()
         self._pool: CompilePool | None = None
+        self.health = StoreHealth()
+        self._stop = threading.Event()
         self._heartbeat = self._new_heartbeat()
 
     def _new_heartbeat(self) -> Heartbeat:
         return Heartbeat(self.store, self.id, interval_s=self.options.heartbeat_s, lease_s=self.options.lease_s,
-                         on_lost=self._lost.set)
+                         on_lost=self._lost.set, health=self.health)
+
+    def _durable(self, call: Callable[[], T]) -> T:
+        """``call()`` (a store operation), retried through outages until it succeeds or the worker stops."""
+        return durable(call, self.health, self._stop)
 
     def run(self, stop: threading.Event | None = None, *, exit_when_idle: bool = False) -> int:
         """Serve tasks; returns how many tasks this worker worked on. Raises DeviceError when the device
-        cannot be used at all; store outages are waited out."""
-        stop = stop or threading.Event()
+        cannot be used at all; store outages are waited out (a stop during one ends the wait)."""
+        self._stop = stop = stop or threading.Event()
         served = 0
         with Measurer(self.options.device) as measurer:
             fingerprint = measurer.fingerprint()
-            self.store.register_worker(
-                worker_id=self.id, host=socket.gethostname(), pid=os.getpid(),
-                device_kind=fingerprint.kind, device_name=fingerprint.device_name,
-                device_index=self.options.device.index, backends=self.options.backends,
-                fingerprint_hash=fingerprint.hash(), fingerprint_json=fingerprint.to_json(),
-                lease_s=self.options.lease_s,
-            )
+            self._durable(lambda: self._register(fingerprint))
             log.info("worker %s on %s:%s", self.id, fingerprint.kind, fingerprint.device_name)
             self._heartbeat = self._new_heartbeat()
             self._heartbeat.start()
+            done = threading.Event()
+            threading.Thread(target=self._interrupt_on_stop, args=(measurer, done), name="tuner-stop",
+                             daemon=True).start()
             try:
-                while not stop.is_set() and not self._lost.is_set():
-                    claim = self._claim(fingerprint.kind, fingerprint.device_name)
+                while not stop.is_set():
+                    if self._lost.is_set():
+                        self._rejoin()
+                    claim = self._durable(lambda: self._claim(fingerprint.kind, fingerprint.device_name))
                     if claim is None:
                         if exit_when_idle:
                             break
@@ -116,25 +134,55 @@ class Worker:
                         continue
                     served += 1
                     self._serve(claim, measurer, stop)
+            except STORAGE_ERRORS:
+                if not stop.is_set():
+                    raise
             finally:
+                done.set()
                 self._heartbeat.stop()
                 if self._pool is not None:
                     self._pool.close()
                 self._leave()
+        log.info("worker %s left after %d task(s)", self.id, served)
         return served
+
+    def _register(self, fingerprint: Fingerprint) -> None:
+        self.store.register_worker(
+            worker_id=self.id, host=socket.gethostname(), pid=os.getpid(),
+            device_kind=fingerprint.kind, device_name=fingerprint.device_name,
+            device_index=self.options.device.index, backends=self.options.backends,
+            fingerprint_hash=fingerprint.hash(), fingerprint_json=fingerprint.to_json(),
+            lease_s=self.options.lease_s,
+        )
+
+    def _rejoin(self) -> None:
+        """Declared lost while alive (cut off longer than the lease): back in the queue with a new lease."""
+        self._heartbeat.stop()
+        self._durable(lambda: self.store.rejoin_worker(worker_id=self.id, lease_s=self.options.lease_s))
+        log.warning("worker %s was declared lost while cut off from the store; rejoined", self.id)
+        self._lost.clear()
+        self._heartbeat = self._new_heartbeat()
+        self._heartbeat.start()
+
+    def _interrupt_on_stop(self, measurer: Measurer, done: threading.Event) -> None:
+        # SIGTERM sets `stop`: the candidate being measured must not be waited for (it may hang).
+        while not self._stop.wait(0.1):
+            if done.is_set():
+                return
+        log.info("worker %s stopping: the measurement in progress is ended", self.id)
+        measurer.interrupt()
 
     # -- one task ---------------------------------------------------------------------------------
     def _claim(self, kind: str, name: str) -> Claim | None:
-        try:
+        # Reap only once this worker has been connected for a lease: after an outage, workers that are
+        # alive but were cut off too must have had the time to renew their leases first.
+        if time.monotonic() - self.health.back_at >= self.options.lease_s:
             lost = self.store.reap_lost_workers()
             if lost:
                 log.warning("reaped lost workers %s", ", ".join(lost))
-            return self.store.claim_task(
-                worker_id=self.id, device_kind=kind, device_name=name, backends=self.options.backends
-            )
-        except StoreError as exc:
-            log.error("store unavailable, retrying: %s", exc)
-            return None
+        return self.store.claim_task(
+            worker_id=self.id, device_kind=kind, device_name=name, backends=self.options.backends
+        )
 
     def _serve(self, claim: Claim, measurer: Measurer, stop: threading.Event) -> None:
         job, task = claim.job, claim.task
@@ -149,21 +197,28 @@ class Worker:
             run = self._drive(job, task.id, shape, measurer, stop, self._compile_pool(template))
             if run.final is not None:
                 self._finish(run, task.id)
+        except MeasureInterrupted:
+            log.info("task %s of job %s: measurement interrupted, the worker stops", task.id, job.id)
         except UserInputError as exc:  # this task cannot run anywhere: say why, once
             log.error("task %s of job %s failed: %s", task.id, job.id, exc)
-            self.store.fail_task(task_id=task.id, error=str(exc))
-        except (StoreError, RecordConflictError) as exc:
-            log.error("task %s of job %s interrupted: %s", task.id, job.id, exc)
+            reason = str(exc)
+            self._durable(lambda: self.store.fail_task(task_id=task.id, error=reason))
+        except LEAVE_TASK_ERRORS as exc:
+            # The store went away (or took back what this worker held): leave the task, claim again later.
+            if isinstance(exc, STORAGE_ERRORS):
+                self.health.failed(exc)
+            log.info("task %s of job %s interrupted: %s: %s", task.id, job.id, type(exc).__name__, exc)
         except DeviceError:
             raise
         except TunerError as exc:
             log.exception("task %s of job %s failed", task.id, job.id)
-            self.store.fail_task(task_id=task.id, error=f"{type(exc).__name__}: {exc}")
+            error = f"{type(exc).__name__}: {exc}"
+            self._durable(lambda: self.store.fail_task(task_id=task.id, error=error))
         finally:
             self._heartbeat.detach()
-            try:
-                self.store.release_task(worker_id=self.id)
-            except StoreError as exc:
+            try:  # leave the task and give back every slot not measured: retried through an outage
+                self._durable(lambda: self.store.release_task(worker_id=self.id))
+            except STORAGE_ERRORS as exc:  # stopping in an outage: the lease lapses, the reaper frees them
                 log.error("could not release task %s: %s", task.id, exc)
 
     def _compile_pool(self, template: KernelTemplate) -> CompilePool | None:
@@ -197,22 +252,23 @@ class Worker:
                                comparators=job.comparators, heartbeat_s=self.options.heartbeat_s)
         return run_study(job.template, shape, store=self.store, measurer=measurer,
                          budget=SlotBudget(self.store, task_id, self.id), options=options, pool=pool,
-                         on_open=on_open, should_stop=should_stop, take_final_round=take_final_round)
+                         on_open=on_open, should_stop=should_stop, take_final_round=take_final_round,
+                         persist=self._durable)
 
     def _finish(self, run: StudyRun, task_id: int) -> None:
         assert run.final is not None
         winner = run.final.winner.result if run.final.winner else None
-        self.store.finish_task(
+        self._durable(lambda: self.store.finish_task(
             task_id=task_id, worker_id=self.id,
             best_us=winner.median_us if winner else None,
             best_config_json=winner.config.to_json() if winner else None,
             error=None if winner else "no config passed the correctness gate",
-        )
+        ))
 
     def _leave(self) -> None:
         try:
             self.store.stop_worker(worker_id=self.id)
-        except StoreError as exc:
+        except STORAGE_ERRORS as exc:  # its lease lapses: the reaper gives back what it held
             log.error("could not deregister worker %s: %s", self.id, exc)
 
 

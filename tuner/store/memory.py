@@ -364,6 +364,15 @@ class MemoryStore:
                 worker, last_heartbeat=now, lease_expires_at=now + timedelta(seconds=lease_s))
             return True
 
+    def rejoin_worker(self, *, worker_id: str, lease_s: float) -> None:
+        now = _now()
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                self._workers[worker_id] = dataclasses.replace(
+                    worker, state="idle", current_task_id=None, last_heartbeat=now,
+                    lease_expires_at=now + timedelta(seconds=lease_s))
+
     def list_workers(self, *, include_stopped: bool = False) -> list[WorkerRecord]:
         with self._lock:
             rows = [w for w in self._workers.values() if include_stopped or w.state in ("idle", "busy")]
@@ -384,16 +393,19 @@ class MemoryStore:
 
     def _release_worker(self, worker_id: str, new_state: str) -> None:
         now = _now()
-        for slot in [s for s in self._slots.values() if s.worker_id == worker_id and s.state == "reserved"]:
-            task = self._tasks[slot.task_id]
-            self._tasks[task.id] = dataclasses.replace(task, trials_reserved=task.trials_reserved - 1, updated_at=now)
-            del self._slots[slot.id]
+        self._free_slots(worker_id, now)
         for task in [t for t in self._tasks.values() if t.finalizer_id == worker_id and t.state == "finalizing"]:
             self._tasks[task.id] = dataclasses.replace(task, state="running", finalizer_id=None, updated_at=now)
         worker = self._workers.get(worker_id)
         if worker is not None:
             self._workers[worker_id] = dataclasses.replace(
                 worker, state=new_state, current_task_id=None, lease_expires_at=now)
+
+    def _free_slots(self, worker_id: str, now: datetime) -> None:
+        for slot in [s for s in self._slots.values() if s.worker_id == worker_id and s.state == "reserved"]:
+            task = self._tasks[slot.task_id]
+            self._tasks[task.id] = dataclasses.replace(task, trials_reserved=task.trials_reserved - 1, updated_at=now)
+            del self._slots[slot.id]
 
     # -- claiming and trial slots ---------------------------------------------------------------------------
     def claim_task(
@@ -507,6 +519,7 @@ class MemoryStore:
 
     def release_task(self, *, worker_id: str) -> None:
         with self._lock:
+            self._free_slots(worker_id, _now())
             worker = self._workers.get(worker_id)
             if worker is not None and worker.state == "busy":
                 self._workers[worker_id] = dataclasses.replace(worker, state="idle", current_task_id=None)

@@ -174,6 +174,10 @@ class JobQueue(Protocol):
     def heartbeat(self, *, worker_id: str, lease_s: float) -> bool:
         """Renew the worker's lease; False when it was declared lost (it must stop recording results)."""
 
+    def rejoin_worker(self, *, worker_id: str, lease_s: float) -> None:
+        """A worker declared lost while alive (cut off from the store longer than its lease) comes back:
+        idle with a new lease; what it held was given back when it was reaped."""
+
     def list_workers(self, *, include_stopped: bool = False) -> list[WorkerRecord]: ...
 
     def stop_worker(self, *, worker_id: str) -> None:
@@ -213,4 +217,5 @@ class JobQueue(Protocol):
         """Fail a task that cannot run anywhere; its job fails once no other task runs."""
 
     def release_task(self, *, worker_id: str) -> None:
-        """The worker leaves its current task (it stays claimable by others) and becomes idle."""
+        """The worker leaves its current task (it stays claimable by others) and becomes idle; the trial
+        slots it still holds reserved go back to their tasks."""
