@@ -151,13 +151,14 @@ def test_shape_dims_are_bounded_by_the_template(server: tuple[str, db.Store], n:
 
 
 def test_the_total_size_bound_is_the_templates() -> None:
+    import dataclasses
+
     from tests.fixtures.fault_templates import TUNABLE_REF
     from tuner import registry
     from tuner.errors import ShapeError
 
     registry.register(NAME, TUNABLE_REF)
-    template = registry.get(NAME)
-    small = type("Small", (type(template),), {"max_elements": 1000})()
+    small = dataclasses.replace(registry.get(NAME).spec, max_elements=1000)
     assert small.make_shape({"n": 1000})["n"] == 1000
     with pytest.raises(ShapeError, match=r"shape too large .* 1001 elements, at most 1000"):
         small.make_shape({"n": 1001})

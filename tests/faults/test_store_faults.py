@@ -84,11 +84,11 @@ def test_a_partition_gives_503_within_5_s_best_answers_stale_and_the_server_reco
 def _open_optuna_storage(url: str, go: Any, errors: Any) -> None:
     # In a forked child: wait for the others, then create Optuna's storage (its tables on first use).
     try:
-        from tuner.driver.study import optuna_storage
+        from tuner.store import TrialHeartbeats
 
         store = db.Store.open(url)
         go.wait(30)
-        optuna_storage(store, heartbeat_s=1.0).engine.dispose()
+        store.optuna_storage(heartbeats=TrialHeartbeats(interval_s=1, grace_s=4)).engine.dispose()  # type: ignore[attr-defined]
         store.close()
     except BaseException as exc:
         errors.put(f"{type(exc).__name__}: {exc}")

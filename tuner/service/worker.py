@@ -98,6 +98,7 @@ class Worker:
         self._pool: CompilePool | None = None
         self.health = StoreHealth()
         self._stop = threading.Event()
+        self._lacking: set[tuple[str, str]] = set()  # (template, version) this worker cannot run
         self._heartbeat = self._new_heartbeat()
 
     def _new_heartbeat(self) -> Heartbeat:
@@ -180,18 +181,20 @@ class Worker:
             lost = self.store.reap_lost_workers()
             if lost:
                 log.warning("reaped lost workers %s", ", ".join(lost))
-        return self.store.claim_task(
+        claim = self.store.claim_task(
             worker_id=self.id, device_kind=kind, device_name=name, backends=self.options.backends
         )
+        if claim is not None and (claim.job.template, claim.job.template_version) in self._lacking:
+            self.store.release_task(worker_id=self.id)  # a template it lacks: left to the others
+            return None
+        return claim
 
     def _serve(self, claim: Claim, measurer: Measurer, stop: threading.Event) -> None:
         job, task = claim.job, claim.task
         try:
-            template = registry.get(job.template)
-            if template.version != job.template_version:
-                raise UserInputError(
-                    f"job wants {job.template}@{job.template_version}; this worker has @{template.version}"
-                )
+            template = self._template_of(job)
+            if template is None:  # another worker of the fleet may have it: leave the task to it
+                return
             shape = template.make_shape(json.loads(task.shape_json))
             measurer.set_options(MeasureOptions(n_samples=job.samples, timeout_s=job.candidate_timeout_s))
             run = self._drive(job, task.id, shape, measurer, stop, self._compile_pool(template))
@@ -220,6 +223,24 @@ class Worker:
                 self._durable(lambda: self.store.release_task(worker_id=self.id))
             except STORAGE_ERRORS as exc:  # stopping in an outage: the lease lapses, the reaper frees them
                 log.error("could not release task %s: %s", task.id, exc)
+
+    def _template_of(self, job: JobRecord) -> KernelTemplate | None:
+        """The job's template at the job's version, or None when this worker lacks it (not registered here,
+        another version, its module does not import): a local reason, said once per template, and the
+        task is left to the workers that have it (mixed fleets)."""
+        key = (job.template, job.template_version)
+        if key in self._lacking:
+            return None
+        try:
+            template = registry.get(job.template)
+            if template.version == job.template_version:
+                return template
+            reason = f"this worker has {job.template}@{template.version}, the job wants @{job.template_version}"
+        except (UserInputError, ImportError, AttributeError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        log.warning("worker %s cannot run %s@%s (%s); leaving its tasks to other workers", self.id, *key, reason)
+        self._lacking.add(key)
+        return None
 
     def _compile_pool(self, template: KernelTemplate) -> CompilePool | None:
         """The worker's compile pool (kept warm across tasks) when the template compiles slowly."""

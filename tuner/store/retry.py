@@ -75,7 +75,7 @@ def durable(call: Callable[[], T], health: StoreHealth, stop: threading.Event) -
 
     retrying = Retrying(
         retry=retry_if_exception_type(STORAGE_ERRORS),
-        wait=wait_exponential_jitter(initial=BACKOFF_INITIAL_S, max=BACKOFF_MAX_S),
+        wait=wait_exponential_jitter(multiplier=BACKOFF_INITIAL_S, max=BACKOFF_MAX_S, jitter=BACKOFF_INITIAL_S),
         stop=lambda state: stop.is_set(),
         sleep=lambda seconds: _wait(stop, seconds),
         before_sleep=note,
