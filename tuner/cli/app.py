@@ -306,9 +306,9 @@ def worker(
     import logging
     import threading
 
+    from tuner.db.retry import StoreHealth, durable
     from tuner.measure.devices.base import DeviceSpec, resolve
     from tuner.service.worker import Worker, WorkerOptions, parse_backends
-    from tuner.store.retry import StoreHealth, durable
 
     if device not in ("auto", "cuda", "npu", "cpu"):
         raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 
 import optuna
 
+from tuner.db.retry import STORAGE_ERRORS, StoreHealth
 from tuner.driver import optuna_access
 from tuner.store import JobQueue
-from tuner.store.retry import STORAGE_ERRORS, StoreHealth
 
 log = logging.getLogger(__name__)
 

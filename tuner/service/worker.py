@@ -7,7 +7,7 @@ look reaps it: its reserved trial slots go back to their tasks, its Optuna trial
 are failed and retried with the same parameters, so the job goes on elsewhere. Measurements and trial
 slots are written in one transaction: a completed measurement is never lost nor counted twice.
 
-Store outages are waited out (:mod:`tuner.store.retry`): every store error in the loop is retried with
+Store outages are waited out (:mod:`tuner.db.retry`): every store error in the loop is retried with
 capped exponential backoff and jitter, logged once per outage; a measurement taken while the store is down
 is kept and written when it is back; leaving a task gives back every slot not being measured, and a lease
 that lapsed meanwhile is rejoined. After its own reconnection a worker waits one lease before reaping
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from tuner import registry
+from tuner.db.retry import STORAGE_ERRORS, StoreHealth, durable
 from tuner.driver.heartbeat import Heartbeat
 from tuner.driver.run import StudyOptions, StudyRun, run_study
 from tuner.driver.study import StudyContext
@@ -42,7 +43,6 @@ from tuner.measure.compile_cache import CompilePool
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.store import Claim, JobQueue, JobRecord, TuningStore
-from tuner.store.retry import STORAGE_ERRORS, StoreHealth, durable
 from tuner.template import KernelTemplate
 
 log = logging.getLogger(__name__)

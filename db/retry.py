@@ -4,7 +4,8 @@ A worker must survive the database going away (an outage, a partition, a restart
 is either retried here until the store answers again, or abandoned in a way the queue repairs (a task left,
 a lease that lapses). :class:`StoreHealth` logs an outage once, when it begins, and once when it ends.
 Retries use tenacity (exponential backoff with jitter, capped), and stop early when asked to (the worker is
-stopping).
+stopping). It lives with the SQL store because it names SQLAlchemy's error root (Optuna's RDB storage, which
+shares the database, sometimes raises it untranslated): no SQLAlchemy type outside db/.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def durable(call: Callable[[], T], health: StoreHealth, stop: threading.Event) -
 
     def note(state: RetryCallState) -> None:
         if state.outcome is not None and state.outcome.exception() is not None:
-            health.failed(state.outcome.exception())  # type: ignore[arg-type]
+            health.failed(state.outcome.exception())
 
     retrying = Retrying(
         retry=retry_if_exception_type(STORAGE_ERRORS),
