@@ -1,7 +1,8 @@
 """The application factory: ``create_app(settings, store=None)``; run it with uvicorn (``tuner serve``).
 
-Routes live under ``/v1`` (OpenAPI UI at ``/docs``, schema at ``/openapi.json``); ``GET /healthz`` answers
-without touching the store and ``GET /readyz`` checks it (503 while it is unreachable).
+Routes live under ``/v1`` (OpenAPI UI at ``/docs`` and ``/redoc``, served from local files; schema at
+``/openapi.json``); the exploration pages at ``/`` and ``/ui/…`` (:mod:`api.ui.pages`); ``GET /healthz``
+answers without touching the store and ``GET /readyz`` checks it (503 while it is unreachable).
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from tuner.api.best_service import BestService
 from tuner.api.catalog import Catalog
 from tuner.api.deps import StoreProvider
 from tuner.api.fast_best import CachedBest
+from tuner.api.importance import Importances
 from tuner.api.limits import BodyLimit
-from tuner.api.routes import best, history, jobs, templates, workers
+from tuner.api.routes import best, history, jobs, studies, templates, workers
 from tuner.api.settings import ApiSettings
+from tuner.api.ui import assets, pages
+from tuner.api.ui import errors as page_errors
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +58,24 @@ def create_app(settings: ApiSettings | None = None, store: db.Store | None = Non
 
     app = FastAPI(
         title="tuner", version=tuner.__version__, description=DESCRIPTION, lifespan=lifespan,
-        openapi_tags=[{"name": n} for n in ("jobs", "best", "templates", "history", "workers")],
+        openapi_tags=[{"name": n} for n in ("jobs", "best", "templates", "history", "studies", "workers")],
+        docs_url=None, redoc_url=None,  # served by api.ui.assets from local files
     )
     app.state.settings = settings
     app.state.catalog = catalog
     app.state.stores = stores
     app.state.best = BestService(catalog, stores, ttl_s=settings.best_cache_ttl_s,
                                  max_entries=settings.best_cache_size)
+    app.state.importances = Importances()
     errors.install(app)
     openapi.install(app, settings)
+    page_errors.install(app)
     v1 = APIRouter(prefix="/v1")
-    for module in (jobs, best, templates, history, workers):
+    for module in (jobs, best, templates, history, studies, workers):
         v1.include_router(module.router)
     app.include_router(v1)
+    app.include_router(pages.router)
+    assets.install(app)
     app.add_api_route("/healthz", _healthz, methods=["GET"], include_in_schema=False)
     app.add_api_route("/readyz", _readyz, methods=["GET"], include_in_schema=False)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

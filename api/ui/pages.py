@@ -1,0 +1,150 @@
+"""The exploration pages, served by the API's own app: ``/`` (overview), ``/ui/templates/{name}``,
+``/ui/studies/{id}``, ``/ui/jobs/{id}``, ``/ui/compare``; rendered on the server (Jinja2), plots drawn in the
+browser by plotly.js, which is served from the installed ``plotly`` package like every other asset
+(:mod:`api.ui.assets`): a page loads nothing from another host.
+
+Reads follow the API's rule: open unless ``TUNER_READ_REQUIRES_TOKEN``; then a page needs the ``read`` token,
+given once on ``/ui/login`` and kept in a session cookie (HttpOnly, gone when the browser closes).
+Unknown ids render a 404 page, malformed query values a 422 page naming the field; nothing renders a
+traceback (the store being down renders a 503 page).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials
+from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
+
+from tuner import db
+from tuner.api.best_service import BestService
+from tuner.api.catalog import Catalog
+from tuner.api.deps import Principal, authenticate, get_catalog, get_settings, get_store
+from tuner.api.ui import views
+from tuner.api.ui.assets import PAGE_HEADERS, asset_url
+
+TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+COOKIE = "tuner_read_token"
+router = APIRouter(include_in_schema=False)
+
+
+def _us(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    return f"{value:.2f}" if value < 100 else f"{value:,.1f}"
+
+
+def _ratio(other: float | None, best: float | None) -> Markup:
+    if not other or not best:
+        return Markup("–")
+    r = other / best
+    if round(r, 2) == 1.0:
+        return Markup('<span class="even">{:.2f}×</span>').format(r)
+    cls = "good" if r > 1 else "bad"
+    return Markup('<span class="{}">{:.2f}×&nbsp;{}</span>').format(cls, r, "🟢" if r > 1 else "🔴")
+
+
+def _ago(value: datetime | float | None) -> str:
+    if value is None:
+        return "–"
+    seconds = value if isinstance(value, float) else (datetime.now(timezone.utc) - value).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{max(seconds, 0):.0f} s ago"
+
+
+def _json(value: Any) -> Markup:
+    """JSON for a ``<script type="application/json">`` block: '<' escaped so that no text ends the block."""
+    return Markup(json.dumps(value, separators=(",", ":"), allow_nan=False, default=str).replace("<", "\\u003c"))
+
+
+TEMPLATES.env.filters.update(us=_us, ratio=_ratio, ago=_ago, tojson_script=_json)
+TEMPLATES.env.globals.update(asset=asset_url)
+
+
+def page_reader(request: Request) -> Principal:
+    """The caller of a page: a bearer header (scripts) or the session cookie of ``/ui/login`` (browsers)."""
+    settings = get_settings(request)
+    header = request.headers.get("authorization", "")
+    token = header[7:].strip() if header.lower().startswith("bearer ") else request.cookies.get(COOKIE)
+    credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=token) if token else None
+    return authenticate(settings, credentials, "read", required=settings.read_requires_token)
+
+
+PageReader = Annotated[Principal, Depends(page_reader)]
+StoreDep = Annotated[db.Store, Depends(get_store)]
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+
+
+def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
+    return TEMPLATES.TemplateResponse(request, name, context, status_code=status, headers=PAGE_HEADERS)
+
+
+@router.get("/", response_class=HTMLResponse)
+def overview(request: Request, _: PageReader, store: StoreDep, catalog: CatalogDep) -> HTMLResponse:
+    return render(request, "overview.html", views.overview(store, catalog))
+
+
+@router.get("/ui", response_class=HTMLResponse)
+def ui_root() -> Response:
+    return RedirectResponse("/", status_code=307)
+
+
+@router.get("/ui/templates/{name}", response_class=HTMLResponse)
+def template(
+    request: Request, name: str, _: PageReader, store: StoreDep, catalog: CatalogDep,
+    device: Annotated[str | None, Query(max_length=256, description="Device name (default: the first).")] = None,
+) -> HTMLResponse:
+    best: BestService = request.app.state.best
+    return render(request, "template.html", views.template_page(store, catalog, best, name, device))
+
+
+@router.get("/ui/studies/{study_id}", response_class=HTMLResponse)
+def study(request: Request, study_id: int, _: PageReader, store: StoreDep, catalog: CatalogDep) -> HTMLResponse:
+    return render(request, "study.html", views.study_page(store, catalog, study_id))
+
+
+@router.get("/ui/jobs/{job_id}", response_class=HTMLResponse)
+def job(request: Request, job_id: int, _: PageReader, store: StoreDep, catalog: CatalogDep) -> HTMLResponse:
+    return render(request, "job.html", views.job_page(store, catalog, job_id))
+
+
+@router.get("/ui/compare", response_class=HTMLResponse)
+def compare(
+    request: Request, _: PageReader, store: StoreDep, catalog: CatalogDep,
+    study: Annotated[list[int] | None, Query(max_length=4, description="Study ids (two to four).")] = None,
+) -> HTMLResponse:
+    return render(request, "compare.html", views.compare_page(store, catalog, study or []))
+
+
+@router.get("/ui/login", response_class=HTMLResponse)
+def login_form(request: Request, next: Annotated[str, Query(max_length=512)] = "/") -> HTMLResponse:
+    return render(request, "login.html", {"next": _local(next), "error": None})
+
+
+@router.post("/ui/login", response_class=HTMLResponse)
+async def login(request: Request) -> Response:
+    # The form is parsed here (URL-encoded, two fields) rather than by FastAPI's Form, which needs another package.
+    fields = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=4)
+    token, next = (fields.get("token") or [""])[0][:512], (fields.get("next") or ["/"])[0][:512]
+    settings = get_settings(request)
+    scopes = settings.scopes_of(token)
+    if scopes is None or "read" not in scopes:
+        return render(request, "login.html", {"next": _local(next), "error": "unknown token, or no 'read' scope"}, 401)
+    response = RedirectResponse(_local(next), status_code=303)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")  # no max-age: a session cookie
+    return response
+
+
+def _local(path: str) -> str:
+    """Only a path of this server: a login never redirects to another host."""
+    return path if path.startswith("/") and not path.startswith("//") and "\\" not in path else "/"

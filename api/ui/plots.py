@@ -1,0 +1,225 @@
+"""Plotly figures of the pages, as plain dicts (``{"data": [...], "layout": {...}}``) that the browser hands to
+``Plotly.newPlot``: the server needs no plotting library, only the data. Times are µs on log axes.
+
+Every function is pure: records in, a JSON-serialisable dict out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tuner import db
+
+STATUS_COLORS = {
+    "OK": "#2e7d32",
+    "INVALID": "#9e9e9e",
+    "COMPILE_ERROR": "#ef6c00",
+    "RUNTIME_ERROR": "#c62828",
+    "WRONG_RESULT": "#8e24aa",
+    "TIMEOUT": "#1565c0",
+}
+STATUS_ORDER = tuple(STATUS_COLORS)
+BEST_COLOR, DEFAULT_COLOR, COMPARATOR_COLOR = "#2e7d32", "#ef6c00", "#546e7a"
+Figure = dict[str, Any]
+_FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}
+
+
+def _layout(**extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "margin": {"l": 60, "r": 20, "t": 30, "b": 45}, "font": _FONT, "hovermode": "closest",
+        "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff",
+        "legend": {"orientation": "h", "y": 1.12, "x": 0},
+    }
+    base.update(extra)
+    return base
+
+
+def log_ticks(values: Sequence[float | None]) -> dict[str, Any]:
+    """Tick values 1-2-5 per decade covering ``values`` (plotly's own log ticks abbreviate 20 as "2")."""
+    finite_values = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not finite_values:
+        return {}
+    lo, hi = min(finite_values) / 1.15, max(finite_values) * 1.15
+    ticks = [m * 10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1) for m in (1, 2, 5)]
+    inside = [t for t in ticks if lo <= t <= hi]
+    if len(inside) < 3:  # a narrow range: every integer step of its decade
+        step = 10.0 ** math.floor(math.log10(hi - lo or hi))
+        inside = [k * step for k in range(math.floor(lo / step), math.ceil(hi / step) + 1) if k > 0]
+    return {"tickvals": inside, "ticktext": [f"{t:g}" for t in inside]}
+
+
+def _config_text(config_json: str) -> str:
+    return ", ".join(f"{k}={v}" for k, v in json.loads(config_json).items())
+
+
+def _hover(m: db.MeasurementRecord) -> str:
+    head = f"trial {m.trial_number}" if m.trial_number is not None else f"measurement {m.id}"
+    lines = [f"<b>{head}</b> · {m.status.value}", _config_text(m.config_json)]
+    if m.median_us is not None:
+        spread = f" (p20–p80 {m.p20_us:.2f}–{m.p80_us:.2f})" if m.p20_us is not None and m.p80_us is not None else ""
+        lines.append(f"{m.median_us:.2f} µs{spread}")
+    if m.reason:
+        lines.append(m.reason.strip().splitlines()[0][:120])
+    return "<br>".join(lines)
+
+
+def _order(m: db.MeasurementRecord) -> int:
+    return m.trial_number if m.trial_number is not None else m.id
+
+
+def trials_figure(trials: Sequence[db.MeasurementRecord]) -> Figure:
+    """Every sweep trial in order: OK trials' medians (log axis) with the best-so-far line above, and every
+    other trial on a strip below, one row per status; one trace per status, coloured by status."""
+    ordered = sorted(trials, key=_order)
+    data: list[dict[str, Any]] = []
+    for status in STATUS_ORDER:
+        members = [m for m in ordered if m.status.value == status]
+        if not members:
+            continue
+        ok = status == "OK"
+        data.append({
+            "type": "scatter", "mode": "markers", "name": f"{status} ({len(members)})",
+            "x": [_order(m) for m in members],
+            "y": [m.median_us for m in members] if ok else [status] * len(members),
+            "yaxis": "y" if ok else "y2",
+            "text": [_hover(m) for m in members], "hoverinfo": "text",
+            "marker": {"color": STATUS_COLORS[status], "size": 7 if ok else 8,
+                       "symbol": "circle" if ok else "x-thin-open", "line": {"width": 1.5}},
+            "meta": {"role": "trials", "status": status},
+        })
+    best: list[tuple[int, float]] = []
+    for m in ordered:
+        if m.ok and m.median_us is not None and (not best or m.median_us < best[-1][1]):
+            best.append((_order(m), m.median_us))
+    if best:
+        last_x = max(_order(m) for m in ordered)
+        xs = [x for x, _ in best] + [last_x]
+        ys = [y for _, y in best] + [best[-1][1]]
+        data.append({"type": "scatter", "mode": "lines", "name": "best so far", "x": xs, "y": ys,
+                     "line": {"shape": "hv", "color": "#111111", "width": 1.5}, "hoverinfo": "y",
+                     "meta": {"role": "best-so-far"}})
+    failed = sorted({m.status.value for m in ordered if not m.ok}, key=STATUS_ORDER.index)
+    strip = 0.06 * len(failed) + (0.06 if failed else 0.0)
+    return {"data": data, "layout": _layout(
+        xaxis={"title": {"text": "trial"}, "zeroline": False, "anchor": "y2" if failed else "y"},
+        yaxis={"title": {"text": "median µs (log)"}, "type": "log", "domain": [min(strip + 0.06, 0.5), 1],
+               **log_ticks([m.median_us for m in ordered if m.ok])},
+        yaxis2={"domain": [0, max(strip, 0.0)], "type": "category", "categoryorder": "array",
+                "categoryarray": failed, "visible": bool(failed), "tickfont": {"size": 10}},
+        height=420,
+    )}
+
+
+def _numeric(values: Sequence[object]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def parameter_figures(trials: Sequence[db.MeasurementRecord], names: Sequence[str]) -> list[tuple[str, Figure]]:
+    """One small plot per parameter: the median of every OK trial against the parameter's value (a numeric
+    axis for numbers, categories otherwise)."""
+    ok = [(json.loads(m.config_json), m) for m in trials if m.ok and m.median_us is not None]
+    figures = []
+    for name in names:
+        points = [(config[name], m) for config, m in ok if name in config]
+        values = [v for v, _ in points]
+        numeric = _numeric(values)
+        categories = sorted({str(v) for v in values}, key=lambda s: (len(s), s)) if not numeric else []
+        figures.append((name, {"data": [{
+            "type": "scatter", "mode": "markers", "name": name,
+            "x": values if numeric else [str(v) for v in values], "y": [m.median_us for _, m in points],
+            "text": [_hover(m) for _, m in points], "hoverinfo": "text",
+            "marker": {"color": STATUS_COLORS["OK"], "size": 6, "opacity": 0.7},
+        }], "layout": _layout(
+            margin={"l": 50, "r": 10, "t": 28, "b": 40}, height=230, showlegend=False,
+            title={"text": name, "font": {"size": 13}},
+            xaxis={"type": "log" if numeric and _wide(values) else ("linear" if numeric else "category"),
+                   **({"categoryorder": "array", "categoryarray": categories} if categories else {})},
+            yaxis={"type": "log", "title": {"text": "µs"}, **log_ticks([m.median_us for _, m in points])},
+        )}))
+    return figures
+
+
+def _wide(values: Sequence[object]) -> bool:
+    nums = [float(v) for v in values if isinstance(v, (int, float)) and float(v) > 0]
+    return bool(nums) and len(nums) == len(values) and max(nums) / min(nums) >= 16
+
+
+def final_labels(final: Sequence[db.MeasurementRecord]) -> dict[int, str]:
+    """Short names of a final round's candidates: the comparator's name, ``default``, or ``config k`` (k-th
+    fastest template config of the round)."""
+    labels: dict[int, str] = {}
+    configs = sorted((m for m in final if m.candidate == "config"),
+                     key=lambda m: (m.median_us is None, m.median_us or 0.0, m.id))
+    for k, m in enumerate(configs, 1):
+        labels[m.id] = f"config {k}"
+    for m in final:
+        if m.candidate.startswith("comparator:"):
+            labels[m.id] = m.candidate.removeprefix("comparator:")
+        elif m.candidate == "default":
+            labels[m.id] = "default config"
+    return labels
+
+
+def final_figure(final: Sequence[db.MeasurementRecord], best_id: int | None) -> Figure:
+    """The final interleaved round: one horizontal bar per OK candidate (median, p20–p80 as the error bar)."""
+    labels = final_labels(final)
+    ok = sorted((m for m in final if m.ok and m.median_us is not None), key=lambda m: -(m.median_us or 0.0))
+    colors = [BEST_COLOR if m.id == best_id else COMPARATOR_COLOR if m.candidate.startswith("comparator:")
+              else DEFAULT_COLOR if m.candidate == "default" else "#81c784" for m in ok]
+    return {"data": [{
+        "type": "bar", "orientation": "h", "name": "median",
+        "y": [labels[m.id] + (" ★" if m.id == best_id else "") for m in ok],
+        "x": [m.median_us for m in ok], "marker": {"color": colors},
+        "error_x": {"type": "data", "symmetric": False,
+                    "array": [max(0.0, (m.p80_us or m.median_us or 0) - (m.median_us or 0)) for m in ok],
+                    "arrayminus": [max(0.0, (m.median_us or 0) - (m.p20_us or m.median_us or 0)) for m in ok],
+                    "color": "#333"},
+        "text": [f"{m.median_us:.2f} µs" for m in ok], "textposition": "auto",
+        "hovertext": [_hover(m) for m in ok], "hoverinfo": "text",
+    }], "layout": _layout(xaxis={"title": {"text": "median µs (p20–p80); ★ published"}, "rangemode": "tozero"},
+                          yaxis={"automargin": True}, height=max(180, 30 * len(ok) + 80), showlegend=False)}
+
+
+def lines_figure(rows: Sequence[Mapping[str, Any]]) -> Figure:
+    """Best against the default and each comparator line across shapes (grouped bars, log axis). ``rows``:
+    dicts with ``workload``, ``best_us``, ``default_us`` and ``lines`` (name → µs or None)."""
+    workloads = [str(r["workload"]) for r in rows]
+    series: dict[str, list[float | None]] = {"best": [r["best_us"] for r in rows],
+                                             "default": [r["default_us"] for r in rows]}
+    for name in sorted({n for r in rows for n in r["lines"]}):
+        series[name] = [r["lines"].get(name) for r in rows]
+    colors = {"best": BEST_COLOR, "default": DEFAULT_COLOR}
+    symbols = {"best": "circle", "default": "diamond"}
+    palette = ["#546e7a", "#5c6bc0", "#8d6e63", "#26a69a", "#ab47bc", "#78909c"]
+    data = []
+    for i, (name, ys) in enumerate(series.items()):
+        if all(y is None for y in ys):
+            continue
+        data.append({"type": "scatter", "mode": "markers", "name": name, "x": workloads, "y": ys,
+                     "marker": {"color": colors.get(name, palette[i % len(palette)]), "size": 13 if name == "best"
+                                else 10, "symbol": symbols.get(name, "square"), "line": {"width": 1, "color": "#fff"}},
+                     "hovertemplate": f"{name}: %{{y:.2f}} µs<extra>%{{x}}</extra>"})
+    ticks = log_ticks([y for ys in series.values() for y in ys])
+    return {"data": data, "layout": _layout(yaxis={"type": "log", "title": {"text": "median µs (log)"}, **ticks},
+                                            xaxis={"automargin": True, "type": "category"}, height=380)}
+
+
+def ecdf_figure(named: Sequence[tuple[str, Sequence[db.MeasurementRecord]]]) -> Figure:
+    """The distribution of OK trial medians of several studies (fraction of trials at or below a time)."""
+    palette = ["#1565c0", "#ef6c00", "#2e7d32", "#8e24aa"]
+    data = []
+    for i, (name, trials) in enumerate(named):
+        times = sorted(m.median_us for m in trials if m.ok and m.median_us is not None)
+        n = len(times)
+        data.append({"type": "scatter", "mode": "lines", "name": name, "x": times,
+                     "y": [(k + 1) / n for k in range(n)], "line": {"shape": "hv", "color": palette[i % 4]}})
+    return {"data": data, "layout": _layout(xaxis={"type": "log", "title": {"text": "median µs (log)"}},
+                                            yaxis={"title": {"text": "fraction of OK trials"}, "range": [0, 1.02]},
+                                            height=340)}
+
+
+def finite(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) or math.isinf(value) else value

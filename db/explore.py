@@ -1,0 +1,257 @@
+"""Read queries of the exploration pages and the ``/v1/studies`` endpoints: studies with their counts, pages of
+a study's measurements in any order, and the store's totals per template and device.
+
+Functions take a session from :meth:`db.Store.session` first and keyword arguments after it; they return
+frozen records (below and :mod:`db.records`) and never write. Invalid arguments (an unknown sort, role or
+status, a negative limit) raise ValueError; a study that does not exist gives None or an empty page.
+Each function runs a fixed number of queries whatever the number of studies (no query per row), so that a
+page stays fast on a store holding many studies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, and_, func, literal, select
+from sqlalchemy.orm import Session
+
+from tuner.db._convert import as_utc, to_record
+from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow
+from tuner.db.records import BestRecord, MeasurementRecord, StudyRecord
+from tuner.results import Status
+
+# Sort keys of :func:`page_measurements`: a leading '-' sorts descending; rows without a value come last.
+SORTS = ("id", "-id", "trial_number", "-trial_number", "median_us", "-median_us", "status", "-status",
+         "created_at", "-created_at")
+_SORT_COLUMNS = {
+    "id": MeasurementRow.id,
+    "trial_number": MeasurementRow.trial_number,
+    "median_us": MeasurementRow.median_us,
+    "status": MeasurementRow.status,
+    "created_at": MeasurementRow.created_at,
+}
+
+
+@dataclass(frozen=True)
+class StudySummary:
+    """A study with what its list row shows: trial counts by status, the published best, the fastest trial.
+
+    ``trials`` counts sweep trials that were measured (INVALID configs are rejected before any build and
+    counted apart, in ``invalid``); ``failed`` those of them that did not end OK. ``statuses`` gives every
+    trial status with its count, most frequent first. ``last_activity`` is the newest measurement's time
+    (the study's creation when it has none).
+    """
+
+    study: StudyRecord
+    trials: int
+    failed: int
+    invalid: int
+    final: int
+    statuses: tuple[tuple[str, int], ...]
+    best: BestRecord | None
+    fastest_trial_us: float | None
+    last_activity: datetime
+
+
+@dataclass(frozen=True)
+class MeasurementPage:
+    """One page of a study's measurements and how many match the filters in all."""
+
+    items: tuple[MeasurementRecord, ...]
+    total: int
+
+
+@dataclass(frozen=True)
+class DeviceTotals:
+    """How much of one template the store holds on one device."""
+
+    template: str
+    device_kind: str
+    device_name: str
+    studies: int
+    shapes: int
+    versions: tuple[str, ...]
+
+
+def shape_filter(dims: Mapping[str, str]) -> list[Any]:
+    """WHERE clauses matching studies whose canonical shape key holds every ``dim=value`` (values written as
+    :meth:`tuner.frozen.FrozenMap.key` writes them: ``true``/``false`` for flags)."""
+    clauses = []
+    padded = literal(",") + StudyRow.shape_key + literal(",")
+    for name, value in dims.items():
+        needle = f",{name}={value},".replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        clauses.append(padded.like(f"%{needle}%", escape="\\"))
+    return clauses
+
+
+def _study_query(
+    query: Select[Any], template: str | None, template_version: str | None, device_kind: str | None,
+    device_name: str | None, dims: Mapping[str, str],
+) -> Select[Any]:
+    for column, value in (
+        (StudyRow.template, template), (StudyRow.template_version, template_version),
+        (StudyRow.device_kind, device_kind), (StudyRow.device_name, device_name),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    clauses = shape_filter(dims)
+    return query.where(and_(*clauses)) if clauses else query
+
+
+def list_study_summaries(
+    session: Session,
+    *,
+    template: str | None = None,
+    template_version: str | None = None,
+    device_kind: str | None = None,
+    device_name: str | None = None,
+    dims: Mapping[str, str] | None = None,
+    study_ids: Sequence[int] | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> tuple[list[StudySummary], int]:
+    """Studies matching the filters (None: any; ``dims``: shape dims that must hold these values; ``study_ids``:
+    only these), newest first, paged; with how many match in all."""
+    if (limit is not None and limit < 0) or offset < 0:
+        raise ValueError("limit and offset must not be negative")
+    dims = dims or {}
+    query = _study_query(select(StudyRow), template, template_version, device_kind, device_name, dims)
+    count = _study_query(select(func.count(StudyRow.id)), template, template_version, device_kind, device_name,
+                         dims)
+    if study_ids is not None:
+        query = query.where(StudyRow.id.in_(list(study_ids)))
+        count = count.where(StudyRow.id.in_(list(study_ids)))
+    total = int(session.scalar(count) or 0)
+    rows = list(session.scalars(query.order_by(StudyRow.id.desc()).offset(offset).limit(limit)))
+    studies = [to_record(StudyRecord, row) for row in rows]
+    return summarize(session, studies), total
+
+
+def get_study_summary(session: Session, *, study_id: int) -> StudySummary | None:
+    """One study's summary, or None when there is no such study."""
+    row = session.get(StudyRow, study_id)
+    return None if row is None else summarize(session, [to_record(StudyRecord, row)])[0]
+
+
+def summarize(session: Session, studies: Sequence[StudyRecord]) -> list[StudySummary]:
+    """The summaries of these studies, in their order (two queries in all)."""
+    if not studies:
+        return []
+    ids = [s.id for s in studies]
+    grouped = session.execute(
+        select(
+            MeasurementRow.study_id, MeasurementRow.role, MeasurementRow.status,
+            func.count(MeasurementRow.id), func.max(MeasurementRow.created_at), func.min(MeasurementRow.median_us),
+        )
+        .where(MeasurementRow.study_id.in_(ids))
+        .group_by(MeasurementRow.study_id, MeasurementRow.role, MeasurementRow.status)
+    ).all()
+    bests = {row.study_id: to_record(BestRecord, row)
+             for row in session.scalars(select(BestConfigRow).where(BestConfigRow.study_id.in_(ids)))}
+    per_study: dict[int, list[tuple[str, str, int, datetime | None, float | None]]] = {}
+    for study_id, role, status, n, newest, fastest in grouped:
+        per_study.setdefault(study_id, []).append((role, status, int(n), newest, fastest))
+    return [_summary(s, per_study.get(s.id, []), bests.get(s.id)) for s in studies]
+
+
+def _summary(
+    study: StudyRecord, groups: Sequence[tuple[str, str, int, datetime | None, float | None]], best: BestRecord | None,
+) -> StudySummary:
+    trial_groups = [g for g in groups if g[0] == "trial"]
+    statuses = sorted(((status, n) for _, status, n, _, _ in trial_groups), key=lambda item: (-item[1], item[0]))
+    invalid = sum(n for status, n in statuses if status == Status.INVALID.value)
+    ok = sum(n for status, n in statuses if status == Status.OK.value)
+    trials = sum(n for _, n in statuses) - invalid
+    stamps = [as_utc(newest) for _, _, _, newest, _ in groups if newest is not None]
+    fastest = [f for _, status, _, _, f in trial_groups if status == Status.OK.value and f is not None]
+    return StudySummary(
+        study=study, trials=trials, failed=trials - ok, invalid=invalid,
+        final=sum(n for role, _, n, _, _ in groups if role == "final"), statuses=tuple(statuses), best=best,
+        fastest_trial_us=min(fastest) if fastest else None,
+        last_activity=max(stamps) if stamps else study.created_at,
+    )
+
+
+def page_measurements(
+    session: Session,
+    *,
+    study_id: int,
+    role: str | None = None,
+    statuses: Sequence[Status | str] = (),
+    sort: str = "id",
+    limit: int = 50,
+    offset: int = 0,
+) -> MeasurementPage:
+    """A page of a study's measurements (``statuses``: any of these; empty: all), sorted by one of SORTS.
+
+    Ties are broken by id, so that pages never overlap. Raises ValueError for an unknown sort, role or status.
+    """
+    if sort.lstrip("-") not in _SORT_COLUMNS or sort.count("-") > 1:
+        raise ValueError(f"sort must be one of {', '.join(SORTS)}; got {sort!r}")
+    if limit < 0 or offset < 0:
+        raise ValueError("limit and offset must not be negative")
+    if role is not None and role not in ("trial", "final"):
+        raise ValueError(f"role must be trial or final; got {role!r}")
+    values = [Status(s).value for s in statuses]
+    where = [MeasurementRow.study_id == study_id]
+    if role is not None:
+        where.append(MeasurementRow.role == role)
+    if values:
+        where.append(MeasurementRow.status.in_(values))
+    column = _SORT_COLUMNS[sort.lstrip("-")]
+    direction = column.desc() if sort.startswith("-") else column.asc()
+    query = (
+        select(*MeasurementRow.__table__.columns).where(*where)
+        .order_by(column.is_(None), direction, MeasurementRow.id)
+        .offset(offset).limit(limit)
+    )
+    total = int(session.scalar(select(func.count(MeasurementRow.id)).where(*where)) or 0)
+    return MeasurementPage(tuple(to_record(MeasurementRecord, row) for row in session.execute(query)), total)
+
+
+def device_totals(session: Session) -> list[DeviceTotals]:
+    """Studies and distinct shapes per (template, device), with the template versions measured."""
+    rows = session.execute(
+        select(StudyRow.template, StudyRow.device_kind, StudyRow.device_name, StudyRow.template_version,
+               StudyRow.shape_key)
+    ).all()
+    grouped: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+    for template, kind, name, version, shape_key in rows:
+        grouped.setdefault((template, kind, name), []).append((version, shape_key))
+    return [
+        DeviceTotals(template, kind, name, len(items), len({shape for _, shape in items}),
+                     tuple(sorted({version for version, _ in items}, key=_version_order)))
+        for (template, kind, name), items in sorted(grouped.items())
+    ]
+
+
+def _version_order(version: str) -> tuple[int, str]:
+    return (int(version), "") if version.isdigit() else (1 << 30, version)
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """Sweep trials of one non-OK status that failed for one reason (its first line), and how many."""
+
+    status: str
+    reason: str
+    count: int
+
+
+def failure_groups(session: Session, *, study_id: int, role: str = "trial") -> list[FailureGroup]:
+    """The study's failed measurements grouped by status and by the first line of their reason (at most 300
+    characters), most frequent first."""
+    rows = session.execute(
+        select(MeasurementRow.status, MeasurementRow.reason, func.count(MeasurementRow.id))
+        .where(MeasurementRow.study_id == study_id, MeasurementRow.role == role,
+               MeasurementRow.status != Status.OK.value)
+        .group_by(MeasurementRow.status, MeasurementRow.reason)
+    ).all()
+    merged: dict[tuple[str, str], int] = {}
+    for status, reason, n in rows:
+        first = (reason or "").strip().splitlines()[0][:300] if (reason or "").strip() else "(no reason recorded)"
+        merged[(status, first)] = merged.get((status, first), 0) + int(n)
+    return [FailureGroup(s, r, n) for (s, r), n in sorted(merged.items(), key=lambda item: (-item[1], item[0]))]

@@ -1,0 +1,148 @@
+"""Every page and every asset over a real server (no browser): pages render with the store's figures, errors
+render as pages (404, 422 naming the field) without a traceback, and nothing references another host: no
+external URL in any page's HTML or in the pages' CSS/JS, and every page carries a Content-Security-Policy
+that lets the browser load nothing from elsewhere (which covers the vendored Swagger UI, ReDoc and plotly.js
+bundles, whose source holds URLs such as XML namespaces and links; the browser test records requests)."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tuner import db
+from tuner.api.settings import ApiSettings
+from tests.fixtures.servers import TOKENS, thread_server
+from tests.fixtures.sweeps import NAME, StoredSweep, store_sweep
+
+FETCH_DIRECTIVES = ("default-src", "script-src", "style-src", "img-src", "font-src", "connect-src", "worker-src")
+LOCAL_SOURCES = {"'self'", "'unsafe-inline'", "data:", "blob:", "'none'"}
+
+
+class Refs(HTMLParser):
+    """Every URL an HTML document refers to: attributes that load or link, and url(...) in inline styles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if value and name in ("src", "href", "action", "poster", "data", "srcset", "formaction"):
+                self.urls.append(value)
+            if value and name == "style":
+                self.urls += re.findall(r"url\(\s*['\"]?([^'\")]+)", value)
+
+
+def external(url: str) -> bool:
+    parts = urlsplit(url)
+    return url.startswith("//") or (parts.scheme not in ("", "data", "blob") and bool(parts.netloc or parts.scheme))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, StoredSweep, int]]:
+    from tests.fixtures.fault_templates import TUNABLE_REF
+    from tuner import registry
+
+    registry.register(NAME, TUNABLE_REF)
+    store = db.Store.open(db.sqlite_url(tmp_path_factory.mktemp("pages") / "t.db"))
+    sweep = store_sweep(store)
+    store_sweep(store, shape={"n": 1024})
+    with store.session() as session:
+        job = db.create_job(session, template=NAME, template_version="1", backend="triton", device_kind="cpu",
+                            device_name=None, trials=4, sampler="random", samples=3, candidate_timeout_s=60,
+                            tasks=[("n=256", "n=256", '{"n":256}')])
+    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False)  # type: ignore[arg-type]
+    with thread_server(settings, store) as base:
+        yield base, sweep, job.id
+
+
+def _pages(sweep: StoredSweep, job_id: int) -> list[str]:
+    return ["/", f"/ui/templates/{NAME}", f"/ui/studies/{sweep.study_id}", f"/ui/jobs/{job_id}",
+            f"/ui/compare?study={sweep.study_id}&study={sweep.study_id + 1}", "/ui/compare", "/ui/login",
+            "/docs", "/redoc"]
+
+
+def test_pages_render_the_store(served: tuple[str, StoredSweep, int]) -> None:
+    base, sweep, job_id = served
+    with httpx.Client(base_url=base, timeout=60) as http:
+        overview = http.get("/").text
+        assert f"/ui/studies/{sweep.study_id}" in overview and NAME in overview and f"/ui/jobs/{job_id}" in overview
+        study = html.unescape(http.get(f"/ui/studies/{sweep.study_id}").text)
+        assert "19.00 µs" in study and "38.00 µs" in study  # the published best and the default (final round)
+        assert "RuntimeError: injected launch failure" in study and "y: relative error 0.41" in study
+        assert '"BLOCK": 256' in study and "BLOCK=256, mode='ok'" in study  # JSON and launch kwargs
+        template = http.get(f"/ui/templates/{NAME}").text
+        assert "2.00×" in template  # default 38 µs / best 19 µs
+        assert "torch µs" in template and 'class="match m-exact"' in template
+        compare = http.get("/ui/compare", params=[("study", sweep.study_id), ("study", sweep.study_id + 1)]).text
+        assert "n=1024" in compare and "plot-ecdf" in compare
+
+
+@pytest.mark.parametrize(("path", "status", "message"), [
+    ("/ui/studies/999", 404, "no study 999"),
+    ("/ui/jobs/999", 404, "no job 999"),
+    ("/ui/templates/nope", 404, "unknown template &#39;nope&#39;"),
+    ("/ui/nope", 404, "nothing at /ui/nope"),
+    ("/ui/studies/abc", 422, "study_id: Input should be a valid integer"),
+    ("/ui/compare?study=x", 422, "study.0: Input should be a valid integer"),
+    (f"/ui/templates/{NAME}?device=nowhere", 404, "no study of fault_vector_scale_tunable on &#39;nowhere&#39;"),
+])
+def test_errors_are_pages(served: tuple[str, StoredSweep, int], path: str, status: int, message: str) -> None:
+    r = httpx.get(served[0] + path)
+    assert r.status_code == status and r.headers["content-type"].startswith("text/html"), r.text[:300]
+    assert message in r.text and "Traceback" not in r.text
+
+
+def test_no_page_or_asset_references_another_host(served: tuple[str, StoredSweep, int]) -> None:
+    base, sweep, job_id = served
+    assets: set[str] = set()
+    with httpx.Client(base_url=base, timeout=60) as http:
+        for path in [*_pages(sweep, job_id), "/ui/studies/999"]:
+            r = http.get(path)
+            assert r.status_code in (200, 404), path
+            policy = dict(d.strip().split(" ", 1) for d in r.headers["content-security-policy"].split(";"))
+            for directive in FETCH_DIRECTIVES:
+                assert set(policy[directive].split()) <= LOCAL_SOURCES, (path, directive, policy[directive])
+            refs = Refs()
+            refs.feed(r.text)
+            assert not [u for u in refs.urls if external(u)], path
+            assert not re.findall(r"https?://", r.text.replace(base, "")), path
+            assets |= {u for u in refs.urls if u.startswith(("/ui/static/", "/ui/vendor/"))}
+        assert {a.split("?")[0] for a in assets} >= {"/ui/static/ui.css", "/ui/static/ui.js",
+                                                     "/ui/vendor/plotly.min.js", "/ui/vendor/swagger-ui-bundle.js",
+                                                     "/ui/vendor/redoc.standalone.js", "/ui/vendor/swagger-ui.css"}
+        for asset in assets:
+            r = http.get(asset)
+            assert r.status_code == 200 and r.content, asset
+            if asset.startswith("/ui/static/") or asset.split("?")[0].endswith(".css"):
+                text = r.text
+                assert not re.findall(r"url\(\s*['\"]?(?:https?:)?//", text), asset  # CSS loads
+                assert not re.findall(r"@import\s+(?:url\()?\s*['\"]?(?:https?:)?//", text), asset
+            if asset.startswith("/ui/static/"):
+                assert not re.findall(r"https?://", r.text), asset  # our own files name no host at all
+    assert httpx.get(base + "/ui/vendor/nope.js").status_code == 404
+
+
+def test_pages_need_the_read_token_when_reads_do(tmp_path: Path) -> None:
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False,  # type: ignore[arg-type]
+                           read_requires_token=True)
+    read = next(t for t, scopes in TOKENS.items() if scopes == ["read"])
+    with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=30) as http:
+        first = http.get("/", follow_redirects=False)
+        assert first.status_code == 303 and first.headers["location"] == "/ui/login?next=/"
+        refused = http.post("/ui/login", data={"token": "not-a-token", "next": "/"})
+        assert refused.status_code == 401 and "unknown token" in refused.text
+        signed = http.post("/ui/login", data={"token": read, "next": "https://elsewhere.example/"},
+                           follow_redirects=False)
+        assert signed.status_code == 303 and signed.headers["location"] == "/"  # never to another host
+        cookie = signed.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age" not in cookie
+        assert http.get("/").status_code == 200  # the session cookie is sent back
