@@ -121,7 +121,7 @@
     });
     document.getElementById("job-workers").innerHTML = job.workers.length ?
       job.workers.map((w) => "<li><code>" + esc(w) + "</code></li>").join("") : '<li class="muted">none now</li>';
-    document.getElementById("cancel-card").hidden = !ACTIVE.includes(job.state);
+    document.getElementById("cancel-form").hidden = !ACTIVE.includes(job.state);  // the card keeps its last message
   }
 
   function jobPage() {

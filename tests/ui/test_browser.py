@@ -1,0 +1,177 @@
+"""The pages in a real browser (headless Chromium) against a real ``tuner serve`` with its CPU worker, whose
+store holds a real sweep (the Triton interpreter, a small shape): what the pages show matches the store, the
+trials table filters by status through the API, a running job's page advances without a reload, cancelling
+needs the submit token, and no page makes the browser contact another host. A screenshot of every page is
+written under ``$TUNER_TEST_ARTIFACTS/ui`` (default ``.artifacts/ui`` in the repository)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import db
+from tests.fixtures import browser
+from tests.fixtures.processes import ROOT, env
+from tests.fixtures.servers import auth, free_port, start_serve
+
+NAME = "fault_vector_scale_tunable"
+ARTIFACTS = Path(os.environ.get("TUNER_TEST_ARTIFACTS", ROOT / ".artifacts")) / "ui"
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(browser.missing() is not None, reason=str(browser.missing()))]
+
+
+@dataclass
+class Served:
+    base: str
+    url: str
+    token: str
+    study_id: int
+    trials: list[db.MeasurementRecord]
+    driver: Any
+
+
+def _wait(condition: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    tmp = tmp_path_factory.mktemp("browser")
+    url = db.sqlite_url(tmp / "t.db")
+    sweep = subprocess.run(
+        [sys.executable, "-m", "tuner.cli", "tune", NAME, "--shape", "n=256", "--trials", "10", "--device", "cpu",
+         "--samples", "3", "--sampler", "random", "--seed", "1", "--db", url],
+        capture_output=True, text=True, env=env(), cwd=ROOT, timeout=600,
+    )
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    with db.Store.open(url) as store, store.session() as session:
+        (study,) = db.list_studies(session, template=NAME)
+        trials = db.list_measurements(session, study_id=study.id, role="trial")
+    home, port = tmp / "home", free_port()
+    serve = start_serve(url, port, "--device", "cpu", home=home, log=tmp / "serve.log")
+    driver = browser.start()
+    try:
+        yield Served(f"http://127.0.0.1:{port}", url, (home / "token").read_text().strip(), study.id, trials, driver)
+    finally:
+        driver.quit()
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=90)
+
+
+def _open(s: Served, path: str, shot: str) -> None:
+    """Load a page, let its scripts run, screenshot it, and check what the browser requested and logged."""
+    s.driver.get_log("browser")  # drain: what earlier pages logged is not this page's
+    browser.requested_urls(s.driver)
+    s.driver.get(s.base + path)
+    _wait(lambda: s.driver.execute_script("return document.readyState") == "complete", 30, f"{path} to load")
+    time.sleep(1.0)
+    browser.screenshot(s.driver, ARTIFACTS / f"{shot}.png")
+    s.driver.set_window_size(1440, 1000)
+    sent, blocked = browser.requested_urls(s.driver)
+    assert sent and not browser.foreign(sent, s.base) and not blocked, (path, browser.foreign(sent, s.base), blocked)
+    errors = [e for e in s.driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, (path, errors)
+
+
+def test_overview_lists_the_study(served: Served) -> None:
+    _open(served, "/", "overview")
+    link = served.driver.find_element("css selector", f'#studies a[href="/ui/studies/{served.study_id}"]')
+    assert link.text == "n=256"
+    assert NAME in served.driver.find_element("id", "templates").text
+
+
+def test_study_page_plots_every_trial(served: Served) -> None:
+    _open(served, f"/ui/studies/{served.study_id}", "study")
+    d = served.driver
+    traces = d.execute_script("""return document.getElementById('plot-trials').data
+        .filter(t => t.meta && t.meta.role === 'trials').map(t => [t.meta.status, t.x.length]);""")
+    by_status: dict[str, int] = {}
+    for m in served.trials:
+        by_status[m.status.value] = by_status.get(m.status.value, 0) + 1
+    assert dict(traces) == by_status and sum(n for _, n in traces) == len(served.trials)
+    rendered = d.execute_script("return document.querySelectorAll('#plot-trials .point').length")
+    assert rendered == len(served.trials)  # every point drawn (plotly draws one path per point)
+    ok = sum(1 for m in served.trials if m.ok)
+    for i in (1, 2):  # one small plot per parameter (mode, BLOCK), each with every OK trial
+        assert d.execute_script(f"return document.getElementById('plot-param-{i}').data[0].x.length") == ok
+    _wait(lambda: "computing" not in d.find_element("id", "importance").text, 60, "the importance panel")
+
+
+def test_trials_table_filters_by_status(served: Served) -> None:
+    d = served.driver
+    _open(served, f"/ui/studies/{served.study_id}", "study-trials")
+    failing = [m.status.value for m in served.trials if not m.ok]
+    status = max(set(failing), key=failing.count)
+    table = d.find_element("id", "trials")
+    _wait(lambda: table.get_attribute("data-loaded") == "1", 30, "the first page of trials")
+    d.find_element("css selector", f'#trial-filters input[value="{status}"]').click()
+    _wait(lambda: table.get_attribute("data-loaded") == "2", 30, "the filtered page")
+    rows = d.find_elements("css selector", "#trials tbody tr")
+    assert [r.get_attribute("data-status") for r in rows] == [status] * failing.count(status)
+    assert d.find_element("id", "trials-count").text == f"{failing.count(status)} trial(s)"
+
+
+def _submit(s: Served, trials: int) -> int:
+    body = {"template": NAME, "shapes": [{"n": 512}], "device": {"kind": "cpu"}, "trials": trials,
+            "sampler": "random", "seed": 2, "samples": 3, "comparators": False, "finalists": 1}
+    r = httpx.post(f"{s.base}/v1/jobs", json=body, headers=auth(s.token), timeout=30)
+    assert r.status_code == 201, r.text
+    return int(r.json()["id"])
+
+
+def test_running_job_advances_without_reload_and_cancel_needs_the_token(served: Served) -> None:
+    d = served.driver
+    running = _submit(served, 6)
+    waiting = _submit(served, 40)  # queued behind the first (the server has one worker), then running
+    _open(served, f"/ui/jobs/{running}", "job")
+    d.execute_script("window.__sameDocument = true;")
+    label = lambda: d.execute_script("return document.querySelector('#job-progress .label').textContent")  # noqa: E731
+    first = label()
+    _wait(lambda: label() != first, 240, f"job {running}'s progress to move from {first}")
+    assert d.execute_script("return window.__sameDocument === true")  # updated in place, not reloaded
+    browser.screenshot(d, ARTIFACTS / "job-running.png")
+    d.set_window_size(1440, 1000)
+
+    _open(served, f"/ui/jobs/{waiting}", "job-cancel")
+    d.find_element("css selector", "#cancel-form button[type=submit]").click()
+    result = d.find_element("id", "cancel-result")
+    _wait(lambda: "refused" in result.text, 30, "the refusal without a token")
+    assert "401" in result.text
+    assert httpx.get(f"{served.base}/v1/jobs/{waiting}").json()["state"] in ("queued", "running")
+    d.find_element("id", "cancel-token").send_keys(served.token)
+    d.find_element("css selector", "#cancel-form button[type=submit]").click()
+    try:
+        _wait(lambda: result.text == "cancelled", 30, "the cancellation")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the page says {result.text!r}; {d.get_log('browser')}") from None
+    assert httpx.get(f"{served.base}/v1/jobs/{waiting}").json()["state"] == "cancelled"
+    assert "cancelled" in d.find_element("id", "job-state").text
+    assert d.execute_script("return sessionStorage.getItem('tuner.submitToken')") == served.token
+    assert served.token not in d.execute_script("return document.cookie")  # kept in the tab's session only
+
+
+def test_template_compare_and_docs_pages_stay_local(served: Served) -> None:
+    _open(served, f"/ui/templates/{NAME}", "template")
+    assert "n=256" in served.driver.find_element("id", "shapes").text
+    ids = [st["id"] for st in httpx.get(f"{served.base}/v1/studies").json()["items"]][:2]
+    _open(served, "/ui/compare?" + "&".join(f"study={i}" for i in ids), "compare")
+    _open(served, "/docs", "docs")
+    served.driver.get(served.base + "/redoc")
+    time.sleep(3)
+    sent, _blocked = browser.requested_urls(served.driver)  # ReDoc's sidebar image from its CDN: refused by CSP
+    assert sent and not browser.foreign(sent, served.base)
