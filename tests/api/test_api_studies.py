@@ -7,10 +7,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tuner import db
-from tuner.api.settings import ApiSettings
 from tests.fixtures.servers import READ, TOKENS, WORKER, auth, thread_server
 from tests.fixtures.sweeps import NAME, TRIALS, store_sweep
+from tuner import db
+from tuner.api.settings import ApiSettings
 
 
 def _settings(url: str, **kw: object) -> ApiSettings:

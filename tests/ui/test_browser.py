@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-import db
 from tests.fixtures import browser
 from tests.fixtures.processes import ROOT, env
 from tests.fixtures.servers import auth, free_port, start_serve
+from tuner import db
 
 NAME = "fault_vector_scale_tunable"
 ARTIFACTS = Path(os.environ.get("TUNER_TEST_ARTIFACTS", ROOT / ".artifacts")) / "ui"

@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tuner import db
-from tuner.api.settings import ApiSettings
 from tests.fixtures.servers import TOKENS, thread_server
 from tests.fixtures.sweeps import NAME, StoredSweep, store_sweep
+from tuner import db
+from tuner.api.settings import ApiSettings
 
 FETCH_DIRECTIVES = ("default-src", "script-src", "style-src", "img-src", "font-src", "connect-src", "worker-src")
 LOCAL_SOURCES = {"'self'", "'unsafe-inline'", "data:", "blob:", "'none'"}
