@@ -37,17 +37,18 @@ DeviceOpt = Annotated[str, typer.Option("--device", help="auto | cuda | npu | cp
 
 
 def boundary(fn: F) -> F:
-    """Translate TunerError into a one-line message and an exit code (2: bad input or unreachable store)."""
+    """Translate TunerError into a one-line message (never wrapped, whatever the terminal width) and an exit code
+    (2: bad input or unreachable store)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except (UserInputError, StoreError, DeviceError) as exc:
-            err_console.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False)
+            err_console.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except TunerError as exc:
-            err_console.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False)
+            err_console.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
@@ -135,6 +136,7 @@ def tune(
         raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
     spec = resolve(DeviceSpec(device))  # type: ignore[arg-type]
     store = _store(db_url)
+    console.print(f"store: {store.url}", highlight=False)
     options = MeasureOptions(n_samples=samples, timeout_s=timeout)
     signal.signal(signal.SIGTERM, _interrupted)
     with Measurer(spec, options) as measurer:
@@ -200,28 +202,68 @@ def history(
     template: TemplateArg,
     workload: WorkloadOpt = [],  # noqa: B006
     shape: ShapeOpt = [],  # noqa: B006
+    all_workloads: Annotated[bool, typer.Option("--all-workloads", help="Every workload of the template.")] = False,
     device: Annotated[str | None, typer.Option(help="Device kind (default: any).")] = None,
     db_url: DbOpt = None,
     role: Annotated[str | None, typer.Option(help="trial | final (default: both).")] = None,
+    status: Annotated[list[str], typer.Option(
+        "--status", help="Only this status (repeatable, or comma-separated): OK, INVALID, COMPILE_ERROR, …")] = [],  # noqa: B006
+    sort: Annotated[str, typer.Option(
+        help="id, trial_number, median_us, status or created_at; a leading '-' sorts descending.")] = "id",
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many measurements per study.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON: one object per study.")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV: one row per measurement.")] = False,
 ) -> None:
-    """Show every trial of the shape's studies, failures with their reasons."""
-    t, the_shape = _one_shape(template, workload, shape)
-    store = _store(db_url)
-    studies = [s for s in store.list_studies(template=t.name, device_kind=device) if s.shape_key == the_shape.key()]
-    if not studies:
-        raise UserInputError(f"no study stored for {t.name} at {the_shape.key()}")
-    for st in studies:
-        rows = store.list_measurements(study_id=st.id, role=role)
-        table = Table("id", "role", "trial", "candidate", "config", "status", "median µs", "p20–p80", "reason",
-                      title=f"{st.name} — {len(rows)} measurements", title_justify="left")
-        for m in rows:
-            spread = f"{m.p20_us:.2f}–{m.p80_us:.2f}" if m.p20_us is not None and m.p80_us is not None else ""
-            table.add_row(
-                str(m.id), m.role, "" if m.trial_number is None else str(m.trial_number), m.candidate,
-                m.config_json, m.status, "" if m.median_us is None else f"{m.median_us:.2f}", spread,
-                (m.reason or "").splitlines()[0][:100] if m.reason else "",
-            )
-        console.print(table)
+    """Show the measurements of the shapes' studies, failures with their reasons (full configs when stdout is
+    not a terminal)."""
+    from tuner import registry
+    from tuner.cli import explore
+    from tuner.shapes import select_shapes
+
+    statuses = explore.check_filters(role, status, sort)
+    if as_json and as_csv:
+        raise UserInputError("give --json or --csv, not both")
+    t = registry.get(template)
+    selected = select_shapes(t, workloads=workload, shapes=shape, all_workloads=all_workloads)
+    sections = explore.history(_store(db_url), t.name, selected, device=device, role=role, statuses=statuses,
+                               sort=sort, limit=limit)
+    if as_json or as_csv:
+        sys.stdout.write((explore.history_json(sections) + "\n") if as_json else explore.history_csv(sections))
+        return
+    out = console if console.is_terminal else Console(width=100_000)  # a file or a pipe gets every character
+    for table in explore.history_tables(sections):
+        out.print(table)
+
+
+@app.command()
+@boundary
+def studies(
+    template: Annotated[str | None, typer.Argument(help="Only this template's studies.")] = None,
+    device: Annotated[str | None, typer.Option(help="Device kind (default: any).")] = None,
+    db_url: DbOpt = None,
+    limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many studies.")] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the studies in the store, newest first: shape, device, trials, best, last activity."""
+    from tuner import registry
+    from tuner.cli import explore
+    from tuner.frozen import Shape
+
+    if template is not None:
+        registry.get(template)  # an unknown name is an error, not an empty list
+    if device is not None and device not in ("cuda", "npu", "cpu"):
+        raise UserInputError(f"unknown device {device!r}; expected cuda, npu or cpu")
+    rows = []
+    for s in explore.studies(_store(db_url), template=template, device=device, limit=limit):
+        try:
+            label = registry.get(s.study.template).workload_name(Shape.from_json(s.study.shape_json))
+        except (TunerError, ImportError, AttributeError):
+            label = None  # a template this process does not know (registered elsewhere)
+        rows.append((s, label or s.study.shape_key))
+    if as_json:
+        print(json.dumps([explore.study_dict(s, label) for s, label in rows], indent=2))
+        return
+    (console if console.is_terminal else Console(width=100_000)).print(explore.studies_table(rows))
 
 
 @app.command()
@@ -369,7 +411,9 @@ def serve(
         settings = settings.model_copy(update={"tokens": {token: frozenset({"submit", "read"})}})
         err_console.print(f"no TUNER_TOKENS set: submitting needs the local token in {local_token_path()}")
     store = _store(settings.db_url)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     err_console.print(f"store {store.url}; API on http://{host}:{port} (docs at /docs)")
+    err_console.print(f"exploration pages: http://{shown}:{port}/", highlight=False)
     serving.serve(
         create_app(settings, store), host=host, port=port, log_level=log_level, access_log=access_log,
         worker=(lambda: serving.start_worker(store, device)) if worker else None,

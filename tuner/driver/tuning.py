@@ -87,6 +87,7 @@ def _tune_one(
         best = [float("inf")]
 
         def on_open(ctx: StudyContext, task: TaskID = task) -> None:
+            _say_resumed(console, label, ctx.study_id, store)
             if plan is not None and exhaustive is not None:
                 budget.n = _hold_known(ctx, store, plan, exhaustive, label, console)
                 progress.update(task, total=budget.n)
@@ -123,6 +124,15 @@ def _hold_known(
     console.print(f"[bold]{label}[/bold]: exhaustive, {plan.describe()}; {done} measured already, "
                   f"{exhaustive.remaining()} to measure" + (f" (+{len(queued)} queued)" if queued else ""))
     return exhaustive.remaining() + len(queued)
+
+
+def _say_resumed(console: Console, label: str, study_id: int, store: TuningStore) -> None:
+    """Whether the sweep starts a study or resumes one (and with how many measured trials)."""
+    stored = store.count_measurements(study_id=study_id, role="trial")
+    if stored:
+        console.print(f"[bold]{label}[/bold]: resuming study {study_id} ({stored} trials stored)")
+    else:
+        console.print(f"[bold]{label}[/bold]: new study {study_id}")
 
 
 def _progress(console: Console) -> Progress:
