@@ -175,3 +175,14 @@ def test_template_compare_and_docs_pages_stay_local(served: Served) -> None:
     time.sleep(3)
     sent, _blocked = browser.requested_urls(served.driver)  # ReDoc's sidebar image from its CDN: refused by CSP
     assert sent and not browser.foreign(sent, served.base)
+
+
+def test_optuna_dashboard_sees_metric_name_and_readable_attributes(served: Served) -> None:
+    import optuna
+
+    study = optuna.load_study(study_name=optuna.get_all_study_names(served.url)[0], storage=served.url)
+    assert study.metric_names == ["median time (µs)"]
+    assert study.user_attrs["template"] == NAME and "final_round" in study.user_attrs
+    assert study.user_attrs["published"]["median_us"] > 0
+    told = [t for t in study.trials if "status" in t.user_attrs]
+    assert "OK" in {t.user_attrs["status"] for t in told} and {t.user_attrs.get("role") for t in told} == {"trial"}

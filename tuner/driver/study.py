@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 DEFAULT_LABEL = "default"
 CONFIG_LABEL = "config"
 COMPARATOR_PREFIX = "comparator:"
+METRIC_NAME = "median time (µs)"  # the trial value: median device time (CPU time on the CPU backend)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,10 @@ def open_study(
         study.set_user_attr("template", template.name)
         study.set_user_attr("shape", shape.key())
         study.set_user_attr("device", f"{key.device_kind}:{key.device_name}")
+    if study.metric_names is None:  # optuna-dashboard labels the objective with it
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([METRIC_NAME])
     # Warm starts are queued at every opening, in their current order: a study resumed after the space gained
     # or reordered seeds, or after neighbouring shapes were tuned, measures them next (configs it already
     # has are skipped).
@@ -300,4 +305,18 @@ def finalize(
     winner = min(winners, key=lambda e: e.result.median_us or float("inf"), default=None)
     if winner is not None:
         ctx.store.publish_best(study_id=ctx.study_id, measurement_id=winner.measurement_id)
+    _describe_round(ctx.study, entries, winner)
     return FinalRound(round_id, entries, winner, winner is not None)
+
+
+def _describe_round(study: optuna.Study, entries: Sequence[FinalEntry], winner: FinalEntry | None) -> None:
+    """The final round as study user attributes, for optuna-dashboard: its trials are the sweep only, and its
+    own "best" is the fastest sweep trial, not the config published after the interleaved re-measurement."""
+    study.set_user_attr("final_round", {
+        e.label + ("" if e.label != CONFIG_LABEL else f" {e.result.config.key()}"):
+            round(e.result.median_us, 3) if e.result.ok and e.result.median_us is not None else e.result.status.value
+        for e in entries
+    })
+    if winner is not None:
+        study.set_user_attr("published", {"median_us": round(winner.result.median_us or 0.0, 3),
+                                          "config": winner.result.config.to_dict()})

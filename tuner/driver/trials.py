@@ -263,7 +263,8 @@ def _tell_stored(ctx: StudyContext, trial: optuna.Trial, result: MeasureResult, 
 
 
 def _tell(ctx: StudyContext, trial: optuna.Trial, result: MeasureResult, measurement_id: int) -> None:
-    trial.set_user_attr("status", result.status.value)
+    trial.set_user_attr("status", result.status.value)  # readable where the dashboard says Pruned or Fail
+    trial.set_user_attr("role", "trial")  # the final round is in the study's "final_round" attribute
     trial.set_user_attr("measurement_id", measurement_id)
     if result.reason:
         trial.set_user_attr("reason", result.reason[:2000])
