@@ -14,6 +14,7 @@ the committed files.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import platform
 import shutil
@@ -55,7 +56,7 @@ def _pages(store: db.Store) -> list[tuple[str, str]]:
     pages = [("overview", "/")]
     pages += [("template", f"/ui/templates/{t}?device={d}") for t, d in by_template]
     pages += [("study", f"/ui/studies/{i}") for i in studies]
-    pages += [("compare", f"/ui/compare?study={a}&study={b}") for a, b in zip(studies, studies[1:], strict=False)]
+    pages += [("compare", f"/ui/compare?study={a}&study={b}") for a, b in itertools.pairwise(studies)]
     return pages
 
 

@@ -47,6 +47,7 @@ def test_serve_with_its_worker_and_the_cli_over_http(tmp_path: Path) -> None:
     try:
         token_file = home / "token"
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600  # no TUNER_TOKENS: a local token
+        assert f"exploration pages: http://127.0.0.1:{port}/" in (tmp_path / "serve.log").read_text()
         submitted = tuner("submit", NAME, "--shape", "n=256", "--trials", "3", "--device", "cpu", "--samples", "3",
                           "--no-comparators", "--sampler", "random", "--url", base, home=home)
         assert submitted.returncode == 0, submitted.stderr

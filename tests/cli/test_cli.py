@@ -71,6 +71,7 @@ def test_tune_then_best_history_and_report(tmp_path: Path) -> None:
                 "--sampler", "random", "--seed", "1", "--db", url)
     assert run.returncode == 0, run.stderr
     assert "best config for n=256" in run.stdout and "published" in run.stdout
+    assert f"store: {url}" in run.stdout and "n=256: new study 1" in run.stdout
     assert "# fault_vector_scale_tunable" in run.stdout and "geometric mean" in run.stdout
 
     best = tuner("best", VS, "--shape", "n=256", "--db", url, "--json")
@@ -96,6 +97,10 @@ def test_tune_then_best_history_and_report(tmp_path: Path) -> None:
 
     report = tuner("report", VS, "--db", url, "--errors")
     assert report.returncode == 0, report.stderr
+
+    again = tuner("tune", VS, "--shape", "n=256", "--trials", "1", "--device", "cpu", "--samples", "3",
+                  "--no-comparators", "--finalists", "1", "--db", url)
+    assert again.returncode == 0 and f"n=256: resuming study 1 ({len(rows)} trials stored)" in again.stdout
     assert "### Relative L2 error per output" in report.stdout
     assert "| n=256 | best config | 0.0e+00 |" in report.stdout  # exact output y
     assert "| n=256 | torch | 0.0e+00 |" in report.stdout

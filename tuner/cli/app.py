@@ -412,7 +412,7 @@ def serve(
         err_console.print(f"no TUNER_TOKENS set: submitting needs the local token in {local_token_path()}")
     store = _store(settings.db_url)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    err_console.print(f"store {store.url}; API on http://{host}:{port} (docs at /docs)")
+    err_console.print(f"store {store.url}; API on http://{host}:{port} (docs at /docs)", soft_wrap=True)
     err_console.print(f"exploration pages: http://{shown}:{port}/", highlight=False)
     serving.serve(
         create_app(settings, store), host=host, port=port, log_level=log_level, access_log=access_log,
