@@ -11,13 +11,11 @@ import json
 import math
 from collections.abc import Sequence
 
-from sqlalchemy.orm import Session
-
 from tuner import db
 from tuner.api.catalog import Catalog
 from tuner.api.schemas import MeasurementOut
 from tuner.api.study_schemas import FailureOut, FinalOut, StudyBrief, StudyDetail
-from tuner.db.explore import StudySummary, failure_groups
+from tuner.db.explore import StudySummary
 from tuner.errors import TunerError
 from tuner.frozen import Shape
 
@@ -29,7 +27,7 @@ def workload_of(catalog: Catalog, template: str, shape_json: str) -> str | None:
     """The name of the template's workload with this shape, or None (no such workload, or a template this
     server does not know: stores may hold studies of templates registered elsewhere)."""
     try:
-        return catalog.get(template).template.workload_name(Shape.from_json(shape_json))
+        return catalog.get(template).spec.workload_name(Shape.from_json(shape_json))
     except (TunerError, ImportError, AttributeError, TypeError, ValueError):
         return None
 
@@ -53,10 +51,10 @@ def brief(catalog: Catalog, summary: StudySummary) -> StudyBrief:
     )
 
 
-def detail(session: Session, catalog: Catalog, summary: StudySummary) -> StudyDetail:
+def detail(store: db.Store, catalog: Catalog, summary: StudySummary) -> StudyDetail:
     """The study's brief with its fingerprint, latest final round (fastest first) and failure groups."""
-    final = db.latest_round(session, study_id=summary.study.id)
-    failures = failure_groups(session, study_id=summary.study.id)
+    final = store.latest_round(study_id=summary.study.id)
+    failures = store.failure_groups(study_id=summary.study.id)
     best = round_best(final)
     default = next((m for m in final if m.candidate == DEFAULT_LABEL and m.ok), None)
     best_us = best.median_us if best else None

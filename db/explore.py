@@ -20,8 +20,7 @@ from sqlalchemy.orm import Session
 
 from tuner.db._convert import as_utc, to_record
 from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow
-from tuner.store.records import BestRecord, MeasurementRecord, StudyRecord
-from tuner.results import Status
+from tuner.store.records import BestRecord, MeasurementRecord, Status, StudyRecord
 
 # Sort keys of :func:`page_measurements`: a leading '-' sorts descending; rows without a value come last.
 SORTS = ("id", "-id", "trial_number", "-trial_number", "median_us", "-median_us", "status", "-status",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
-from tuner.db import best, jobs, measurements, optuna_tables, studies
+from tuner.db import best, explore, jobs, measurements, optuna_tables, studies
 from tuner.store.protocols import JsonInput, TrialHeartbeats
 from tuner.store.records import (
     BestRecord,
@@ -208,3 +208,24 @@ class StoreMethods:
         with self.session() as s:
             jobs.release_task(s, worker_id=worker_id)
 
+
+    # -- exploration (the pages, /v1/studies, tuner history/studies; see tuner.db.explore) --------------------
+    def list_study_summaries(self, **filters: Any) -> tuple[list[explore.StudySummary], int]:
+        with self._reading() as s:
+            return explore.list_study_summaries(s, **filters)
+
+    def get_study_summary(self, *, study_id: int) -> explore.StudySummary | None:
+        with self._reading() as s:
+            return explore.get_study_summary(s, study_id=study_id)
+
+    def page_measurements(self, *, study_id: int, **filters: Any) -> explore.MeasurementPage:
+        with self._reading() as s:
+            return explore.page_measurements(s, study_id=study_id, **filters)
+
+    def failure_groups(self, *, study_id: int) -> list[explore.FailureGroup]:
+        with self._reading() as s:
+            return explore.failure_groups(s, study_id=study_id)
+
+    def device_totals(self) -> list[explore.DeviceTotals]:
+        with self._reading() as s:
+            return explore.device_totals(s)

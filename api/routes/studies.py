@@ -8,14 +8,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from tuner import db
 from tuner.api import explore
 from tuner.api.deps import CatalogDep, Reader, StoreDep
 from tuner.api.errors import FieldError
 from tuner.api.importance import ImportanceOut, Importances
 from tuner.api.schemas import DeviceKind, MeasurementOut
 from tuner.api.study_schemas import StudyDetail, StudyPage, TrialPage
-from tuner.db.explore import SORTS, get_study_summary, list_study_summaries, page_measurements
+from tuner.db.explore import SORTS
 from tuner.errors import ShapeError, UnknownTemplateError
 from tuner.results import Status
 from tuner.shapes import parse_shape_text
@@ -37,7 +36,7 @@ def shape_dims(text: str | None, catalog: CatalogDep, template: str | None) -> d
         raise FieldError.wrap(exc, ("query", "shape")) from None
     if template is not None:
         try:
-            known = {d.name for d in catalog.get(template).template.dims}
+            known = {d.name for d in catalog.get(template).spec.dims}
         except UnknownTemplateError:
             known = set(dims)  # no such template here: nothing matches, which the page says
         unknown = sorted(set(dims) - known)
@@ -71,11 +70,10 @@ def list_studies(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> StudyPage:
     dims = shape_dims(shape, catalog, template)
-    with store.session(readonly=True) as session:
-        summaries, total = list_study_summaries(
-            session, template=template, template_version=version, device_kind=device, device_name=device_name,
-            dims=dims, limit=limit, offset=offset,
-        )
+    summaries, total = store.list_study_summaries(
+        template=template, template_version=version, device_kind=device, device_name=device_name, dims=dims,
+        limit=limit, offset=offset,
+    )
     return StudyPage(items=[explore.brief(catalog, s) for s in summaries], total=total, limit=limit, offset=offset)
 
 
@@ -86,11 +84,10 @@ def not_found(study_id: int) -> FieldError:
 @router.get("/studies/{study_id}", response_model=StudyDetail, responses=_NOT_FOUND,
             summary="One study: counts, published best, latest final round, failures by reason")
 def get_study(study_id: int, _: Reader, store: StoreDep, catalog: CatalogDep) -> StudyDetail:
-    with store.session(readonly=True) as session:
-        summary = get_study_summary(session, study_id=study_id)
-        if summary is None:
-            raise not_found(study_id)
-        return explore.detail(session, catalog, summary)
+    summary = store.get_study_summary(study_id=study_id)
+    if summary is None:
+        raise not_found(study_id)
+    return explore.detail(store, catalog, summary)
 
 
 @router.get("/studies/{study_id}/trials", response_model=TrialPage, responses=_NOT_FOUND,
@@ -110,11 +107,10 @@ def list_trials(
     if sort not in SORTS:
         raise FieldError(f"sort must be one of {', '.join(SORTS)}", ("query", "sort"))
     wanted = statuses(status)
-    with store.session(readonly=True) as session:
-        if db.get_study(session, study_id=study_id) is None:
-            raise not_found(study_id)
-        page = page_measurements(session, study_id=study_id, role=None if role == "all" else role,
-                                 statuses=wanted, sort=sort, limit=limit, offset=offset)
+    if store.get_study(study_id=study_id) is None:
+        raise not_found(study_id)
+    page = store.page_measurements(study_id=study_id, role=None if role == "all" else role, statuses=wanted,
+                                   sort=sort, limit=limit, offset=offset)
     return TrialPage(study_id=study_id, items=[MeasurementOut.of(m) for m in page.items], total=page.total,
                      limit=limit, offset=offset)
 
@@ -125,8 +121,7 @@ async def importance(study_id: int, request: Request, _: Reader, store: StoreDep
     importances: Importances = request.app.state.importances
 
     def compute() -> ImportanceOut:
-        with store.session(readonly=True) as session:
-            study = db.get_study(session, study_id=study_id)
+        study = store.get_study(study_id=study_id)
         if study is None:
             raise not_found(study_id)
         return importances.of(store, study)

@@ -2,7 +2,7 @@
 template context (plain values, records and figure dicts). No HTTP here: :mod:`api.ui.pages` routes and
 renders; these raise :class:`tuner.errors.NotFoundError` for an unknown id or template.
 
-Each function opens one read-only session and runs a fixed number of queries (the template page: a few per
+Each function runs a fixed number of the store's reads (the template page: a few per
 study), so that pages stay within their render budget on stores of many studies (benchmarks/ui_render.py).
 """
 
@@ -21,7 +21,6 @@ from tuner.api.best_service import BestRequest, BestService
 from tuner.api.catalog import Catalog
 from tuner.api.schemas import JobOut
 from tuner.api.ui import plots
-from tuner.db.explore import device_totals, get_study_summary, list_study_summaries
 from tuner.errors import NotFoundError, TunerError, UnknownTemplateError
 
 if TYPE_CHECKING:
@@ -43,10 +42,10 @@ class TemplateInfo:
 
 def template_info(catalog: Catalog, name: str) -> TemplateInfo:
     try:
-        t = catalog.get(name).template
+        t = catalog.get(name).spec
     except (TunerError, ImportError, AttributeError, TypeError) as exc:
         return TemplateInfo(name, "?", "?", "?", f"does not load here: {exc}", False)
-    module = type(t).__module__.split(".")
+    module = t.implementation.partition(":")[0].split(".")  # kernels.<operator>.<module>:Class
     operator = module[module.index("kernels") + 1] if "kernels" in module[:-1] else module[-1]
     return TemplateInfo(name, t.version, t.backend, operator, (t.doc or "").strip().split("\n\n")[0], True)
 
@@ -54,12 +53,11 @@ def template_info(catalog: Catalog, name: str) -> TemplateInfo:
 def overview(store: db.Store, catalog: Catalog) -> dict[str, Any]:
     """Templates with their studies per device, the studies most recently active, jobs, workers."""
     now = datetime.now(timezone.utc)
-    with store.session(readonly=True) as session:
-        totals = device_totals(session)
-        recent, n_studies = list_study_summaries(session, limit=12)
-        jobs = [JobOut.of(j) for state in ACTIVE for j in db.list_jobs(session, state=state, limit=50)]
-        finished = [JobOut.of(j) for j in db.list_jobs(session, limit=8) if j.state not in ACTIVE]
-        workers = db.list_workers(session)
+    totals = store.device_totals()
+    recent, n_studies = store.list_study_summaries(limit=12)
+    jobs = [JobOut.of(j) for state in ACTIVE for j in store.list_jobs(state=state, limit=50)]
+    finished = [JobOut.of(j) for j in store.list_jobs(limit=8) if j.state not in ACTIVE]
+    workers = store.list_workers()
     names = sorted(set(catalog.names()) | {t.template for t in totals})
     return {
         "templates": [template_info(catalog, n) for n in names],
@@ -103,8 +101,7 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
         entry = catalog.get(name)
     except UnknownTemplateError as exc:
         raise NotFoundError(str(exc)) from None
-    with store.session(readonly=True) as session:
-        summaries, _ = list_study_summaries(session, template=name)
+    summaries, _ = store.list_study_summaries(template=name)
     devices = sorted({s.study.device_name for s in summaries})
     if device_name is not None and device_name not in devices:
         raise NotFoundError(f"no study of {name} on {device_name!r}; devices: {', '.join(devices) or 'none'}")
@@ -142,13 +139,12 @@ def _match(best: BestService, template: str, shape: dict[str, Any], kind: str, d
 
 def study_page(store: db.Store, catalog: Catalog, study_id: int) -> dict[str, Any]:
     """Everything the study page shows (its trials table is paged through ``/v1/studies/{id}/trials``)."""
-    with store.session(readonly=True) as session:
-        summary = get_study_summary(session, study_id=study_id)
-        if summary is None:
-            raise NotFoundError(f"no study {study_id}")
-        detail = explore.detail(session, catalog, summary)
-        trials = db.list_measurements(session, study_id=study_id, role="trial")
-        final = db.latest_round(session, study_id=study_id)
+    summary = store.get_study_summary(study_id=study_id)
+    if summary is None:
+        raise NotFoundError(f"no study {study_id}")
+    detail = explore.detail(store, catalog, summary)
+    trials = store.list_measurements(study_id=study_id, role="trial")
+    final = store.latest_round(study_id=study_id)
     names = sorted({k for m in trials for k in json.loads(m.config_json)})
     best = explore.round_best(final)
     config = summary.best.config if summary.best else None
@@ -169,11 +165,10 @@ def study_page(store: db.Store, catalog: Catalog, study_id: int) -> dict[str, An
 
 def job_page(store: db.Store, catalog: Catalog, job_id: int) -> dict[str, Any]:
     now = datetime.now(timezone.utc)
-    with store.session(readonly=True) as session:
-        record = db.get_job(session, job_id=job_id)
-        if record is None:
-            raise NotFoundError(f"no job {job_id}")
-        workers = [w for w in db.list_workers(session, include_stopped=True) if w.id in record.workers]
+    record = store.get_job(job_id=job_id)
+    if record is None:
+        raise NotFoundError(f"no job {job_id}")
+    workers = [w for w in store.list_workers(include_stopped=True) if w.id in record.workers]
     return {"job": JobOut.of(record), "info": template_info(catalog, record.template),
             "workers": [(w, (now - w.last_heartbeat).total_seconds()) for w in workers]}
 
@@ -181,15 +176,14 @@ def job_page(store: db.Store, catalog: Catalog, job_id: int) -> dict[str, Any]:
 def compare_page(store: db.Store, catalog: Catalog, ids: Sequence[int]) -> dict[str, Any]:
     """Studies side by side (their key fields, counts, final rounds) and their trial distributions; with
     fewer than two ids, the list to choose from."""
-    with store.session(readonly=True) as session:
-        everything, _ = list_study_summaries(session)
-        chosen = []
-        for study_id in ids:
-            summary = get_study_summary(session, study_id=study_id)
-            if summary is None:
-                raise NotFoundError(f"no study {study_id}")
-            trials = db.list_measurements(session, study_id=study_id, role="trial")
-            chosen.append((explore.detail(session, catalog, summary), trials))
+    everything, _ = store.list_study_summaries()
+    chosen = []
+    for study_id in ids:
+        summary = store.get_study_summary(study_id=study_id)
+        if summary is None:
+            raise NotFoundError(f"no study {study_id}")
+        trials = store.list_measurements(study_id=study_id, role="trial")
+        chosen.append((explore.detail(store, catalog, summary), trials))
     fields = ("template", "template_version", "shape_key", "device_kind", "device_name", "fingerprint")
     differs = {f for f in fields if len({getattr(d, f) for d, _ in chosen}) > 1}
     return {

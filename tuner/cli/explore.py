@@ -15,7 +15,7 @@ from typing import Any
 from rich.table import Table
 
 from tuner import db
-from tuner.db.explore import SORTS, StudySummary, list_study_summaries, page_measurements
+from tuner.db.explore import SORTS, StudySummary
 from tuner.errors import UserInputError
 from tuner.frozen import Shape
 from tuner.results import Status
@@ -55,13 +55,12 @@ def history(store: db.Store, template: str, shapes: Sequence[tuple[str, Shape]],
     measurements filtered and sorted; UserInputError when none of the shapes has a study."""
     wanted = {shape.key(): label for label, shape in shapes}
     sections = []
-    with store.session(readonly=True) as session:
-        for st in db.list_studies(session, template=template, device_kind=device):
-            if st.shape_key not in wanted:
-                continue
-            page = page_measurements(session, study_id=st.id, role=role, statuses=statuses, sort=sort,
-                                     limit=limit if limit is not None else 1 << 62)
-            sections.append(HistorySection(wanted[st.shape_key], st, page.items, page.total))
+    for st in store.list_studies(template=template, device_kind=device):
+        if st.shape_key not in wanted:
+            continue
+        page = store.page_measurements(study_id=st.id, role=role, statuses=statuses, sort=sort,
+                                       limit=limit if limit is not None else 1 << 62)
+        sections.append(HistorySection(wanted[st.shape_key], st, page.items, page.total))
     if not sections:
         keys = ", ".join(wanted)
         raise UserInputError(f"no study stored for {template} at {keys}" + (f" on {device}" if device else ""))
@@ -120,8 +119,7 @@ def history_tables(sections: Sequence[HistorySection]) -> list[Table]:
 
 
 def studies(store: db.Store, *, template: str | None, device: str | None, limit: int) -> list[StudySummary]:
-    with store.session(readonly=True) as session:
-        return list_study_summaries(session, template=template, device_kind=device, limit=limit)[0]
+    return store.list_study_summaries(template=template, device_kind=device, limit=limit)[0]
 
 
 def study_dict(s: StudySummary, label: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import math
 import os
 import socket
 import uuid
+import warnings
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
