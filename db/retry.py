@@ -71,8 +71,9 @@ def durable(call: Callable[[], T], health: StoreHealth, stop: threading.Event) -
     errors propagate at once."""
 
     def note(state: RetryCallState) -> None:
-        if state.outcome is not None and state.outcome.exception() is not None:
-            health.failed(state.outcome.exception())
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if exc is not None:
+            health.failed(exc)
 
     retrying = Retrying(
         retry=retry_if_exception_type(STORAGE_ERRORS),
