@@ -59,11 +59,11 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if "\n" in text else text
 
 
-def _store(url: str | None):
+def _store(url: str | None, *, migrate: bool = True):
     from tuner import db
     from tuner.settings import engine_settings
 
-    return db.Store.open(url or engine_settings().db_url)
+    return db.Store.open(url or engine_settings().db_url, migrate_schema=migrate)
 
 
 @app.command()
@@ -88,7 +88,8 @@ def tune(
     shape: ShapeOpt = [],  # noqa: B006
     all_workloads: Annotated[bool, typer.Option("--all-workloads", help="Every workload of the template.")] = False,
     trials: Annotated[int, typer.Option("--trials", "-n", min=1, max=100_000, help="Measured trials per shape.")] = 40,
-    device: DeviceOpt = "auto",
+    device: Annotated[str, typer.Option(
+        "--device", help="auto | cuda | npu | cpu | replay (measurements answered from --record)")] = "auto",
     sampler: Annotated[str, typer.Option(help="tpe | random | grid | cmaes")] = "tpe",
     db_url: DbOpt = None,
     samples: Annotated[int, typer.Option(min=1, max=100_000, help="Timed samples per candidate.")] = 100,
@@ -105,16 +106,20 @@ def tune(
         "--only", help="With --exhaustive: restrict a parameter to these values, NAME=V1,V2 (repeatable).")] = [],  # noqa: B006
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="With --exhaustive: print each shape's count of valid configs and exit.")] = False,
+    record: Annotated[str | None, typer.Option(
+        "--record", help="With --device replay: the store (SQLAlchemy URL) whose measurements answer.")] = None,
 ) -> None:
     """Sweep TEMPLATE for each shape, publish the best verified config, and print the report.
 
     With --exhaustive, every valid config is measured once (running the command again continues the sweep);
-    the count of valid configs is printed per shape before anything is measured."""
+    the count of valid configs is printed per shape before anything is measured. With --device replay, every
+    measurement is answered from the --record store (no kernel runs): samplers and defaults compared on the CPU."""
     from tuner import registry
     from tuner.driver.exhaustive import ExhaustivePlan, parse_only
     from tuner.driver.samplers import SAMPLERS
     from tuner.driver.tuning import tune_shapes
     from tuner.measure.devices.base import DeviceSpec, resolve
+    from tuner.measure.devices.replay import Record, ReplayMeasurer
     from tuner.measure.measurer import MeasureOptions, Measurer
     from tuner.report.markdown import collect, render_markdown
     from tuner.shapes import select_shapes
@@ -132,21 +137,31 @@ def tune(
         return
     if sampler not in SAMPLERS:
         raise UserInputError(f"unknown sampler {sampler!r}; known: {', '.join(SAMPLERS)}")
-    if device not in ("auto", "cuda", "npu", "cpu"):
-        raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
-    spec = resolve(DeviceSpec(device))  # type: ignore[arg-type]
+    if device not in ("auto", "cuda", "npu", "cpu", "replay"):
+        raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu, cpu or replay")
+    if (record is None) != (device != "replay"):
+        raise UserInputError("--device replay needs --record URL, and --record needs --device replay")
+    options = MeasureOptions(n_samples=samples, timeout_s=timeout)
+    measurer: ReplayMeasurer | Measurer
+    kind: str
+    if record is not None:
+        measurer = ReplayMeasurer(Record.load(_store(record, migrate=False), t.name), options)
+        kind = measurer.record.fingerprint.kind
+        compile_workers = 1  # nothing is compiled
+    else:
+        spec = resolve(DeviceSpec(device))  # type: ignore[arg-type]
+        measurer, kind = Measurer(spec, options), spec.kind
     store = _store(db_url)
     console.print(f"store: {store.url}", highlight=False)
-    options = MeasureOptions(n_samples=samples, timeout_s=timeout)
     signal.signal(signal.SIGTERM, _interrupted)
-    with Measurer(spec, options) as measurer:
+    with measurer:
         tune_shapes(
             t.name, selected, store=store, measurer=measurer, trials=trials, sampler=sampler, seed=seed,
             finalists=finalists, comparators=comparators, compile_workers=compile_workers, console=console,
             exhaustive=exhaustive, only=subspace,
         )
     console.print()
-    console.print(render_markdown(collect(store, t.name, device_kind=spec.kind)), markup=False, highlight=False)
+    console.print(render_markdown(collect(store, t.name, device_kind=kind)), markup=False, highlight=False)
 
 
 def _interrupted(signum: int, _frame: object) -> None:

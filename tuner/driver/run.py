@@ -17,7 +17,7 @@ from tuner.driver.study import FinalRound, StudyContext, finalize, open_study
 from tuner.driver.trials import Persist, TrialRecord, run_trials
 from tuner.frozen import Shape
 from tuner.measure.compile_cache import CompilePool
-from tuner.measure.measurer import Measurer
+from tuner.measure.contract import Measuring
 from tuner.store import TuningStore
 
 
@@ -48,7 +48,7 @@ def run_study(
     shape: Shape,
     *,
     store: TuningStore,
-    measurer: Measurer,
+    measurer: Measuring,
     budget: TrialBudget,
     options: StudyOptions = StudyOptions(),
     pool: CompilePool | None = None,

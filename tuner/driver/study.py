@@ -32,7 +32,8 @@ from tuner.driver.heartbeat import InFlight
 from tuner.driver.samplers import make_sampler
 from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
-from tuner.measure.measurer import Candidate, Measurer
+from tuner.measure.contract import Measuring
+from tuner.measure.measurer import Candidate
 from tuner.results import MeasureResult, Status
 from tuner.space import SearchSpace
 from tuner.store import NewMeasurement, TrialHeartbeats, TuningStore
@@ -74,7 +75,7 @@ class StudyContext:
     study: optuna.Study
     sampler: optuna.samplers.BaseSampler
     store: TuningStore
-    measurer: Measurer
+    measurer: Measuring
     storage: optuna.storages.BaseStorage
     worker: str = field(default_factory=lambda: process_label())
     seed_base: int = 0
@@ -102,7 +103,7 @@ def open_study(
     shape: Shape,
     *,
     store: TuningStore,
-    measurer: Measurer,
+    measurer: Measuring,
     sampler: str | optuna.samplers.BaseSampler = "tpe",
     seed: int | None = None,
     heartbeat_s: float | None = None,

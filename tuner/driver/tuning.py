@@ -23,7 +23,7 @@ from tuner.driver.study import FinalRound, StudyContext
 from tuner.driver.trials import TrialRecord
 from tuner.frozen import Config, Shape
 from tuner.measure.compile_cache import CompilePool
-from tuner.measure.measurer import Measurer
+from tuner.measure.contract import Measuring
 from tuner.store import TuningStore
 
 
@@ -41,7 +41,7 @@ def tune_shapes(
     shapes: Sequence[tuple[str, Shape]],
     *,
     store: TuningStore,
-    measurer: Measurer,
+    measurer: Measuring,
     trials: int,
     sampler: str = "tpe",
     seed: int | None = None,
@@ -75,7 +75,7 @@ def tune_shapes(
 
 
 def _tune_one(
-    template: str, label: str, shape: Shape, *, store: TuningStore, measurer: Measurer, trials: int,
+    template: str, label: str, shape: Shape, *, store: TuningStore, measurer: Measuring, trials: int,
     options: StudyOptions, pool: CompilePool | None, console: Console, plan: ExhaustivePlan | None = None,
 ) -> ShapeSummary:
     budget = CountBudget(trials)

@@ -1,0 +1,39 @@
+"""The measuring contract the driver depends on.
+
+Implemented by :class:`tuner.measure.measurer.Measurer` (candidates built, verified and timed in a subprocess
+on a real device) and :class:`tuner.measure.devices.replay.ReplayMeasurer` (answers from a recorded store).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from tuner.frozen import Shape
+from tuner.measure.devices.base import Fingerprint
+from tuner.measure.protocol import Candidate
+from tuner.results import MeasureResult
+
+
+class Measuring(Protocol):
+    """Measures candidates of a template on one device. Implementations are thread-safe.
+
+    Candidate failures are results (a status and a reason), never exceptions; errors outside any candidate
+    raise :class:`tuner.errors.MeasureSetupError` or :class:`tuner.errors.DeviceError`.
+    """
+
+    def fingerprint(self) -> Fingerprint:
+        """The device fingerprint the measurements are keyed by."""
+        ...
+
+    def measure(
+        self, template_ref: str, shape: Shape, candidate: Candidate, *, seed: int | None = None
+    ) -> MeasureResult:
+        """One candidate on fresh inputs from ``seed``."""
+        ...
+
+    def measure_interleaved(
+        self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None
+    ) -> list[MeasureResult]:
+        """Each candidate, timed in one interleaved round; one result per candidate, in order."""
+        ...
