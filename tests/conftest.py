@@ -38,3 +38,13 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return databases.sqlite_file_url(tmp_path / "tuner.db")
     sandbox: databases.PostgresSandbox = request.getfixturevalue("postgres_sandbox")
     return sandbox.new_url()
+
+
+@pytest.fixture(scope="session")
+def recorded_sweep(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """URL of a store holding a small exhaustive CPU sweep (tests/fixtures/recorded.py), made once per session."""
+    from tests.fixtures.recorded import record_sweep
+
+    url = databases.sqlite_file_url(tmp_path_factory.mktemp("record") / "record.db")
+    record_sweep(url)
+    return url

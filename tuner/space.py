@@ -232,6 +232,25 @@ class SearchSpace:
                                   or (param.kind in ("int", "pow2") and c in values))
         return domains
 
+    def subspace(self, only: Mapping[str, Sequence[object]]) -> SearchSpace:
+        """This space with parameters narrowed to :meth:`restrict` ``(only)``: its trials suggest within the
+        subspace (a replayed record of a subspace, ``benchmarks/search.py``). Constraints are kept, seeds
+        outside the subspace dropped; the default is kept even if it lies outside (callers that enqueue it
+        check the domain). An integer range narrowed to values that are not evenly spaced becomes
+        categorical. Same errors as :meth:`restrict`. Never mix it with the full space in one Optuna study:
+        Optuna rejects categorical distributions that change within a study."""
+        domains = self.restrict(only)
+        params = []
+        for p in self.params:
+            choices = domains[p.name]
+            kind = p.kind
+            if kind == "int" and len({int(b) - int(a) for a, b in itertools.pairwise(choices)}) > 1:
+                kind = "categorical"
+            params.append(Param(p.name, kind, choices, p.doc))
+        narrowed = SearchSpace(self.template, tuple(params), self.constraints, self.default, self.doc, self.source)
+        seeds = tuple(c for c in self.seeds if all(narrowed.param(n).contains(v) for n, v in c.items()))
+        return SearchSpace(self.template, tuple(params), self.constraints, self.default, self.doc, self.source, seeds)
+
     def valid_configs(self, shape: Shape, only: Mapping[str, Sequence[object]] | None = None) -> Iterator[Config]:
         """Every config valid for ``shape`` (within :meth:`restrict` ``(only)``), in :meth:`iter_configs`
         order. Depth-first over the parameters: a constraint is checked as soon as every parameter it reads

@@ -30,10 +30,15 @@ class AskTellGridSampler(GridSampler):
         return None
 
 
-def make_sampler(name: str, space: SearchSpace, seed: int | None = None) -> optuna.samplers.BaseSampler:
-    """The sampler called ``name``; UserInputError for an unknown name."""
+TPE_STARTUP_TRIALS = 10  # random trials before TPE models the results (warm starts count among them)
+
+
+def make_sampler(
+    name: str, space: SearchSpace, seed: int | None = None, *, startup: int = TPE_STARTUP_TRIALS
+) -> optuna.samplers.BaseSampler:
+    """The sampler called ``name`` (``startup``: TPE's random trials first); UserInputError for an unknown name."""
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=10)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=startup)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "grid":

@@ -216,19 +216,27 @@ def queue_in_order(study: optuna.Study, store: TuningStore, wanted: Sequence[Map
 def warm_starts(store: TuningStore, space: SearchSpace, key: StudyKey, limit: int = 4) -> list[Config]:
     """Configs a new study measures first: the default (the incumbent), the space's expert seeds, then the
     best configs published for other shapes of this template on this device (nearest shapes first), each
-    once and only if valid for this shape. Invalid ones are left out rather than wasted as trials."""
+    once and only if valid for this shape (:func:`order_warm_starts`)."""
+    published = store.list_best(template=key.template, device_kind=key.device_kind, device_name=key.device_name)
+    others = [(b.shape, Config.from_json(b.config_json)) for b in published
+              if b.template_version == key.template_version and b.shape_key != key.shape_key]
+    return order_warm_starts(space, key.shape, others, limit)
+
+
+def order_warm_starts(
+    space: SearchSpace, shape: Shape, neighbours: Sequence[tuple[Mapping[str, object], Config]], limit: int = 4
+) -> list[Config]:
+    """The default, the space's seeds, then the configs of the ``limit`` nearest ``neighbours`` (other shapes'
+    best configs, by :func:`tuner.lookup.shape_distance`), each once, keeping only configs of the space's
+    domain that are valid for ``shape``: invalid ones are left out rather than wasted as trials. Pure."""
     from tuner.lookup import shape_distance
 
-    published = store.list_best(template=key.template, device_kind=key.device_kind, device_name=key.device_name)
-    shape = key.shape.to_dict()
-    others = sorted(
-        (b for b in published if b.template_version == key.template_version and b.shape_key != key.shape_key),
-        key=lambda b: shape_distance(shape, b.shape),
-    )
-    ordered = [space.default, *space.seeds, *(Config.from_json(b.config_json) for b in others[:limit])]
+    here = shape.to_dict()
+    nearest = sorted(neighbours, key=lambda n: shape_distance(here, n[0]))[:limit]
     chosen: list[Config] = []
-    for config in ordered:
-        if config not in chosen and set(config) == set(space.names) and space.is_valid(config, key.shape):
+    for config in [space.default, *space.seeds, *(c for _, c in nearest)]:
+        in_domain = set(config) == set(space.names) and all(space.param(n).contains(v) for n, v in config.items())
+        if config not in chosen and in_domain and space.is_valid(config, shape):
             chosen.append(config)
     return chosen
 

@@ -1,0 +1,364 @@
+"""How good is the search? Samplers replayed over exhaustive records, on the CPU (writes benchmarks/search.md).
+
+    python benchmarks/search.py benchmarks/h200/exhaustive_*.db -o benchmarks/search.md --seeds 20
+
+Each argument is a store holding exhaustive sweeps (``tuner tune … --exhaustive``). For every template and
+shape recorded there, the recorded subspace is the product of the values each parameter takes among the
+recorded configs; its valid configs are enumerated (``SearchSpace.valid_configs``) and a record holding all
+of them is exhaustive: its fastest recorded median is the exhaustive best. Stores are copied to a temporary
+directory first (opening one may migrate it; the committed files are never touched).
+
+Every strategy then runs as ``tuner tune`` runs it, with measurements answered by the replay device
+(:class:`tuner.measure.devices.replay.ReplayMeasurer`: recorded statuses, timing noise drawn from the recorded
+sample quantiles, 100 samples): the sampler of ``tuner.driver.samplers.make_sampler`` over the recorded
+subspace, the warm starts of ``tuner.driver.study.order_warm_starts`` enqueued first, constraint violations
+pruned without a trial, a config seen before not measured again, at most 200 such skips in a row, grid
+exhaustion. Optuna's in-memory storage stands in for the store (a few thousand runs through SQLite would take
+hours on this machine; the loop is the driver's, see ``simulate``). Strategies: tpe (startup 10, and 5/20 with
+warm starts), random, cmaes, and grid order, each cold (the space's default and seeds first, as a first shape
+is tuned) and warm (plus the exhaustive bests of the record's other shapes, nearest first, as neighbouring
+shapes' published bests are). Each runs for 40% of the valid configs (at least 40 trials, at most all).
+
+Reported per record and strategy, over the seeds: the best config found so far (its recorded median, relative
+to the exhaustive best) after 5/10/20/40% of the valid configs, median and p10–p90; and the trials needed to
+come within 3% of the exhaustive best (median, p90; ">N" when some seeds did not within the budget). For the
+finalists: how often the best measured config (within 1%) is among the top k by measured value after 20% of
+the space (the final round re-measures the top k).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import math
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tuner import db, registry  # noqa: E402
+from tuner.driver.samplers import TPE_STARTUP_TRIALS, exhausted, make_sampler  # noqa: E402
+from tuner.driver.study import order_warm_starts  # noqa: E402
+from tuner.frozen import Config, Shape  # noqa: E402
+from tuner.measure.devices.replay import Record, ReplayMeasurer  # noqa: E402
+from tuner.measure.protocol import Candidate, MeasureOptions  # noqa: E402
+from tuner.space import SearchSpace  # noqa: E402
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+FRACTIONS = (0.05, 0.10, 0.20, 0.40)
+WITHIN = 0.03  # "within 3% of the exhaustive best"
+GOAL_FRACTION = 0.20
+MAX_SKIPS = 200  # tuner.driver.trials.run_trials's default
+MAX_VALID = 5000  # larger recorded subspaces are not exhaustive records (a sampled sweep over the whole space)
+MAX_BUDGET = 400
+FINALISTS = (1, 2, 3, 5)
+# (label, sampler name, TPE startup trials, warm starts from neighbouring shapes)
+STRATEGIES: tuple[tuple[str, str, int, bool], ...] = (
+    ("tpe", "tpe", TPE_STARTUP_TRIALS, False),
+    ("tpe", "tpe", TPE_STARTUP_TRIALS, True),
+    ("tpe startup 5", "tpe", 5, True),
+    ("tpe startup 20", "tpe", 20, True),
+    ("random", "random", 0, False),
+    ("random", "random", 0, True),
+    ("cmaes", "cmaes", 0, False),
+    ("cmaes", "cmaes", 0, True),
+    ("grid", "grid", 0, False),
+    ("grid", "grid", 0, True),
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One recorded shape: its subspace, valid configs, recorded outcomes and neighbours' bests."""
+
+    store: str
+    template: str
+    label: str
+    shape: Shape
+    space: SearchSpace
+    record: Record
+    valid: tuple[Config, ...]
+    recorded: int  # valid configs with a recorded outcome
+    best_us: float
+    neighbours: tuple[tuple[dict[str, object], Config], ...]
+
+    @property
+    def exhaustive(self) -> bool:
+        return self.recorded == len(self.valid)
+
+    @property
+    def budget(self) -> int:
+        return min(len(self.valid), max(40, math.ceil(0.4 * len(self.valid))), MAX_BUDGET)
+
+
+@dataclass(frozen=True)
+class Run:
+    trace: tuple[float, ...]  # recorded median of the best config measured so far, after each trial (inf: none)
+    finalists_needed: int | None  # after 20% of the space: top-k by measured value holding the best (within 1%)
+
+
+def load_cases(paths: Sequence[Path], workdir: Path) -> tuple[list[Case], list[str]]:
+    cases: list[Case] = []
+    notes: list[str] = []
+    for path in paths:
+        copy = workdir / path.name
+        for suffix in ("", "-wal"):  # a store in WAL mode may hold its latest pages in its -wal file
+            if Path(f"{path}{suffix}").exists():
+                shutil.copyfile(f"{path}{suffix}", f"{copy}{suffix}")
+        store = db.Store.open(db.sqlite_url(copy))
+        templates = sorted({s.template for s in store.list_studies()})
+        for template in templates:
+            try:
+                full = registry.get(template).space()
+            except Exception as exc:  # a record of a template this checkout does not know
+                notes.append(f"{path.name}: {template} skipped ({type(exc).__name__}: {exc})")
+                continue
+            record = Record.load(store, template)
+            configs = {c for outcomes in record.configs.values() for c in outcomes}
+            if any(set(c) != set(full.names) for c in configs):
+                notes.append(f"{path.name}: {template}@{record.version} skipped (its parameters differ from the "
+                             "current search space)")
+                continue
+            only = {p.name: sorted({c[p.name] for c in configs}, key=p.choices.index) for p in full.params}
+            space = full.subspace(only)
+            bests = {s: record.best(s) for s in record.configs}
+            for shape, outcomes in record.configs.items():
+                best = bests[shape]
+                if best is None:
+                    notes.append(f"{path.name}: {template} {shape.key()} skipped (no OK config recorded)")
+                    continue
+                label = registry.get(template).workload_name(shape) or shape.key()
+                valid = tuple(itertools.islice(space.valid_configs(shape), MAX_VALID + 1))
+                if len(valid) > MAX_VALID:
+                    notes.append(f"{path.name}: {template} {label} skipped (its recorded configs span a subspace of "
+                                 f"more than {MAX_VALID} valid configs, {len(outcomes)} recorded: not exhaustive)")
+                    continue
+                neighbours = tuple((o.to_dict(), b[0]) for o, b in bests.items() if o != shape and b is not None)
+                cases.append(Case(path.name, template, label, shape, space, record, valid,
+                                  sum(1 for c in valid if c in outcomes), best[1], neighbours))
+    return cases, notes
+
+
+def simulate(case: Case, sampler_name: str, startup: int, warm: bool, seed: int) -> Run:
+    """One tuning run of ``case`` as tuner.driver.trials.run_trials runs it, measured by the replay device."""
+    replay = ReplayMeasurer(case.record, MeasureOptions(n_samples=100))
+    sampler = make_sampler(sampler_name, case.space, seed, startup=startup)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    for config in order_warm_starts(case.space, case.shape, case.neighbours if warm else ()):
+        study.enqueue_trial(config.to_dict())
+    seen: dict[Config, float | None] = {}
+    trace: list[float] = []
+    best = math.inf
+    skips = 0
+    finalists_needed = None
+    checkpoint = math.ceil(GOAL_FRACTION * len(case.valid))
+    while len(trace) < case.budget and skips < MAX_SKIPS and not exhausted(sampler, study):
+        trial = study.ask()
+        config = case.space.suggest(trial)
+        if case.space.check(config, case.shape) is not None:
+            study.tell(trial, state=TrialState.PRUNED)
+            skips += 1
+            continue
+        if config in seen:  # known: the stored value, no measurement
+            _tell(study, trial, seen[config])
+            skips += 1
+            continue
+        skips = 0
+        result = replay.measure(case.template, case.shape, Candidate(config=config), seed=seed * 100_003 + trial.number)
+        seen[config] = result.median_us if result.ok else None
+        _tell(study, trial, seen[config])
+        outcome = case.record.outcome(case.shape, config)
+        if outcome is not None and outcome.median_us is not None:
+            best = min(best, outcome.median_us)
+        trace.append(best)
+        if len(trace) == checkpoint:
+            finalists_needed = _finalists_needed(case, seen)
+    return Run(tuple(trace), finalists_needed)
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, value: float | None) -> None:
+    if value is None:
+        study.tell(trial, state=TrialState.FAIL)
+    else:
+        study.tell(trial, value)
+
+
+def _finalists_needed(case: Case, seen: dict[Config, float | None]) -> int | None:
+    measured = sorted((v, c) for c, v in seen.items() if v is not None)
+    truth = {c: case.record.outcome(case.shape, c) for _, c in measured}
+    true_best = min((t.median_us for t in truth.values() if t and t.median_us), default=None)
+    if true_best is None:
+        return None
+    for k, (_, config) in enumerate(measured, start=1):
+        outcome = truth[config]
+        if outcome and outcome.median_us is not None and outcome.median_us <= true_best * 1.01:
+            return k
+    return None
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    if math.isinf(ordered[hi]) or math.isinf(ordered[lo]):
+        return ordered[hi] if pos - lo > 0 else ordered[lo]
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def trials_to_within(run: Run, best_us: float) -> float:
+    for i, value in enumerate(run.trace, start=1):
+        if value <= best_us * (1 + WITHIN):
+            return float(i)
+    return math.inf
+
+
+def ratio_at(run: Run, trials: int, best_us: float) -> float:
+    if not run.trace:
+        return math.inf
+    return run.trace[min(trials, len(run.trace)) - 1] / best_us
+
+
+@dataclass(frozen=True)
+class Row:
+    strategy: str
+    warm: bool
+    ratios: dict[float, tuple[float, float, float]]  # fraction -> (median, p10, p90) of best-found / best
+    to_within: tuple[float, float, float]  # median, p10, p90 trials (inf: not within the budget)
+    finalists: dict[int, float]  # k -> share of runs whose top k held the best measured config
+
+
+def evaluate(case: Case, seeds: int) -> list[Row]:
+    rows = []
+    n = len(case.valid)
+    for label, sampler, startup, warm in STRATEGIES:
+        runs = [simulate(case, sampler, startup, warm, seed) for seed in range(seeds)]
+        ratios = {}
+        for f in FRACTIONS:
+            values = [ratio_at(r, max(1, math.ceil(f * n)), case.best_us) for r in runs]
+            ratios[f] = (statistics.median(values), quantile(values, 0.1), quantile(values, 0.9))
+        needed = [trials_to_within(r, case.best_us) for r in runs]
+        to_within = (quantile(needed, 0.5), quantile(needed, 0.1), quantile(needed, 0.9))
+        ks = [r.finalists_needed for r in runs]
+        finalists = {k: sum(1 for x in ks if x is not None and x <= k) / len(ks) for k in FINALISTS}
+        rows.append(Row(label, warm, ratios, to_within, finalists))
+    return rows
+
+
+def _ratio(value: float) -> str:
+    return "–" if math.isinf(value) else f"{value:.3f}"
+
+
+def _trials(value: float, budget: int) -> str:
+    return f">{budget}" if math.isinf(value) else f"{value:.0f}"
+
+
+def render(results: list[tuple[Case, list[Row]]], notes: list[str], seeds: int, command: str, elapsed: float) -> str:
+    lines = [
+        "# Search quality: samplers replayed over exhaustive records",
+        "",
+        f"Generated by `{command}` on {datetime.date.today().isoformat()} ({platform.node()}, "
+        f"Python {platform.python_version()}, Optuna {optuna.__version__}; {elapsed / 60:.1f} min). "
+        "The method is in the docstring of `benchmarks/search.py`: every strategy is run as `tuner tune` runs "
+        f"it, measurements answered by the replay device from the record, {seeds} seeds each. Figures: the "
+        "recorded median of the best config found so far over the exhaustive best (1.000 = found it), median "
+        "[p10–p90] over the seeds; trials to come within 3% of the exhaustive best, median [p10–p90] (\">N\": "
+        "not within the budget of N trials for that share of seeds). Cold: default and seeds first; warm: plus "
+        "the exhaustive bests of the record's other shapes, nearest first.",
+        "",
+    ]
+    lines += _summary(results)
+    for case, rows in results:
+        n = len(case.valid)
+        kind = "exhaustive" if case.exhaustive else f"partial: {case.recorded} of {n} valid configs recorded"
+        lines += [
+            f"## {case.template} — {case.label} ({case.store})",
+            "",
+            f"{n} valid configs in the recorded subspace ({kind}); exhaustive best {case.best_us:.3f} µs; "
+            f"budget {case.budget} trials; subspace: {_subspace(case.space)}.",
+            "",
+            "| strategy | warm | " + " | ".join(f"{f:.0%} ({max(1, math.ceil(f * n))})" for f in FRACTIONS)
+            + " | trials to ≤3% | % of space | top-1/2/3/5 hold best at 20% |",
+            "|---|---|" + "---|" * len(FRACTIONS) + "---|---|---|",
+        ]
+        for row in rows:
+            cells = [f"{_ratio(m)} [{_ratio(lo)}–{_ratio(hi)}]" for m, lo, hi in (row.ratios[f] for f in FRACTIONS)]
+            med, lo, hi = row.to_within
+            share = "–" if math.isinf(med) else f"{med / n:.0%}"
+            fin = "/".join(f"{row.finalists[k]:.0%}" for k in FINALISTS)
+            lines.append(f"| {row.strategy} | {'yes' if row.warm else 'no'} | " + " | ".join(cells)
+                         + f" | {_trials(med, case.budget)} [{_trials(lo, case.budget)}–{_trials(hi, case.budget)}]"
+                         + f" | {share} | {fin} |")
+        lines.append("")
+    if notes:
+        lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    return "\n".join(lines)
+
+
+def _summary(results: list[tuple[Case, list[Row]]]) -> list[str]:
+    lines = [
+        "## Goal: TPE with warm starts within 3% of the exhaustive best in ≤ 20% of the valid space",
+        "",
+        "| template | shape | record | valid configs | 20% = trials | TPE warm: trials to ≤3%, median [p90] "
+        "| met (median / p90) | best other (median trials) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for case, rows in results:
+        n = len(case.valid)
+        limit = GOAL_FRACTION * n
+        tpe = next(r for r in rows if r.strategy == "tpe" and r.warm)
+        med, _, p90 = tpe.to_within
+        others = sorted((r.to_within[0], f"{r.strategy}{' warm' if r.warm else ''}") for r in rows if r is not tpe)
+        best_other = f"{others[0][1]} ({_trials(others[0][0], case.budget)})"
+        met = f"{'yes' if med <= limit else 'no'} / {'yes' if p90 <= limit else 'no'}"
+        kind = "exhaustive" if case.exhaustive else f"partial ({case.recorded}/{n})"
+        lines.append(f"| {case.template} | {case.label} | {kind} | {n} | {math.ceil(limit)} | "
+                     f"{_trials(med, case.budget)} [{_trials(p90, case.budget)}] | {met} | {best_other} |")
+    lines.append("")
+    return lines
+
+
+def _subspace(space: SearchSpace) -> str:
+    return ", ".join(f"{p.name}∈{{{','.join(map(str, p.choices))}}}" for p in space.params)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("stores", nargs="+", type=Path, help="SQLite stores holding exhaustive sweeps")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("-o", "--output", type=Path, help="write the markdown here (default: stdout)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        cases, notes = load_cases(args.stores, Path(tmp))
+        results = []
+        for case in cases:
+            t0 = time.monotonic()
+            results.append((case, evaluate(case, args.seeds)))
+            spent = time.monotonic() - t0
+            print(f"{case.template} {case.label}: {len(case.valid)} valid, {spent:.0f} s", file=sys.stderr)
+    words = [*(str(p) for p in args.stores), "--seeds", str(args.seeds)]
+    words += ["-o", str(args.output)] if args.output else []
+    command = "python benchmarks/search.py " + " ".join(words)
+    text = render(results, notes, args.seeds, command, time.monotonic() - started)
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main()
