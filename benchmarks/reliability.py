@@ -195,7 +195,7 @@ def sigkill(n: int, logs: Path, trials: int) -> Row:
     run, row = Run(name, logs, trials), Row(name)
     job = submit(run.store, trials=trials)
     run.start_workers(3)
-    run.wait_measured(job, 20)
+    run.wait_measured(job, max(2, trials // 5))  # mid-job
     for i in range(n):
         run.workers[i].kill()
         run.expected_exits.add(i)
