@@ -43,10 +43,10 @@ from typing import Any
 from tuner.api.catalog import Catalog, CatalogEntry
 from tuner.api.deps import StoreProvider
 from tuner.api.errors import FieldError
-from tuner.api.schemas import BestOut, DifferenceOut
+from tuner.api.schemas import BestOut, DifferenceOut, VerificationOut
 from tuner.errors import ShapeError, StoreError, UnknownTemplateError
 from tuner.frozen import Shape
-from tuner.lookup import Answer, Entry, Requester, choose
+from tuner.lookup import Answer, Entry, Requester, choose, verification_note
 from tuner.service.entries import published_entries
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class EntrySet:
     whenever one of them is published or replaced (so unchanged answers need not be recomputed)."""
 
     entries: tuple[Entry, ...]
-    signature: tuple[tuple[int | None, str | None], ...]
+    signature: tuple[tuple[int | None, str | None, str | None], ...]  # measurement, published, verified
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,9 @@ class BestService:
             return cached
         found = tuple(e for _, e in published_entries(self.stores.get(), template=entry.name, device_kind=device_kind,
                                                       version=entry.spec.version))
-        entry_set = EntrySet(found, tuple((e.measurement_id, e.published_at) for e in found))
+        signature = tuple((e.measurement_id, e.published_at, (e.verification or {}).get("verified_at"))
+                          for e in found)
+        entry_set = EntrySet(found, signature)
         self._entries.put(key, entry_set)
         return entry_set
 
@@ -268,6 +270,9 @@ def _out(entry: CatalogEntry, shape: Shape, device_kind: str, answer: Answer) ->
             notes.append(f"nothing measured on {d.requested!r}; this config was measured on {d.entry!r}")
         elif not d.what.startswith("shape."):
             notes.append(f"verified under another {d}")
+    drifted = verification_note(e.verification) if e is not None and e.verification else None
+    if drifted:
+        notes.append(drifted)
     return BestOut(
         template=entry.name, template_version=entry.spec.version, shape=shape.to_dict(), shape_key=shape.key(),
         device_kind=device_kind,  # type: ignore[arg-type]
@@ -279,4 +284,5 @@ def _out(entry: CatalogEntry, shape: Shape, device_kind: str, answer: Answer) ->
         software=dict(e.software) if e and e.software is not None else None,
         differences=[DifferenceOut(what=d.what, requested=d.requested, entry=d.entry) for d in answer.differences],
         unchecked=list(answer.unchecked), notes=notes,
+        verification=VerificationOut(**e.verification) if e is not None and e.verification else None,
     )

@@ -20,6 +20,7 @@ from tuner.store import JobRecord, MeasurementRecord, TaskRecord
 
 DeviceKind = Literal["cuda", "npu", "cpu"]
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+JobKind = Literal["tune", "verify"]
 MAX_TRIALS = 100_000
 MAX_SHAPES = 256
 MAX_ID = 2**63 - 1  # ids are 64-bit in every backend: a larger one cannot exist (422, not a store error)
@@ -58,8 +59,12 @@ class DeviceRequirement(_Request):
 
 
 class JobIn(_Request):
-    """A tuning job: one task per shape (named workloads and explicit shapes, duplicates merged)."""
+    """A job: one task per shape (named workloads and explicit shapes, duplicates merged). ``kind`` "tune"
+    (default) sweeps and publishes; "verify" re-measures each shape's published best and the comparators in
+    ``processes`` fresh processes and records the drift (``tuner verify`` on a worker; trials, sampler, seed
+    and finalists do not apply)."""
 
+    kind: JobKind = Field(default="tune", description="tune: sweep and publish; verify: re-measure the best.")
     template: Name = Field(description="Registered template name.")
     workloads: list[Name] = Field(
         default_factory=list, max_length=MAX_SHAPES, description="Named workloads."
@@ -76,6 +81,7 @@ class JobIn(_Request):
     comparators: bool = Field(default=True, description="Measure the template's comparators in the final round.")
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="Sampler seed.")
     priority: int = Field(default=0, ge=-1000, le=1000, description="Higher runs first.")
+    processes: int = Field(default=5, ge=1, le=50, description="verify jobs: fresh processes per shape.")
 
 
 class TaskOut(BaseModel):
@@ -108,6 +114,8 @@ class Progress(BaseModel):
 
 class JobOut(BaseModel):
     id: int
+    kind: JobKind = "tune"
+    processes: int | None = Field(default=None, description="verify jobs: fresh processes per shape.")
     state: JobState
     template: str
     template_version: str
@@ -133,7 +141,8 @@ class JobOut(BaseModel):
     @classmethod
     def of(cls, job: JobRecord) -> JobOut:
         return cls(
-            id=job.id, state=job.state, template=job.template,  # type: ignore[arg-type]
+            id=job.id, kind=job.kind, processes=job.processes,  # type: ignore[arg-type]
+            state=job.state, template=job.template,  # type: ignore[arg-type]
             template_version=job.template_version, backend=job.backend,
             device=DeviceRequirement(kind=job.device_kind, name=job.device_name),  # type: ignore[arg-type]
             trials=job.trials, sampler=job.sampler, seed=job.seed, samples=job.samples,
@@ -162,6 +171,20 @@ class DifferenceOut(BaseModel):
                                   "(driver, runtime, torch, triton, tilelang…).")
     requested: Any
     entry: Any = Field(description="The entry's value (null: unknown — not recorded with the entry).")
+
+
+class VerificationOut(BaseModel):
+    """The latest re-measurement of a published best in fresh processes (``tuner verify``)."""
+
+    verified_at: str
+    median_us: float | None = Field(description="Median over the processes of the config's medians (µs).")
+    stored_us: float = Field(description="The published median it was checked against (µs).")
+    drift: float | None = Field(description="median_us / stored_us - 1 (None: no process measured it OK).")
+    tolerance: float
+    flagged: bool = Field(description="Drift beyond ±tolerance, or no process measured it OK.")
+    processes: int
+    device_name: str = Field(description="The device it was re-measured on.")
+    fingerprint: str = Field(description="The software fingerprint it was re-measured under.")
 
 
 class BestOut(BaseModel):
@@ -195,6 +218,8 @@ class BestOut(BaseModel):
     notes: list[str]
     stale: bool = Field(default=False, description=(
         "true: the store is unreachable and this is the last answer computed (also the header x-stale: true)"))
+    verification: VerificationOut | None = Field(
+        default=None, description="The entry's latest verification; a drift beyond tolerance is flagged.")
 
 
 class DimOut(BaseModel):

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from tuner.db._convert import as_utc, to_record
 from tuner.db.models import JobRow, SlotRow, TaskRow, WorkerRow, utcnow
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
-from tuner.store.records import Claim, JobRecord, TaskRecord, WorkerRecord, check_tasks
+from tuner.store.records import Claim, JobRecord, TaskRecord, WorkerRecord, check_job_kind, check_tasks
 
 ACTIVE_JOB_STATES = ("queued", "running")
 FINISHED_JOB_STATES = ("done", "failed", "cancelled")
@@ -52,16 +52,20 @@ def create_job(
     comparators: bool = True,
     priority: int = 0,
     submitted_by: str | None = None,
+    kind: str = "tune",
+    processes: int | None = None,
 ) -> JobRecord:
     """A queued job with one task per ``(label, shape_key, shape_json)``; ValueError when there is none or
-    a shape repeats (callers validate shapes against the template before)."""
+    a shape repeats (callers validate shapes against the template before), or when ``kind`` is unknown,
+    a tuning job has no trials or a verify job has trials or no processes (see :func:`create_verify_job`)."""
     check_tasks(tasks)
+    check_job_kind(kind, trials, processes)
     now = utcnow()
     job = JobRow(
         template=template, template_version=template_version, backend=backend, device_kind=device_kind,
         device_name=device_name, trials=trials, sampler=sampler, seed=seed, samples=samples,
         candidate_timeout_s=candidate_timeout_s, finalists=finalists, comparators=comparators, priority=priority,
-        state="queued", submitted_by=submitted_by, created_at=now, updated_at=now,
+        state="queued", submitted_by=submitted_by, created_at=now, updated_at=now, kind=kind, processes=processes,
     )
     session.add(job)
     session.flush()
@@ -73,6 +77,34 @@ def create_job(
         ))
     session.flush()
     return _job_record(session, job)
+
+
+def create_verify_job(
+    session: Session,
+    *,
+    template: str,
+    template_version: str,
+    backend: str,
+    device_kind: str,
+    device_name: str | None,
+    tasks: Sequence[tuple[str, str, str]],
+    processes: int = 5,
+    samples: int = 100,
+    candidate_timeout_s: float = 120.0,
+    comparators: bool = True,
+    priority: int = 0,
+    submitted_by: str | None = None,
+) -> JobRecord:
+    """A queued verify job: for each ``(label, shape_key, shape_json)``, a worker of the device re-measures the
+    published best of that shape (and the comparators) in ``processes`` fresh processes and records a
+    verification (:func:`tuner.driver.reverify.verify_best`). Its tasks have no trials: one worker takes each.
+    ValueError as :func:`create_job`."""
+    return create_job(
+        session, template=template, template_version=template_version, backend=backend, device_kind=device_kind,
+        device_name=device_name, trials=0, sampler="none", samples=samples, candidate_timeout_s=candidate_timeout_s,
+        tasks=tasks, finalists=1, comparators=comparators, priority=priority, submitted_by=submitted_by,
+        kind="verify", processes=processes,
+    )
 
 
 def get_job(session: Session, *, job_id: int) -> JobRecord | None:
@@ -254,11 +286,13 @@ def claim_task(
     """The next task this worker can serve (highest priority, oldest job, first shape), or None.
 
     A task is claimable while it has trial slots left, or when all its trials are done and nobody is
-    finalising it (its finaliser was lost). The worker becomes busy on it; the task and job run.
+    finalising it (its finaliser was lost). A verify job's tasks have no trials: they are claimable until a
+    worker takes their final step (``begin_finalize``). The worker becomes busy on it; the task and job run.
     """
     claimable = or_(
         TaskRow.trials_reserved < TaskRow.trials_target,
         and_(TaskRow.state == "running", TaskRow.trials_done >= TaskRow.trials_target),
+        TaskRow.trials_target == 0,
     )
     query = (
         select(TaskRow)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
-from tuner.db import best, explore, jobs, measurements, optuna_tables, studies
+from tuner.db import best, explore, jobs, measurements, optuna_tables, studies, verifications
 from tuner.store.protocols import JsonInput, TrialHeartbeats
 from tuner.store.records import (
     BestRecord,
@@ -24,6 +24,7 @@ from tuner.store.records import (
     NewMeasurement,
     StudyRecord,
     TaskRecord,
+    VerificationRecord,
     WorkerRecord,
 )
 
@@ -116,10 +117,29 @@ class StoreMethods:
         with self.session() as s:
             return optuna_tables.withdraw_waiting(s, trial_ids)
 
+    # -- verifications ------------------------------------------------------------------------------------
+    def add_verification(self, **fields: Any) -> VerificationRecord:
+        with self.session() as s:
+            return verifications.add_verification(s, **fields)
+
+    def latest_verifications(self, *, study_ids: Sequence[int]) -> dict[int, VerificationRecord]:
+        with self._reading() as s:
+            return verifications.latest_verifications(s, study_ids=study_ids)
+
+    def list_verifications(
+        self, *, study_id: int | None = None, template: str | None = None, limit: int = 100
+    ) -> list[VerificationRecord]:
+        with self._reading() as s:
+            return verifications.list_verifications(s, study_id=study_id, template=template, limit=limit)
+
     # -- the job queue ------------------------------------------------------------------------------------
     def create_job(self, **fields: Any) -> JobRecord:
         with self.session() as s:
             return jobs.create_job(s, **fields)
+
+    def create_verify_job(self, **fields: Any) -> JobRecord:
+        with self.session() as s:
+            return jobs.create_verify_job(s, **fields)
 
     def get_job(self, *, job_id: int) -> JobRecord | None:
         with self._reading() as s:

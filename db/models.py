@@ -138,7 +138,34 @@ class BestConfigRow(Base):
     published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class VerificationRow(Base):
+    """One re-measurement of a study's published best in fresh processes (``tuner verify``, revision 0004)."""
+
+    __tablename__ = "tuner_verifications"
+    __table_args__ = (Index("ix_tuner_verifications_study", "study_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("tuner_studies.id", ondelete="CASCADE"))
+    config_json: Mapped[str] = mapped_column(Text)  # the best config re-measured
+    stored_us: Mapped[float] = mapped_column(Double)  # its published median
+    median_us: Mapped[float | None] = mapped_column(Double)  # median over processes of their medians
+    low_us: Mapped[float | None] = mapped_column(Double)  # lowest process median
+    high_us: Mapped[float | None] = mapped_column(Double)  # highest process median
+    drift: Mapped[float | None] = mapped_column(Double)  # median_us / stored_us - 1
+    tolerance: Mapped[float] = mapped_column(Double)
+    flagged: Mapped[bool] = mapped_column()  # |drift| > tolerance, or no process measured it
+    processes: Mapped[int] = mapped_column(Integer)
+    figures_json: Mapped[str] = mapped_column(Text)  # per process, per candidate: status, median, p20, p80
+    device_kind: Mapped[str] = mapped_column(String(16))  # where it was re-measured
+    device_name: Mapped[str] = mapped_column(String(256))
+    fingerprint_hash: Mapped[str] = mapped_column(String(64))
+    fingerprint_json: Mapped[str] = mapped_column(Text)
+    worker: Mapped[str | None] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 # -- the job queue (revision 0002) ----------------------------------------------------------------------
+JOB_KINDS = ("tune", "verify")  # revision 0004; tuner.store.records checks them
 JOB_STATES = ("queued", "running", "done", "failed", "cancelled")
 TASK_STATES = ("queued", "running", "finalizing", "done", "failed", "cancelled")
 WORKER_STATES = ("idle", "busy", "stopped", "lost")
@@ -150,6 +177,7 @@ class JobRow(Base):
     __tablename__ = "tuner_jobs"
     __table_args__ = (
         CheckConstraint("state IN ('queued', 'running', 'done', 'failed', 'cancelled')", name="state"),
+        CheckConstraint("kind IN ('tune', 'verify')", name="kind"),
         Index("ix_tuner_jobs_state_priority", "state", "priority"),
     )
 
@@ -173,6 +201,10 @@ class JobRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # 'tune': trials then a final round; 'verify': re-measure each shape's published best in ``processes``
+    # fresh processes (its tasks have no trials)
+    kind: Mapped[str] = mapped_column(String(16), default="tune", server_default="tune")
+    processes: Mapped[int | None] = mapped_column(Integer)
 
 
 class TaskRow(Base):

@@ -20,10 +20,12 @@ from tuner.db.measurements import (
     list_measurements,
 )
 from tuner.db.studies import get_or_create_study, get_study, list_studies
+from tuner.db.verifications import add_verification, latest_verification, latest_verifications, list_verifications
 
 __all__ = [
     "add_measurement",
     "add_new",
+    "add_verification",
     "count_measurements",
     "get_best",
     "get_measurement",
@@ -31,8 +33,11 @@ __all__ = [
     "get_study",
     "get_study_best",
     "latest_round",
+    "latest_verification",
+    "latest_verifications",
     "list_best",
     "list_measurements",
     "list_studies",
+    "list_verifications",
     "publish_best",
 ]

@@ -56,6 +56,9 @@ class Entry:
     measurement_id: int | None = None
     published_at: str | None = None
     software: Mapping[str, str] | None = None
+    # The latest re-measurement of this best in fresh processes (``tuner verify``), as
+    # :func:`verification_summary` gives it; None if it was never verified.
+    verification: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in self.__dict__.items()}
@@ -63,6 +66,28 @@ class Entry:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Entry:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def verification_summary(
+    *, verified_at: str, median_us: float | None, stored_us: float, drift: float | None, tolerance: float,
+    flagged: bool, processes: int, device_name: str, fingerprint_hash: str,
+) -> dict[str, Any]:
+    """The figures of a verification that answers carry (API, export file, client)."""
+    return {"verified_at": verified_at, "median_us": median_us, "stored_us": stored_us, "drift": drift,
+            "tolerance": tolerance, "flagged": flagged, "processes": processes, "device_name": device_name,
+            "fingerprint": fingerprint_hash}
+
+
+def verification_note(summary: Mapping[str, Any]) -> str | None:
+    """A note for an answer whose entry's latest verification is flagged, else None."""
+    if not summary.get("flagged"):
+        return None
+    when = str(summary.get("verified_at", ""))[:19]
+    if summary.get("drift") is None:
+        return f"verification of {when}: the config did not measure OK in any fresh process"
+    return (f"verification of {when} drifted {100 * float(summary['drift']):+.1f}% (beyond "
+            f"±{100 * float(summary['tolerance']):g}%): {summary['median_us']:.2f} µs over "
+            f"{summary['processes']} fresh processes against {summary['stored_us']:.2f} µs stored")
 
 
 @dataclass(frozen=True)

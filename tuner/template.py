@@ -6,7 +6,9 @@ of Optuna, the store or HTTP. Templates are stateless and thread-safe; ``build``
 
 Kernel calling convention: a built kernel is ``fn(inputs, outputs) -> None``; it reads the input tensors
 and writes *every* output tensor in place (outputs are allocated by :meth:`KernelTemplate.allocate_outputs`
-and poisoned with NaN by the measurer before a checked run, so an output left unwritten is caught).
+and poisoned with NaN by the measurer before a checked run, so an output left unwritten is caught). A
+comparator that calls a library as its users do (a wrapper that allocates its own outputs) may instead
+return its outputs as a mapping of the same names: the measurer then checks the returned tensors.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from tuner.dims import Dim, ShapeRule
-from tuner.frozen import Config, Shape
+from tuner.frozen import Config, Scalar, Shape
 from tuner.spec import Backend, TemplateSpec, Workload, default_space_path
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 Tensors = Mapping[str, "torch.Tensor"]
-Kernel = Callable[[Tensors, Tensors], None]
+Kernel = Callable[[Tensors, Tensors], "Tensors | None"]
 
 
 
@@ -61,6 +63,15 @@ class Comparator:
     the report shows the best of the group); a comparator without a group is a line of its own.
     ``gated`` False times the comparator even when its outputs miss the template's error bounds (its errors
     are stored with its measurement): for a baseline whose own accuracy is part of the comparison.
+
+    A line is the library *as its users call it* unless ``variant`` says how it departs from that (e.g. the
+    library's kernel launched on the template's output buffers): reports label such lines as contract
+    variants. ``contract`` holds the shape dims the comparator's own contract sets differently from the
+    template's (e.g. ``{"dtype": "float32"}`` for a library whose outputs are fp32): it is built, checked
+    and timed on ``shape.replace(**contract)`` (inputs, reference, outputs and bounds of that shape), and its
+    bytes are the template's :meth:`~KernelTemplate.bytes_moved` of that shape. ``ceiling`` marks a kernel
+    that only moves the template's minimum bytes (no math): reports use it as the measured memory ceiling,
+    never as a competitor.
     """
 
     name: str
@@ -69,10 +80,17 @@ class Comparator:
     unavailable: Callable[[Shape], str | None] = field(default=lambda shape: None)
     group: str | None = None
     gated: bool = True
+    contract: Mapping[str, Scalar] = field(default_factory=dict)
+    variant: str | None = None
+    ceiling: bool = False
 
     @property
     def line(self) -> str:
         return self.group or self.name
+
+    def contract_shape(self, shape: Shape) -> Shape:
+        """The shape this comparator runs on for a template shape: ``shape`` with :attr:`contract` applied."""
+        return shape.replace(**self.contract) if self.contract else shape
 
 
 class KernelTemplate(abc.ABC):

@@ -1,4 +1,4 @@
-"""``/v1/jobs``: submit tuning jobs to the store's queue, follow them, cancel them.
+"""``/v1/jobs``: submit jobs (tuning, or verifying published bests) to the store's queue, follow them, cancel them.
 
 A job is validated completely (template, workloads, shapes, bounds) before anything is written; workers
 whose device and backends match claim its tasks (one per shape) from the database.
@@ -28,7 +28,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 @router.post(
-    "/jobs", status_code=status.HTTP_201_CREATED, response_model=JobOut, summary="Submit a tuning job",
+    "/jobs", status_code=status.HTTP_201_CREATED, response_model=JobOut, summary="Submit a tuning or verify job",
     responses={**_ERRORS, 404: {"description": "Unknown template"}, 413: {"description": "Body too large"},
                422: {"description": "Invalid job (field-level messages)"}},
 )
@@ -38,13 +38,21 @@ def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep,
     except UnknownTemplateError as exc:
         raise FieldError.wrap(exc, ("body", "template")) from None
     tasks = [(label, shape.key(), shape.to_json()) for label, shape in _shapes(entry, body)]
-    job = store.create_job(
-        template=entry.name, template_version=entry.spec.version, backend=entry.spec.backend,
-        device_kind=body.device.kind, device_name=body.device.name, trials=body.trials, sampler=body.sampler,
-        samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, tasks=tasks, seed=body.seed,
-        finalists=body.finalists, comparators=body.comparators, priority=body.priority,
-        submitted_by=who.label,
-    )
+    if body.kind == "verify":
+        job = store.create_verify_job(
+            template=entry.name, template_version=entry.spec.version, backend=entry.spec.backend,
+            device_kind=body.device.kind, device_name=body.device.name, tasks=tasks, processes=body.processes,
+            samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, comparators=body.comparators,
+            priority=body.priority, submitted_by=who.label,
+        )
+    else:
+        job = store.create_job(
+            template=entry.name, template_version=entry.spec.version, backend=entry.spec.backend,
+            device_kind=body.device.kind, device_name=body.device.name, trials=body.trials, sampler=body.sampler,
+            samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, tasks=tasks, seed=body.seed,
+            finalists=body.finalists, comparators=body.comparators, priority=body.priority,
+            submitted_by=who.label,
+        )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     return JobOut.of(job)
 

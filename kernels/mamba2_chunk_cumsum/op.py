@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from tuner.frozen import Shape
+from tuner.kernels.mamba2_chunk_cumsum import ceiling as ceiling_lines
 from tuner.kernels.mamba2_chunk_cumsum import comparator_mamba_ssm as mamba_ssm_lines
 from tuner.template import Comparator, OutputSpec, Tensors
 
@@ -128,7 +129,8 @@ class Mamba2ChunkCumsumOp:
         }
 
     def comparators(self) -> tuple[Comparator, ...]:
-        return mamba_ssm_lines.comparators()
+        """mamba_ssm as users call it and its contract variants, then the elementwise memory ceiling."""
+        return mamba_ssm_lines.comparators() + ceiling_lines.comparators()
 
     # -- roofline ----------------------------------------------------------------------------------
     def bytes_moved(self, shape: Shape) -> int:

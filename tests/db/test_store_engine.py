@@ -37,13 +37,14 @@ StudyFactory = Callable[..., StudyRecord]
 OUR_TABLES = {
     "tuner_studies", "tuner_measurements", "tuner_best_configs",  # 0001
     "tuner_jobs", "tuner_tasks", "tuner_workers", "tuner_slots",  # 0002
+    "tuner_verifications",  # 0004
     VERSION_TABLE,
 }
 
 
 def test_open_migrates_an_empty_database_to_head(db_url: str) -> None:
     with Store.open(db_url) as store, store.engine.connect() as conn:
-        assert current_revision(conn) == head_revision() == "0003"
+        assert current_revision(conn) == head_revision() == "0004"
         assert set(inspect(conn).get_table_names()) == OUR_TABLES
 
 
@@ -60,7 +61,7 @@ def test_open_twice_keeps_data_and_revision(db_url: str, make_study: StudyFactor
         with again.engine.connect() as conn:
             assert current_revision(conn) == head_revision()
             rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
-    assert rows == [("0003",)]
+    assert rows == [("0004",)]
 
 
 def test_a_database_at_0002_is_upgraded_keeping_its_measurements(db_url: str) -> None:
@@ -87,7 +88,31 @@ def test_a_database_at_0002_is_upgraded_keeping_its_measurements(db_url: str) ->
         (row,) = list_measurements(session, study_id=study.id)
         assert row.median_us == 2.5 and row.kernels == {}
         with store.engine.connect() as conn:
-            assert current_revision(conn) == "0003" and schema_drift(conn) == []
+            assert current_revision(conn) == "0004" and schema_drift(conn) == []
+
+
+def test_a_database_at_0003_keeps_its_jobs_as_tuning_jobs(db_url: str) -> None:
+    """0004 adds job kinds and verifications; jobs queued before it are tuning jobs."""
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from tuner.db import get_job
+    from tuner.db.migrate import alembic_config
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0003")
+        conn.execute(text(
+            "INSERT INTO tuner_jobs (template, template_version, backend, device_kind, trials, sampler, samples,"
+            " candidate_timeout_s, finalists, comparators, priority, state, created_at, updated_at) VALUES"
+            " ('t', '1', 'triton', 'cpu', 4, 'tpe', 10, 5.0, 1, false, 0, 'queued', CURRENT_TIMESTAMP,"
+            " CURRENT_TIMESTAMP)"))
+    engine.dispose()
+    with Store.open(db_url) as store, store.session() as session:
+        job = get_job(session, job_id=1)
+        assert job is not None and job.kind == "tune" and job.processes is None
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == "0004" and schema_drift(conn) == []
 
 
 def test_database_migrated_by_a_newer_tuner_is_refused(db_url: str) -> None:

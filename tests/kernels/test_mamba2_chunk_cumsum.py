@@ -269,22 +269,58 @@ def test_wrong_kernel_is_caught() -> None:
 MAMBA = importlib.util.find_spec("mamba_ssm") is not None
 
 
+BH = (1, 2, 4, 8, 16)
+
+
 def test_comparator_lines() -> None:
-    names = [c.name for c in T.comparators()]
-    assert names == ["mamba_ssm"] + [f"mamba_ssm-bh{n}" for n in (1, 2, 4, 8, 16)]
+    """mamba_ssm as users call it (its wrapper and its fp32 outputs), its contract variants on our buffers
+    (labelled as such), and the elementwise ceiling (ungated, no competitor)."""
+    lines = T.comparators()
+    assert [c.name for c in lines] == (
+        ["mamba_ssm-wrapper"] + [f"mamba_ssm-fp32-bh{n}" for n in BH]
+        + ["mamba_ssm-tileops"] + [f"mamba_ssm-tileops-bh{n}" for n in BH]
+        + [f"ceiling-block{n}" for n in (512, 1024, 2048, 4096)]
+    )
+    users = [c for c in lines if c.variant is None and not c.ceiling]
+    assert {c.line for c in users} == {"mamba_ssm autotuned", "mamba_ssm best BLOCK_SIZE_H"}
+    assert all(dict(c.contract) == {"dtype": "float32"} for c in users)
+    variants = [c for c in lines if c.variant is not None]
+    assert len(variants) == 6 and all(not c.contract and c.line.startswith("variant ") for c in variants)
+    ceilings = [c for c in lines if c.ceiling]
+    assert len(ceilings) == 4 and all(not c.gated for c in ceilings)
+    shape = T.workload("mamba2-2p7b-b2-s32k-dt-bias")
+    # the wrapper's fp32 dt_out moves 12 bytes per element, the template's fp16 one 10
+    assert T.bytes_moved(users[0].contract_shape(shape)) - T.bytes_moved(shape) == 2 * 2 * 32768 * 80
     if not MAMBA:
-        for line in T.comparators():
+        for line in lines[:-4]:
             reason = line.unavailable(T.workload(WORKLOADS[0]))
             assert reason is not None and "mamba_ssm" in reason
 
 
 @needs_interpreter
+def test_ceiling_kernel_moves_the_template_bytes_under_interpreter() -> None:
+    """The ceiling kernel copies dt into dA_cumsum (fp32) and dt_out (the shape's dtype), flat."""
+    shape = T.reduced(T.workload("mamba2-2p7b-b2-s32k-dt-bias"))
+    inputs = T.make_inputs(shape, "cpu", 1)
+    for line in [c for c in T.comparators() if c.ceiling][:2]:
+        outputs = T.allocate_outputs(shape, inputs)
+        for t in outputs.values():
+            t.fill_(float("nan"))
+        assert line.build(shape)(inputs, outputs) is None
+        flat = inputs["dt"].reshape(-1)
+        assert torch.equal(outputs["dA_cumsum"].reshape(-1), flat)
+        assert torch.equal(outputs["dt_out"].reshape(-1), flat.to(torch.float16))
+
+
+@needs_interpreter
 @pytest.mark.skipif(not MAMBA, reason="mamba_ssm is not installed")
 def test_mamba_ssm_fixed_lines_under_interpreter() -> None:
-    """Its autotuned line needs a GPU to benchmark; the fixed-BLOCK_SIZE_H lines run here."""
-    shape = T.reduced(T.workload("mamba2-1p3b-b8-s2k-dt-bias"))
-    for line in T.comparators()[1:]:
-        if line.unavailable(shape) is None:
+    """Its autotuned lines need a GPU to benchmark; the fixed-BLOCK_SIZE_H lines run here, each on its
+    contract's shape (fp32 outputs as users get them, or our buffers for the variants)."""
+    base = T.reduced(T.workload("mamba2-1p3b-b8-s2k-dt-bias"))
+    for line in T.comparators():
+        if "-bh" in line.name and line.unavailable(base) is None:
+            shape = line.contract_shape(base)
             inputs = T.make_inputs(shape, "cpu", 2)
             assert_correct(run(line.build(shape), shape, inputs), shape, line.name)
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fixtures.fault_templates import REF
+from tests.fixtures.fault_templates import CONTRACTS_REF, REF
 from tuner import registry
 from tuner.errors import MeasureSetupError, UserInputError
 from tuner.frozen import Config, Shape
@@ -197,3 +197,14 @@ def test_an_ungated_comparator_is_timed_with_its_errors(measurer: Measurer) -> N
     assert ungated.status is Status.OK, ungated.reason
     assert ungated.summary is not None and ungated.summary.n == OPTIONS.n_samples
     assert ungated.errors["y"] > 1e-3  # its error is stored with its time
+
+
+def test_comparators_run_on_their_own_contract_and_may_return_their_outputs(measurer: Measurer) -> None:
+    """A comparator with a contract is built, checked and timed on its contract's shape; one that returns its
+    outputs (a library wrapper allocating its own) is checked on what it returned, wrong values included."""
+    double, wrapper, wrong = measurer.measure_interleaved(
+        CONTRACTS_REF, SHAPE, [Candidate(comparator="double"), Candidate(comparator="wrapper"),
+                               Candidate(comparator="wrapper-wrong")])
+    assert_ok(double)
+    assert_ok(wrapper)
+    assert wrong.status is Status.WRONG_RESULT and wrong.errors["y"] > 1e-3

@@ -183,6 +183,88 @@ def _one_shape(template: str, workload: list[str], shape: list[str]):
 
 @app.command()
 @boundary
+def verify(
+    template: TemplateArg,
+    workload: WorkloadOpt = [],  # noqa: B006
+    shape: ShapeOpt = [],  # noqa: B006
+    all_workloads: Annotated[bool, typer.Option("--all-workloads", help="Every workload of the template.")] = False,
+    processes: Annotated[int, typer.Option(min=1, max=50, help="Fresh measurement processes per shape.")] = 5,
+    device: DeviceOpt = "auto",
+    db_url: DbOpt = None,
+    samples: Annotated[int, typer.Option(min=1, max=100_000, help="Timed samples per candidate.")] = 100,
+    timeout: Annotated[float, typer.Option(min=1.0, help="Seconds per candidate before TIMEOUT.")] = 120.0,
+    comparators: Annotated[bool, typer.Option(help="Re-measure the template's comparators too.")] = True,
+    tolerance: Annotated[float, typer.Option(min=0.001, max=1.0, help="Drift flagged beyond ± this fraction.")] = 0.03,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per shape.")] = False,
+) -> None:
+    """Re-measure the published best (and the comparators) in fresh processes; record and print the drift.
+
+    Exit code 3 when some shape's best drifted beyond the tolerance (or no process measured it)."""
+    from tuner import registry
+    from tuner.driver.reverify import verify_best
+    from tuner.measure.devices.base import DeviceSpec, resolve
+    from tuner.measure.measurer import MeasureOptions
+    from tuner.shapes import select_shapes
+
+    t = registry.get(template)
+    selected = select_shapes(t, workloads=workload, shapes=shape, all_workloads=all_workloads)
+    if device not in ("auto", "cuda", "npu", "cpu"):
+        raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
+    spec = resolve(DeviceSpec(device))  # type: ignore[arg-type]
+    store = _store(db_url)
+    options = MeasureOptions(n_samples=samples, timeout_s=timeout)
+    signal.signal(signal.SIGTERM, _interrupted)
+    flagged = 0
+    for label, the_shape in selected:
+        outcome = verify_best(store, t.name, the_shape, device=spec, processes=processes, options=options,
+                              comparators=comparators, tolerance=tolerance)
+        flagged += outcome.verdict.flagged
+        if as_json:
+            print(json.dumps(_verification_json(label, outcome)), flush=True)
+        else:
+            _print_verification(label, outcome)
+    if flagged:
+        raise typer.Exit(3)
+
+
+def _verification_json(label: str, outcome: Any) -> dict[str, Any]:
+    v, r = outcome.verdict, outcome.record
+    return {
+        "label": label, "template": outcome.template, "shape": outcome.shape.to_dict(),
+        "config": json.loads(outcome.best.config_json), "study_id": r.study_id, "verification_id": r.id,
+        "stored_us": v.stored_us, "median_us": v.median_us, "low_us": v.low_us, "high_us": v.high_us,
+        "drift": v.drift, "tolerance": v.tolerance, "flagged": v.flagged, "processes": r.figures,
+        "fingerprint": json.loads(r.fingerprint_json), "study_fingerprint": outcome.best.fingerprint_hash,
+        "verified_at": r.created_at.isoformat(),
+    }
+
+
+def _print_verification(label: str, outcome: Any) -> None:
+    table = Table("process", "candidate", "status", "median µs", "p20–p80 µs", "stored µs", "ratio",
+                  title=f"{label}: {len(outcome.processes)} fresh process(es)", title_justify="left")
+    for process in outcome.processes:
+        for c in process.candidates:
+            spread = f"{c.p20_us:.2f}–{c.p80_us:.2f}" if c.p20_us is not None and c.p80_us is not None else ""
+            table.add_row(str(process.process), c.label, c.status, _fmt_us(c.median_us), spread,
+                          _fmt_us(c.stored_us), f"{c.ratio:.3f}" if c.ratio is not None else (c.reason or "")[:60])
+    console.print(table)
+    v = outcome.verdict
+    if v.median_us is None:
+        console.print(f"[red]{label}: the best config did not measure OK in any process — flagged[/red]")
+        return
+    word = "[red]DRIFT — flagged[/red]" if v.flagged else "[green]within tolerance[/green]"
+    console.print(f"{label}: best {_fmt_us(v.median_us)} µs (median of {len(outcome.processes)} processes, "
+                  f"{_fmt_us(v.low_us)}–{_fmt_us(v.high_us)}), stored {_fmt_us(v.stored_us)} µs: drift "
+                  f"{100 * (v.drift or 0):+.1f}% (±{100 * v.tolerance:g}%) {word}; recorded as verification "
+                  f"{outcome.record.id}")
+
+
+def _fmt_us(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+@app.command()
+@boundary
 def best(
     template: TemplateArg,
     workload: WorkloadOpt = [],  # noqa: B006
@@ -294,10 +376,12 @@ def report(
         "--kernels", help="Add the device time per kernel, where the timer saw kernels (one template).")] = False,
     regret: Annotated[bool, typer.Option(
         "--regret", help="Add the nearest-shape regret of the lookup (`tuner regret`; one template).")] = False,
+    verifications: Annotated[bool, typer.Option(
+        "--verifications", help="Instead: the latest `tuner verify` of each row's best, per process.")] = False,
 ) -> None:
     """Markdown report: per workload, best vs default vs comparators, geometric means, roofline."""
     from tuner import registry
-    from tuner.report.markdown import collect, render_comparison, render_markdown
+    from tuner.report.markdown import collect, render_comparison, render_markdown, render_verifications
 
     for name in templates:
         registry.get(name)
@@ -305,8 +389,12 @@ def report(
         raise UserInputError(f"{'--errors' if errors else '--kernels' if kernels else '--regret'} takes one template")
     store = _store(db_url)
     reports = [collect(store, name, device_kind=device) for name in templates]
-    text = (render_markdown(reports[0], errors=errors, kernels=kernels) if len(reports) == 1
-            else render_comparison(reports, title=title))
+    if verifications:
+        text = render_verifications(reports, title=title)
+    elif len(reports) == 1:
+        text = render_markdown(reports[0], errors=errors, kernels=kernels)
+    else:
+        text = render_comparison(reports, title=title)
     if regret:
         from tuner.service import regret as regrets
 
@@ -478,27 +566,35 @@ def submit(
     comparators: Annotated[bool, typer.Option(help="Measure the template's comparators.")] = True,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
     priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    verify: Annotated[bool, typer.Option(
+        "--verify", help="A verify job: re-measure each shape's published best in fresh processes.")] = False,
+    processes: Annotated[int, typer.Option(help="--verify: fresh processes per shape.")] = 5,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Submit a tuning job to a tuner server (validated there; workers with a matching device run it)."""
+    """Submit a tuning job (or, with --verify, a verify job) to a tuner server (validated there; workers with
+    a matching device run it)."""
     from tuner.service.remote import call
     from tuner.shapes import parse_shape_text
 
-    body = {
+    body: dict[str, Any] = {
         "template": template, "workloads": workload, "shapes": [parse_shape_text(s) for s in shape],
-        "device": {"kind": device, "name": device_name}, "trials": trials, "sampler": sampler, "samples": samples,
-        "candidate_timeout_s": timeout, "finalists": finalists, "comparators": comparators, "seed": seed,
-        "priority": priority,
+        "device": {"kind": device, "name": device_name}, "samples": samples, "candidate_timeout_s": timeout,
+        "comparators": comparators, "priority": priority,
     }
+    if verify:
+        body.update(kind="verify", processes=processes)
+    else:
+        body.update(trials=trials, sampler=sampler, finalists=finalists, seed=seed)
     job = call("POST", "/v1/jobs", url=url, token=token, json=body)
     if as_json:
         print(json.dumps(job, indent=2))
         return
     where = device + (f" ({device_name})" if device_name else "")
-    console.print(f"job {job['id']} {job['state']}: {job['template']}, {len(job['tasks'])} shape(s) × "
-                  f"{job['trials']} trials on {where}", highlight=False)
+    work = f"{job['processes']} fresh processes" if verify else f"{job['trials']} trials"
+    console.print(f"job {job['id']} {job['state']}: {job['kind']} {job['template']}, {len(job['tasks'])} shape(s) × "
+                  f"{work} on {where}", highlight=False)
 
 
 @app.command()

@@ -46,7 +46,7 @@ from tuner.measure.protocol import (
 )
 from tuner.measure.verify import Verdict, check_outputs, poison_
 from tuner.results import MeasureResult, PhaseTimes, SampleSummary, Status
-from tuner.template import Kernel, KernelTemplate
+from tuner.template import Comparator, Kernel, KernelTemplate
 
 if TYPE_CHECKING:
     import torch
@@ -152,8 +152,11 @@ def prepare(
     seed: int,
     options: MeasureOptions,
 ) -> Runnable | MeasureResult:
-    """Build and verify one candidate; a MeasureResult when it fails, else a Runnable."""
+    """Build and verify one candidate; a MeasureResult when it fails, else a Runnable. A comparator whose
+    contract differs from the template's is built, checked and timed on its contract's shape."""
     config = candidate.result_config()
+    if candidate.comparator is not None:
+        shape = _comparator(template, candidate.comparator).contract_shape(shape)
     start = time.perf_counter()
     kernel = build(template, shape, candidate, config)
     build_s = time.perf_counter() - start
@@ -167,18 +170,18 @@ def prepare(
         inputs, reference, outputs = fresh_case(template, shape, backend, seed + k)
         verify_s += time.perf_counter() - start
         start = time.perf_counter()
-        launch_failure = run_once(template, kernel, inputs, outputs, backend, first=k == 0)
+        produced = run_once(template, kernel, inputs, outputs, backend, first=k == 0)
         if k == 0:
             build_s += time.perf_counter() - start  # the first launch compiles where backends compile lazily
         else:
             verify_s += time.perf_counter() - start
         phases = PhaseTimes(build_s=build_s, verify_s=verify_s)
-        if launch_failure is not None:
-            status, reason = launch_failure
+        if isinstance(produced, tuple):
+            status, reason = produced
             return MeasureResult(status, config, errors=dict(worst), reason=reason, timer=backend.timer,
                                  phases=phases)
         start = time.perf_counter()
-        verdict = compare(template, shape, outputs, reference)
+        verdict = compare(template, shape, produced, reference)
         verify_s += time.perf_counter() - start
         for name, error in verdict.errors.items():
             worst[name] = max(error, worst.get(name, 0.0))
@@ -205,12 +208,7 @@ def build(
     build raises. An unknown comparator name raises MeasureSetupError (a caller error)."""
     builder: Callable[[], Kernel]
     if candidate.comparator is not None:
-        comparators = {c.name: c for c in template.comparators()}
-        comparator = comparators.get(candidate.comparator)
-        if comparator is None:
-            known = ", ".join(comparators) or "none"
-            wanted = candidate.comparator
-            raise MeasureSetupError(f"{template.name} has no comparator {wanted!r} (known: {known})")
+        comparator = _comparator(template, candidate.comparator)
         try:
             why = comparator.unavailable(shape)
         except Exception as exc:
@@ -226,6 +224,15 @@ def build(
         return builder()
     except Exception as exc:
         return MeasureResult(Status.COMPILE_ERROR, config, reason=describe(exc))
+
+
+def _comparator(template: KernelTemplate, name: str) -> Comparator:
+    """The template's comparator of that name; MeasureSetupError (a caller error) when it has none."""
+    comparators = {c.name: c for c in template.comparators()}
+    if name not in comparators:
+        known = ", ".join(comparators) or "none"
+        raise MeasureSetupError(f"{template.name} has no comparator {name!r} (known: {known})")
+    return comparators[name]
 
 
 def fresh_case(
@@ -252,15 +259,17 @@ def run_once(
     backend: DeviceBackend,
     *,
     first: bool,
-) -> tuple[Status, str] | None:
-    """Run the kernel once and wait for the device; the failure status and reason if it raised."""
+) -> Mapping[str, torch.Tensor] | tuple[Status, str]:
+    """Run the kernel once and wait for the device. Returns the outputs to check (those the kernel returned,
+    if it allocates its own as a library wrapper does, else ``outputs``), or the failure status and reason
+    if it raised."""
     try:
-        kernel(inputs, outputs)
+        returned = kernel(inputs, outputs)
         backend.synchronize()  # asynchronous device errors surface here, still attributed to this run
     except Exception as exc:
         compile_error = first and template.is_compile_error(exc)
         return (Status.COMPILE_ERROR if compile_error else Status.RUNTIME_ERROR), describe(exc)
-    return None
+    return outputs if returned is None else returned
 
 
 def compare(

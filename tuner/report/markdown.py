@@ -2,14 +2,23 @@
 
 Every figure in a row comes from one final round (measured interleaved in the same process run), so the
 ratios are same-run ratios. Ratios are ``other / best``: above 1 means the tuned config is faster (🟢).
+
+Comparator lines are the libraries as their users call them, plus contract variants (labelled as such); the
+"strongest line" is the fastest of all of them, "strongest as users call it" the fastest of the former. A
+ceiling line (a kernel that only moves the template's minimum bytes) is no competitor: it gives the
+"% of the elementwise kernel" column, beside the percentage of the fingerprint's 2 GiB copy bandwidth.
+Rows of a shape that is a workload under a comparator's own contract (e.g. fp32 ``dt_out``) are labelled
+``<workload> @ dim=value``: there the template runs on the comparator's contract, like for like.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -17,7 +26,8 @@ from tuner import registry
 from tuner.driver.study import COMPARATOR_PREFIX, DEFAULT_LABEL
 from tuner.frozen import Config, Shape
 from tuner.results import Status
-from tuner.store import MeasurementRecord, StudyRecord, TuningStore
+from tuner.store import MeasurementRecord, StudyRecord, TuningStore, VerificationRecord
+from tuner.template import Comparator, KernelTemplate
 
 GREEN, RED = "🟢", "🔴"
 
@@ -32,6 +42,14 @@ class Line:
     note: str | None = None
     errors: dict[str, float] = field(default_factory=dict)  # relative error per output of that member
     kernels: dict[str, float] = field(default_factory=dict)  # median µs per kernel of that member
+    doc: str = ""  # what the line runs (its timed member's doc)
+    variant: str | None = None  # how the line departs from the library as users call it; None: as users do
+    ceiling: bool = False  # a kernel moving the template's minimum bytes: the measured memory ceiling
+    bytes_moved: int | None = None  # bytes the line's contract moves at the row's shape
+
+    @property
+    def as_users_call_it(self) -> bool:
+        return self.variant is None and not self.ceiling
 
 
 @dataclass(frozen=True)
@@ -52,6 +70,27 @@ class ReportRow:
     best_errors: dict[str, float] = field(default_factory=dict)  # relative error per output, final round
     version: str = ""  # the template version the row's study measured
     best_kernels: dict[str, float] = field(default_factory=dict)  # median µs per kernel, final round
+    ceiling: Line | None = None  # the measured memory ceiling of the same round (not among ``lines``)
+    bytes_moved: int | None = None  # the template's minimum bytes at the row's shape
+    verification: VerificationRecord | None = None  # the latest `tuner verify` of the row's study
+
+    @property
+    def ceiling_pct(self) -> float | None:
+        """Percent of the ceiling kernel's speed the best config reaches (ceiling µs / best µs)."""
+        if self.ceiling is None or not self.ceiling.median_us or not self.best_us:
+            return None
+        return 100.0 * self.ceiling.median_us / self.best_us
+
+    @property
+    def strongest(self) -> Line | None:
+        """The fastest comparator line of the row (contract variants included)."""
+        return min((ln for ln in self.lines if ln.median_us), key=lambda ln: ln.median_us or math.inf, default=None)
+
+    @property
+    def strongest_as_users_call_it(self) -> Line | None:
+        """The fastest line that runs a library as its users call it."""
+        timed = [ln for ln in self.lines if ln.median_us and ln.as_users_call_it]
+        return min(timed, key=lambda ln: ln.median_us or math.inf, default=None)
 
 
 @dataclass(frozen=True)
@@ -73,17 +112,16 @@ def collect(store: TuningStore, template_name: str, *, device_kind: str | None =
             latest[k] = st
     rows = []
     fingerprints: dict[str, dict[str, object]] = {}
+    checks = store.latest_verifications(study_ids=[st.id for st in latest.values()])
     for st in sorted(latest.values(), key=lambda s: (s.device_name, s.shape_key)):
         fingerprint = json.loads(st.fingerprint_json)
         fingerprints[st.fingerprint_hash] = fingerprint
-        rows.append(_row(store, template, st, fingerprint))
+        row = _row(store, template, st, fingerprint)
+        rows.append(dataclasses.replace(row, verification=checks.get(st.id)))
     return Report(template.name, template.version, tuple(rows), tuple(fingerprints.values()))
 
 
-def _row(store: TuningStore, template: object, st: StudyRecord, fingerprint: dict[str, object]) -> ReportRow:
-    from tuner.template import KernelTemplate
-
-    assert isinstance(template, KernelTemplate)
+def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerprint: dict[str, object]) -> ReportRow:
     shape = Shape.from_json(st.shape_json)
     final = store.latest_round(study_id=st.id)
     trials = store.list_measurements(study_id=st.id, role="trial")
@@ -101,13 +139,14 @@ def _row(store: TuningStore, template: object, st: StudyRecord, fingerprint: dic
             name = m.candidate[len(COMPARATOR_PREFIX):]
             line = comps[name].line if name in comps else name
             lines.setdefault(line, []).append(m)
+    built = [_line(name, members, comps, template, shape) for name, members in sorted(lines.items())]
     info = fingerprint.get("info")
     bw = info.get("copy_bw_bytes_per_s") if isinstance(info, dict) else None
     roofline = None
     if best is not None and best.median_us and bw:
         roofline = 100.0 * template.bytes_moved(shape) / (best.median_us * 1e-6) / float(bw)
     return ReportRow(
-        workload=template.workload_name(shape) or shape.key(),
+        workload=_row_label(template, shape),
         shape=shape,
         device=f"{st.device_kind}:{st.device_name}",
         timer=best.timer if best else None,
@@ -116,7 +155,7 @@ def _row(store: TuningStore, template: object, st: StudyRecord, fingerprint: dic
         best_spread=(best.p20_us, best.p80_us) if best and best.p20_us is not None and best.p80_us is not None
         else None,
         default_us=default.median_us if default else None,
-        lines=tuple(_line(name, members) for name, members in sorted(lines.items())),
+        lines=tuple(ln for ln in built if not ln.ceiling),
         roofline_pct=roofline,
         trials=len(measured),
         failed=failed,
@@ -124,7 +163,38 @@ def _row(store: TuningStore, template: object, st: StudyRecord, fingerprint: dic
         best_errors=best.errors if best else {},
         version=st.template_version,
         best_kernels=best.kernels if best else {},
+        ceiling=_fastest_line([ln for ln in built if ln.ceiling]),
+        bytes_moved=_bytes_moved(template, shape),
     )
+
+
+def _bytes_moved(template: KernelTemplate, shape: Shape) -> int | None:
+    """The template's minimum bytes at a stored shape; None for a shape the current template cannot size (a
+    study of an older version that lacks a dim)."""
+    try:
+        return template.bytes_moved(shape)
+    except (KeyError, ValueError):
+        return None
+
+
+def _row_label(template: KernelTemplate, shape: Shape) -> str:
+    """The workload's name; for a workload's shape under a comparator's contract, ``<workload> @ dim=value``;
+    else the shape's key."""
+    name = template.workload_name(shape)
+    if name:
+        return name
+    for comp in template.comparators():
+        if not comp.contract:
+            continue
+        for w in template.workloads:
+            base = template.make_shape(w.shape)
+            if base != shape and comp.contract_shape(base) == shape:
+                return f"{w.name} @ " + ",".join(f"{k}={v}" for k, v in sorted(comp.contract.items()))
+    return shape.key()
+
+
+def _fastest_line(lines: Sequence[Line]) -> Line | None:
+    return min((ln for ln in lines if ln.median_us), key=lambda ln: ln.median_us or math.inf, default=None)
 
 
 SESSION_GAP_S = 300.0  # trials further apart than this belong to separate runs of the search
@@ -145,14 +215,25 @@ def _best_entry(final: Sequence[MeasurementRecord]) -> MeasurementRecord | None:
     return min(ok, key=lambda m: m.median_us or math.inf, default=None)
 
 
-def _line(name: str, members: Sequence[MeasurementRecord]) -> Line:
+def _line(
+    name: str, members: Sequence[MeasurementRecord], comps: Mapping[str, Comparator], template: KernelTemplate,
+    shape: Shape,
+) -> Line:
+    """One line from its members' measurements: the fastest OK member's figures, what it runs and its bytes.
+    Members no longer among the template's comparators are shown by name alone."""
+    known = [comps[n] for n in (m.candidate[len(COMPARATOR_PREFIX):] for m in members) if n in comps]
+    first = known[0] if known else None
+    line = Line(name, None, doc=first.doc if first else "", variant=first.variant if first else None,
+                ceiling=first.ceiling if first else False,
+                bytes_moved=_bytes_moved(template, first.contract_shape(shape)) if first else None)
     ok = [m for m in members if m.status == Status.OK.value and m.median_us is not None]
     if not ok:
         reasons = "; ".join(sorted({f"{m.status}: {(m.reason or '').splitlines()[0][:80]}" for m in members}))
-        return Line(name, None, note=reasons)
+        return dataclasses.replace(line, note=reasons)
     best = min(ok, key=lambda m: m.median_us or math.inf)
-    return Line(name, best.median_us, best.candidate[len(COMPARATOR_PREFIX):], errors=best.errors,
-                kernels=best.kernels)
+    member = best.candidate[len(COMPARATOR_PREFIX):]
+    return dataclasses.replace(line, median_us=best.median_us, member=member, errors=best.errors,
+                               kernels=best.kernels, doc=comps[member].doc if member in comps else line.doc)
 
 
 def _ratio(other: float | None, best: float | None) -> str:
@@ -197,7 +278,8 @@ def render_markdown(report: Report, *, errors: bool = False, kernels: bool = Fal
         header = ["workload", "best config", "best µs (p20–p80)", "default µs", "default / best"]
         for n in line_names:
             header += [f"{n} µs", f"{n} / best"]
-        header += ["% roofline", "trials (failed)", "search s"]
+        summary = _SummaryColumns.of(rows)
+        header += [*summary.header(), "trials (failed)", "search s"]
         out.append("| " + " | ".join(header) + " |")
         out.append("|" + "---|" * len(header))
         for r in rows:
@@ -205,7 +287,7 @@ def render_markdown(report: Report, *, errors: bool = False, kernels: bool = Fal
             cells = [
                 r.workload if len(versions) == 1 else f"{r.workload} (v{r.version})",
                 _config_cell(r.best_config),
-                _us(r.best_us) + spread,
+                _us(r.best_us) + spread + _drift_mark(r),
                 _us(r.default_us),
                 _ratio(r.default_us, r.best_us),
             ]
@@ -218,7 +300,7 @@ def render_markdown(report: Report, *, errors: bool = False, kernels: bool = Fal
                     member = f" ({ln.member})" if ln.member and ln.member != n else ""
                     cells += [_us(ln.median_us) + member, _ratio(ln.median_us, r.best_us)]
             cells += [
-                f"{r.roofline_pct:.0f}%" if r.roofline_pct is not None else "–",
+                *summary.cells(r),
                 f"{r.trials} ({r.failed})",
                 f"{r.search_s:.0f}" if r.search_s is not None else "–",
             ]
@@ -227,9 +309,10 @@ def render_markdown(report: Report, *, errors: bool = False, kernels: bool = Fal
         for n in line_names:
             pairs = [(next((ln.median_us for ln in r.lines if ln.name == n), None), r.best_us) for r in rows]
             gm += ["", _gm_ratio(pairs)]
-        gm += ["", "", ""]
+        gm += [*summary.means(rows), "", ""]
         out.append("| " + " | ".join(gm) + " |")
         out.append("")
+        out += _lines_legend(rows)
         out += [f"- not measured: {note}" for note in silent]
         if silent:
             out.append("")
@@ -315,14 +398,13 @@ def render_comparison(reports: Sequence[Report], *, title: str | None = None) ->
         header = ["workload", "best template", "best config", "best µs (p20–p80)", "incumbent / best"]
         for n in line_names:
             header += [f"{n} µs", f"{n} / best"]
-        header += ["strongest line / best", *[f"{n} best µs" for n in names], "% roofline",
-                   "trials (failed), search s"]
+        summary = _SummaryColumns.of([row for _, row in winners.values()], strongest=True)
+        header += [*summary.header(), *[f"{n} best µs" for n in names], "trials (failed), search s"]
         out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         ratios: dict[str, list[tuple[float | None, float | None]]] = {}
         for k in keys:
             name, row = winners[k]
             by_line = {ln.name: ln for ln in row.lines}
-            strongest = min((ln.median_us for ln in row.lines if ln.median_us), default=None)
             cells = [k[1], name, _config_cell(row.best_config), _us_spread(row), _ratio(row.default_us, row.best_us)]
             ratios.setdefault("incumbent", []).append((row.default_us, row.best_us))
             for n in line_names:
@@ -331,10 +413,8 @@ def render_comparison(reports: Sequence[Report], *, title: str | None = None) ->
                 member = f" ({ln.member})" if ln and ln.member and ln.member != n else ""
                 cells += [_us(t) + (member if t else ""), _ratio(t, row.best_us)]
                 ratios.setdefault(n, []).append((t, row.best_us))
-            cells.append(_ratio(strongest, row.best_us))
-            ratios.setdefault("strongest", []).append((strongest, row.best_us))
+            cells += summary.cells(row)
             cells += [_us(by_key[k][n].best_us) if n in by_key[k] else "–" for n in names]
-            cells.append(f"{row.roofline_pct:.0f}%" if row.roofline_pct is not None else "–")
             cells.append("; ".join(
                 f"{n}: {r.trials} ({r.failed}), {r.search_s:.0f} s" if r.search_s is not None else f"{n}: {r.trials}"
                 for n, r in sorted(by_key[k].items())
@@ -343,10 +423,88 @@ def render_comparison(reports: Sequence[Report], *, title: str | None = None) ->
         gm = ["**geometric mean**", "", "", "", _gm_ratio(ratios["incumbent"])]
         for n in line_names:
             gm += ["", _gm_ratio(ratios[n])]
-        gm += [_gm_ratio(ratios["strongest"]), *[""] * len(names), "", ""]
+        gm += [*summary.means([row for _, row in winners.values()]), *[""] * len(names), ""]
         out += ["| " + " | ".join(gm) + " |", ""]
+        out += _lines_legend([winners[k][1] for k in keys])
     out += _environment([fp for r in reports for fp in r.fingerprints])
     return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True)
+class _SummaryColumns:
+    """The columns after the comparator lines: the strongest line(s) and the ceilings, those that apply.
+
+    "strongest line / best" (every line) is shown where a row has several lines (or ``strongest``), and
+    "strongest as users call it / best" beside it where some line is a contract variant; where a ceiling
+    kernel was measured, "% of elementwise kernel" (its time / best) and "% of 2 GiB copy" (the
+    fingerprint's copy bandwidth) replace the single "% roofline" column."""
+
+    strongest: bool
+    users: bool
+    ceiling: bool
+
+    @classmethod
+    def of(cls, rows: Sequence[ReportRow], *, strongest: bool = False) -> _SummaryColumns:
+        timed = [ln for r in rows for ln in r.lines if ln.median_us]
+        several = strongest or len({ln.name for ln in timed}) > 1
+        variants = any(not ln.as_users_call_it for ln in timed)
+        return cls(several, several and variants, any(r.ceiling is not None for r in rows))
+
+    def header(self) -> list[str]:
+        out = ["strongest line / best"] if self.strongest else []
+        out += ["strongest as users call it / best"] if self.users else []
+        return out + (["% of elementwise kernel", "% of 2 GiB copy"] if self.ceiling else ["% roofline"])
+
+    def cells(self, r: ReportRow) -> list[str]:
+        out = [_strongest_cell(r.strongest, r.best_us)] if self.strongest else []
+        out += [_strongest_cell(r.strongest_as_users_call_it, r.best_us)] if self.users else []
+        if self.ceiling:
+            member = f" ({r.ceiling.member})" if r.ceiling and r.ceiling.member else ""
+            out.append(f"{r.ceiling_pct:.0f}% of {_us(r.ceiling.median_us)}{member}"
+                       if r.ceiling_pct is not None and r.ceiling else "–")
+        out.append(f"{r.roofline_pct:.0f}%" if r.roofline_pct is not None else "–")
+        return out
+
+    def means(self, rows: Sequence[ReportRow]) -> list[str]:
+        def pairs(pick: Callable[[ReportRow], Line | None]) -> list[tuple[float | None, float | None]]:
+            return [((pick(r) or Line("", None)).median_us, r.best_us) for r in rows]
+
+        out = [_gm_ratio(pairs(lambda r: r.strongest))] if self.strongest else []
+        out += [_gm_ratio(pairs(lambda r: r.strongest_as_users_call_it))] if self.users else []
+        return out + ([""] * (2 if self.ceiling else 1))
+
+
+def _strongest_cell(line: Line | None, best_us: float | None) -> str:
+    if line is None or not line.median_us:
+        return "–"
+    member = f" ({line.member})" if line.member else ""
+    return f"{_ratio(line.median_us, best_us)} {line.name}{member}"
+
+
+def _lines_legend(rows: Sequence[ReportRow]) -> list[str]:
+    """What each line runs, whether it is the library as its users call it, and the bytes it moves per row
+    (MB, in the rows' order; the template's own minimum bytes first)."""
+    names = sorted({ln.name for r in rows for ln in [*r.lines, *([r.ceiling] if r.ceiling else [])] if ln.doc})
+    if not names:
+        return []
+    out = ["Lines (bytes moved in MB per row, in the table's order):", "",
+           "| line | kind | runs (fastest member) | MB moved |", "|---|---|---|---|"]
+    template_mb = " / ".join(_mb(r.bytes_moved) for r in rows)
+    out.append(f"| best config | the template | the tuned config | {template_mb} |")
+    for name in names:
+        found = [next((ln for ln in [*r.lines, *([r.ceiling] if r.ceiling else [])] if ln.name == name), None)
+                 for r in rows]
+        first = next(ln for ln in found if ln is not None)
+        kind = "ceiling (no math)" if first.ceiling else ("as users call it" if first.variant is None
+                                                           else f"contract variant: {first.variant}")
+        docs = sorted({ln.doc for ln in found if ln is not None and ln.doc})
+        mb = " / ".join(_mb(ln.bytes_moved) if ln else "–" for ln in found)
+        out.append(f"| {name} | {kind} | {'; '.join(docs)} | {mb} |")
+    return [*out, ""]
+
+
+def _mb(nbytes: int | None) -> str:
+    return "–" if nbytes is None else f"{nbytes / 1e6:.2f}"
 
 
 def _fastest(rows: dict[str, ReportRow]) -> tuple[str, ReportRow]:
@@ -359,7 +517,58 @@ def _config_cell(config: Config | None) -> str:
 
 def _us_spread(row: ReportRow) -> str:
     spread = f" ({_us(row.best_spread[0])}–{_us(row.best_spread[1])})" if row.best_spread else ""
-    return _us(row.best_us) + spread
+    return _us(row.best_us) + spread + _drift_mark(row)
+
+
+def _drift_mark(row: ReportRow) -> str:
+    """A warning after the best's time when its latest verification is flagged."""
+    v = row.verification
+    if v is None or not v.flagged:
+        return ""
+    if v.drift is None:
+        return " ⚠ not reproduced (verify)"
+    return f" ⚠ drift {100 * v.drift:+.1f}% (verify)"
+
+
+def render_verifications(reports: Sequence[Report], *, title: str | None = None) -> str:
+    """The latest verification of each row's published best (``tuner verify``): per process the best
+    config's median and spread, the comparators' ratios to their stored figures, and the verdict."""
+    out = [f"# {title or 'Verifications: ' + ', '.join(r.template for r in reports)}", ""]
+    rows = [(rep.template, r) for rep in reports for r in rep.rows if r.verification is not None]
+    if not rows:
+        return "\n".join([*out, "No verification recorded for these templates yet."]) + "\n"
+    out += ["| template | workload | verified (UTC) | processes | stored µs | re-measured µs, median (low–high) | "
+            "drift | verdict | per process: median (p20–p80) µs | comparators, re-measured / stored (median over "
+            "processes) |", "|" + "---|" * 10]
+    for template, r in rows:
+        v = r.verification
+        assert v is not None
+        per_process, ratios = _process_cells(v.figures)
+        verdict = ("**flagged**" if v.flagged else "ok") + f" (±{100 * v.tolerance:g}%)"
+        drift = f"{100 * v.drift:+.1f}%" if v.drift is not None else "–"
+        out.append(
+            f"| {template} | {r.workload} | {v.created_at.strftime('%Y-%m-%d %H:%M')} | {v.processes} | "
+            f"{_us(v.stored_us)} | {_us(v.median_us)} ({_us(v.low_us)}–{_us(v.high_us)}) | {drift} | {verdict} | "
+            f"{per_process} | {ratios} |"
+        )
+    fingerprints = [json.loads(r.verification.fingerprint_json) for _, r in rows if r.verification is not None]
+    return "\n".join([*out, "", *_environment(fingerprints)]) + "\n"
+
+
+def _process_cells(figures: Sequence[dict[str, object]]) -> tuple[str, str]:
+    """The best config's figures per process, and each comparator's median ratio to its stored figure."""
+    best: list[str] = []
+    ratios: dict[str, list[float]] = {}
+    for process in figures:
+        for c in process.get("candidates", []):  # type: ignore[attr-defined]
+            median, stored = c.get("median_us"), c.get("stored_us")
+            if c.get("label") == "best":
+                best.append(f"{_us(median)} ({_us(c.get('p20_us'))}–{_us(c.get('p80_us'))})" if median
+                            else str(c.get("status")))
+            elif median and stored:
+                ratios.setdefault(str(c["label"]).removeprefix(COMPARATOR_PREFIX), []).append(median / stored)
+    ratio_cell = "; ".join(f"{name} {statistics.median(values):.3f}" for name, values in sorted(ratios.items()))
+    return " / ".join(best), ratio_cell or "–"
 
 
 def _environment(fingerprints: Sequence[dict[str, object]]) -> list[str]:

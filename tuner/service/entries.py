@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from tuner.lookup import Entry
-from tuner.store import BestRecord, TuningStore
+from tuner.lookup import Entry, verification_summary
+from tuner.store import BestRecord, TuningStore, VerificationRecord
 
 
 def software_of(fingerprint_json: str) -> dict[str, str] | None:
@@ -27,14 +27,22 @@ def software_of(fingerprint_json: str) -> dict[str, str] | None:
     return software
 
 
-def as_entry(record: BestRecord, software: Mapping[str, str] | None = None) -> Entry:
-    """A stored best config as a lookup entry (the export file holds the same dicts)."""
+def as_entry(
+    record: BestRecord, software: Mapping[str, str] | None = None, check: VerificationRecord | None = None
+) -> Entry:
+    """A stored best config (with its latest verification, if any) as a lookup entry (the export file holds
+    the same dicts)."""
     return Entry(
         template=record.template, template_version=record.template_version, shape=record.shape,
         device_kind=record.device_kind, device_name=record.device_name, config=record.config,
         median_us=record.median_us, p20_us=record.p20_us, p80_us=record.p80_us, n_samples=record.n_samples,
         timer=record.timer, fingerprint_hash=record.fingerprint_hash, measurement_id=record.measurement_id,
         published_at=record.published_at.isoformat(), software=dict(software) if software is not None else None,
+        verification=None if check is None else verification_summary(
+            verified_at=check.created_at.isoformat(), median_us=check.median_us, stored_us=check.stored_us,
+            drift=check.drift, tolerance=check.tolerance, flagged=check.flagged, processes=check.processes,
+            device_name=check.device_name, fingerprint_hash=check.fingerprint_hash,
+        ),
     )
 
 
@@ -46,8 +54,10 @@ def published_entries(
     records = [r for r in store.list_best(template=template, device_kind=device_kind)
                if version is None or r.template_version == version]
     studies = {s.id: s for s in store.list_studies(template=template, device_kind=device_kind)}
+    checks = store.latest_verifications(study_ids=[r.study_id for r in records])
     found = []
     for r in records:
         study = studies.get(r.study_id)
-        found.append((r, as_entry(r, software_of(study.fingerprint_json) if study is not None else None)))
+        software = software_of(study.fingerprint_json) if study is not None else None
+        found.append((r, as_entry(r, software, checks.get(r.study_id))))
     return found

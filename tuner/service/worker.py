@@ -1,4 +1,5 @@
-"""The worker: claims tuning tasks from the store's job queue and runs their trials on one device.
+"""The worker: claims tasks from the store's job queue and runs them on one device: a tuning job's trials and
+final round, or a verify job's re-measurement of a published best (:mod:`tuner.driver.reverify`).
 
 One worker per device (a host with several GPUs runs one per GPU, ``--index``). A worker declares its
 device kind and name, the backends it runs and its fingerprint, and only claims jobs it can satisfy. It
@@ -35,6 +36,7 @@ from typing import Protocol, TypeVar
 from tuner import registry
 from tuner.db.retry import STORAGE_ERRORS, StoreHealth, durable
 from tuner.driver.heartbeat import Heartbeat
+from tuner.driver.reverify import verify_best
 from tuner.driver.run import StudyOptions, StudyRun, run_study
 from tuner.driver.study import StudyContext
 from tuner.errors import DeviceError, MeasureInterrupted, RecordConflictError, TunerError, UserInputError
@@ -196,6 +198,9 @@ class Worker:
             if template is None:  # another worker of the fleet may have it: leave the task to it
                 return
             shape = template.make_shape(json.loads(task.shape_json))
+            if job.kind == "verify":
+                self._verify(job, task.id, shape)
+                return
             measurer.set_options(MeasureOptions(n_samples=job.samples, timeout_s=job.candidate_timeout_s))
             run = self._drive(job, task.id, shape, measurer, stop, self._compile_pool(template))
             if run.final is not None:
@@ -285,6 +290,23 @@ class Worker:
             best_config_json=winner.config.to_json() if winner else None,
             error=None if winner else "no config passed the correctness gate",
         ))
+
+    def _verify(self, job: JobRecord, task_id: int, shape: Shape) -> None:
+        """A verify job's task: re-measure the shape's published best in fresh processes (one worker takes
+        it, through ``begin_finalize``) and record the verification; the task keeps the re-measured median.
+        A drift is a finding, not a failure: the task fails only when no process measured the best OK."""
+        if not self.store.begin_finalize(task_id=task_id, worker_id=self.id):
+            return  # another worker took it
+        outcome = verify_best(
+            self.store, job.template, shape, device=self.options.device, processes=job.processes or 1,
+            options=MeasureOptions(n_samples=job.samples, timeout_s=job.candidate_timeout_s),
+            comparators=job.comparators, worker=self.id,
+        )
+        median = outcome.verdict.median_us
+        self.store.finish_task(
+            task_id=task_id, worker_id=self.id, best_us=median, best_config_json=outcome.best.config_json,
+            error=None if median is not None else "the published best did not measure OK in any process",
+        )
 
     def _leave(self) -> None:
         try:

@@ -12,6 +12,7 @@ from tuner.store.records import (
     NewMeasurement,
     StudyRecord,
     TaskRecord,
+    VerificationRecord,
     WorkerRecord,
 )
 
@@ -26,5 +27,6 @@ __all__ = [
     "TaskRecord",
     "TrialHeartbeats",
     "TuningStore",
+    "VerificationRecord",
     "WorkerRecord",
 ]

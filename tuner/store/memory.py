@@ -12,7 +12,7 @@ import dataclasses
 import itertools
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +29,11 @@ from tuner.store.records import (
     StudyRecord,
     TaskRecord,
     Timer,
+    VerificationRecord,
     WorkerRecord,
     canonical_json,
     check_candidate,
+    check_job_kind,
     check_role,
     check_tasks,
 )
@@ -69,6 +71,7 @@ class MemoryStore:
         self._tasks: dict[int, TaskRecord] = {}
         self._slots: dict[int, _Slot] = {}
         self._workers: dict[str, WorkerRecord] = {}
+        self._verifications: list[VerificationRecord] = []
         self._optuna: optuna.storages.BaseStorage | None = None
 
     @property
@@ -274,14 +277,65 @@ class MemoryStore:
                     withdrawn.add(trial_id)
         return withdrawn
 
+    # -- verifications --------------------------------------------------------------------------------------
+    def add_verification(
+        self, *, study_id: int, config_json: str, stored_us: float, median_us: float | None, low_us: float | None,
+        high_us: float | None, drift: float | None, tolerance: float, flagged: bool, processes: int,
+        figures: Sequence[Mapping[str, Any]], device_kind: str, device_name: str, fingerprint_hash: str,
+        fingerprint_json: str, worker: str | None = None,
+    ) -> VerificationRecord:
+        with self._lock:
+            if study_id not in self._studies:
+                raise NotFoundError(f"no study with id {study_id}")
+            if processes < 1:
+                raise ValueError(f"a verification runs at least one process, got {processes}")
+            record = VerificationRecord(
+                id=next(self._ids), study_id=study_id, config_json=canonical_json(config_json, what="config_json"),
+                stored_us=stored_us, median_us=median_us, low_us=low_us, high_us=high_us, drift=drift,
+                tolerance=tolerance, flagged=flagged, processes=processes,
+                figures_json=json.dumps(list(figures), sort_keys=True, separators=(",", ":")),
+                device_kind=device_kind, device_name=device_name, fingerprint_hash=fingerprint_hash,
+                fingerprint_json=fingerprint_json, worker=worker, created_at=_now(),
+            )
+            self._verifications.append(record)
+            return record
+
+    def latest_verifications(self, *, study_ids: Sequence[int]) -> dict[int, VerificationRecord]:
+        with self._lock:
+            wanted = set(study_ids)
+            return {v.study_id: v for v in self._verifications if v.study_id in wanted}  # later ones win
+
+    def list_verifications(
+        self, *, study_id: int | None = None, template: str | None = None, limit: int = 100
+    ) -> list[VerificationRecord]:
+        with self._lock:
+            found = [v for v in reversed(self._verifications)
+                     if (study_id is None or v.study_id == study_id)
+                     and (template is None or self._studies[v.study_id].template == template)]
+            return found[:limit]
+
     # -- jobs -----------------------------------------------------------------------------------------------
+    def create_verify_job(
+        self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
+        tasks: Sequence[tuple[str, str, str]], processes: int = 5, samples: int = 100,
+        candidate_timeout_s: float = 120.0, comparators: bool = True, priority: int = 0,
+        submitted_by: str | None = None,
+    ) -> JobRecord:
+        return self.create_job(
+            template=template, template_version=template_version, backend=backend, device_kind=device_kind,
+            device_name=device_name, trials=0, sampler="none", samples=samples,
+            candidate_timeout_s=candidate_timeout_s, tasks=tasks, finalists=1, comparators=comparators,
+            priority=priority, submitted_by=submitted_by, kind="verify", processes=processes,
+        )
+
     def create_job(
         self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
         trials: int, sampler: str, samples: int, candidate_timeout_s: float, tasks: Sequence[tuple[str, str, str]],
         seed: int | None = None, finalists: int = 3, comparators: bool = True, priority: int = 0,
-        submitted_by: str | None = None,
+        submitted_by: str | None = None, kind: str = "tune", processes: int | None = None,
     ) -> JobRecord:
         check_tasks(tasks)
+        check_job_kind(kind, trials, processes)
         now = _now()
         with self._lock:
             job = JobRecord(
@@ -289,7 +343,7 @@ class MemoryStore:
                 device_kind=device_kind, device_name=device_name, trials=trials, sampler=sampler, seed=seed,
                 samples=samples, candidate_timeout_s=candidate_timeout_s, finalists=finalists,
                 comparators=comparators, priority=priority, state="queued", error=None, submitted_by=submitted_by,
-                created_at=now, updated_at=now, finished_at=None,
+                created_at=now, updated_at=now, finished_at=None, kind=kind, processes=processes,
             )
             self._jobs[job.id] = job
             for position, (label, shape_key, shape_json) in enumerate(tasks):
@@ -414,7 +468,7 @@ class MemoryStore:
         with self._lock:
             def claimable(t: TaskRecord) -> bool:
                 job = self._jobs[t.job_id]
-                open_slots = t.trials_reserved < t.trials_target or (
+                open_slots = t.trials_reserved < t.trials_target or t.trials_target == 0 or (
                     t.state == "running" and t.trials_done >= t.trials_target)
                 return (job.state in ACTIVE_JOB_STATES and t.state in ("queued", "running") and open_slots
                         and job.device_kind == device_kind and job.device_name in (None, device_name)

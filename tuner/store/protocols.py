@@ -21,10 +21,10 @@ Conventions shared by every method:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tuner.store.records import (
     BestRecord,
@@ -35,6 +35,7 @@ from tuner.store.records import (
     Status,
     StudyRecord,
     TaskRecord,
+    VerificationRecord,
     WorkerRecord,
 )
 from tuner.store.records import JsonInput as JsonInput
@@ -124,6 +125,24 @@ class TuningStore(Protocol):
     ) -> list[BestRecord]:
         """Best configs matching the filters, by template, shape, device, newest first."""
 
+    # -- verifications (``tuner verify``) ------------------------------------------------------------------
+    def add_verification(
+        self, *, study_id: int, config_json: str, stored_us: float, median_us: float | None, low_us: float | None,
+        high_us: float | None, drift: float | None, tolerance: float, flagged: bool, processes: int,
+        figures: Sequence[Mapping[str, Any]], device_kind: str, device_name: str, fingerprint_hash: str,
+        fingerprint_json: str, worker: str | None = None,
+    ) -> VerificationRecord:
+        """Record one re-measurement of a study's best (kept, never replaced). NotFoundError for an unknown
+        study; ValueError for fewer than one process."""
+
+    def latest_verifications(self, *, study_ids: Sequence[int]) -> dict[int, VerificationRecord]:
+        """The most recent verification of each of these studies that has one."""
+
+    def list_verifications(
+        self, *, study_id: int | None = None, template: str | None = None, limit: int = 100
+    ) -> list[VerificationRecord]:
+        """Verifications, newest first, of one study or of a template's studies (None: any)."""
+
     # -- the Optuna side of the same studies ------------------------------------------------------------
     def optuna_storage(self, *, heartbeats: TrialHeartbeats | None = None) -> optuna.storages.BaseStorage:
         """An Optuna storage holding the Optuna studies beside this store's (the same database, so that
@@ -150,10 +169,21 @@ class JobQueue(Protocol):
         self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
         trials: int, sampler: str, samples: int, candidate_timeout_s: float, tasks: Sequence[tuple[str, str, str]],
         seed: int | None = None, finalists: int = 3, comparators: bool = True, priority: int = 0,
-        submitted_by: str | None = None,
+        submitted_by: str | None = None, kind: str = "tune", processes: int | None = None,
     ) -> JobRecord:
         """A queued job with one task per ``(label, shape_key, shape_json)``; ValueError when there is none
-        or a shape repeats."""
+        or a shape repeats, or the kind is unknown, a tuning job has no trials, a verify job has trials or no
+        processes."""
+
+    def create_verify_job(
+        self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
+        tasks: Sequence[tuple[str, str, str]], processes: int = 5, samples: int = 100,
+        candidate_timeout_s: float = 120.0, comparators: bool = True, priority: int = 0,
+        submitted_by: str | None = None,
+    ) -> JobRecord:
+        """A queued verify job: per shape, a worker of the device re-measures its published best (and the
+        comparators) in ``processes`` fresh processes and records a verification (no trials; one worker takes
+        each task). ValueError as :meth:`create_job`."""
 
     def get_job(self, *, job_id: int) -> JobRecord | None: ...
 

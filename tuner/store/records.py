@@ -59,6 +59,20 @@ def check_tasks(tasks: Sequence[tuple[str, str, str]]) -> None:
         raise ValueError("a job lists the same shape twice")
 
 
+JOB_KINDS = ("tune", "verify")
+
+
+def check_job_kind(kind: str, trials: int, processes: int | None) -> None:
+    """ValueError unless ``kind`` is a job kind, a tuning job has trials, and a verify job has no trials and
+    at least one process per shape."""
+    if kind not in JOB_KINDS:
+        raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOB_KINDS)}")
+    if kind == "tune" and trials < 1:
+        raise ValueError("a tuning job needs at least one trial per shape")
+    if kind == "verify" and (trials != 0 or processes is None or processes < 1):
+        raise ValueError("a verify job has no trials and at least one process per shape")
+
+
 def check_role(role: str) -> None:
     """ValueError unless ``role`` is one of ROLES."""
     if role not in ROLES:
@@ -221,6 +235,8 @@ class JobRecord:
     finished_at: datetime | None
     tasks: tuple[TaskRecord, ...] = ()
     workers: tuple[str, ...] = ()
+    kind: str = "tune"  # 'tune' | 'verify'
+    processes: int | None = None  # fresh processes per shape of a verify job
 
     @property
     def trials_done(self) -> int:
@@ -291,3 +307,38 @@ class NewMeasurement:
     verify_s: float | None = None
     measure_s: float | None = None
     worker: str | None = None
+
+
+@dataclass(frozen=True)
+class VerificationRecord:
+    """A published best re-measured in fresh processes: the figures, the drift against the stored median,
+    and where it ran (the re-measuring device's fingerprint, which may differ from the study's)."""
+
+    id: int
+    study_id: int
+    config_json: str
+    stored_us: float
+    median_us: float | None
+    low_us: float | None
+    high_us: float | None
+    drift: float | None
+    tolerance: float
+    flagged: bool
+    processes: int
+    figures_json: str
+    device_kind: str
+    device_name: str
+    fingerprint_hash: str
+    fingerprint_json: str
+    worker: str | None
+    created_at: datetime
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(json.loads(self.config_json))
+
+    @property
+    def figures(self) -> list[dict[str, Any]]:
+        """Per process: ``{"process": i, "candidates": [{"label", "status", "median_us", "p20_us", "p80_us",
+        "stored_us", "reason"}, …]}``."""
+        return list(json.loads(self.figures_json))

@@ -1,0 +1,92 @@
+"""Repository functions for verifications: published bests re-measured in fresh processes (``tuner verify``).
+
+Functions take a session from :meth:`db.Store.session` first and keyword arguments after it; they return
+:mod:`db.records`. A verification belongs to the study whose best it re-measured; it is kept, never replaced
+(the history of re-measurements is the evidence), and the latest one is the one answers show.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tuner.db._convert import canonical_json, to_record
+from tuner.db.models import StudyRow, VerificationRow, utcnow
+from tuner.errors import NotFoundError
+from tuner.store.records import VerificationRecord
+
+
+def add_verification(
+    session: Session,
+    *,
+    study_id: int,
+    config_json: str,
+    stored_us: float,
+    median_us: float | None,
+    low_us: float | None,
+    high_us: float | None,
+    drift: float | None,
+    tolerance: float,
+    flagged: bool,
+    processes: int,
+    figures: Sequence[Mapping[str, Any]],
+    device_kind: str,
+    device_name: str,
+    fingerprint_hash: str,
+    fingerprint_json: str,
+    worker: str | None = None,
+) -> VerificationRecord:
+    """Store one verification of a study's best; NotFoundError if the study does not exist, ValueError for
+    non-JSON figures or a non-positive process count."""
+    if session.get(StudyRow, study_id) is None:
+        raise NotFoundError(f"no study with id {study_id}")
+    if processes < 1:
+        raise ValueError(f"a verification runs at least one process, got {processes}")
+    row = VerificationRow(
+        study_id=study_id, config_json=canonical_json(config_json, what="config_json"), stored_us=stored_us,
+        median_us=median_us, low_us=low_us, high_us=high_us, drift=drift, tolerance=tolerance, flagged=flagged,
+        processes=processes, figures_json=json.dumps(list(figures), sort_keys=True, separators=(",", ":")),
+        device_kind=device_kind, device_name=device_name, fingerprint_hash=fingerprint_hash,
+        fingerprint_json=fingerprint_json, worker=worker, created_at=utcnow(),
+    )
+    session.add(row)
+    session.flush()
+    return to_record(VerificationRecord, row)
+
+
+def latest_verification(session: Session, *, study_id: int) -> VerificationRecord | None:
+    """The study's most recent verification, or None."""
+    query = (
+        select(VerificationRow).where(VerificationRow.study_id == study_id)
+        .order_by(VerificationRow.created_at.desc(), VerificationRow.id.desc()).limit(1)
+    )
+    row = session.scalars(query).first()
+    return None if row is None else to_record(VerificationRecord, row)
+
+
+def latest_verifications(session: Session, *, study_ids: Sequence[int]) -> dict[int, VerificationRecord]:
+    """The most recent verification of each of these studies that has one (one query)."""
+    if not study_ids:
+        return {}
+    rows = session.scalars(
+        select(VerificationRow).where(VerificationRow.study_id.in_(list(study_ids)))
+        .order_by(VerificationRow.created_at, VerificationRow.id)
+    )
+    return {row.study_id: to_record(VerificationRecord, row) for row in rows}  # later rows win
+
+
+def list_verifications(
+    session: Session, *, study_id: int | None = None, template: str | None = None, limit: int = 100
+) -> list[VerificationRecord]:
+    """Verifications, newest first, of one study or of a template's studies (None: any)."""
+    query = select(VerificationRow)
+    if study_id is not None:
+        query = query.where(VerificationRow.study_id == study_id)
+    if template is not None:
+        query = query.join(StudyRow, StudyRow.id == VerificationRow.study_id).where(StudyRow.template == template)
+    query = query.order_by(VerificationRow.created_at.desc(), VerificationRow.id.desc()).limit(limit)
+    return [to_record(VerificationRecord, row) for row in session.scalars(query)]

@@ -1,0 +1,126 @@
+"""``tuner verify`` on the CPU: a published best re-measured in fresh processes, the drift against the store
+flagged and recorded; as a job a worker runs; in the API answer and the report.
+
+The templates (tests/fixtures/drift_templates.py) spin for a time set per measurement process: the tune that
+publishes runs in the first process, each verification process is a new one. ``drifting_spin`` runs three
+times as long in every process after the first; ``steady_spin`` keeps its speed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fixtures.drift_templates import DIR_ENV, DRIFTING_REF, STEADY_REF
+from tests.fixtures.servers import SUBMIT, TOKENS, auth, thread_server
+from tuner import db, registry
+from tuner.api.settings import ApiSettings
+from tuner.driver.reverify import BEST_LABEL, verify_best
+from tuner.driver.tuning import tune_shapes
+from tuner.errors import UserInputError
+from tuner.frozen import Shape
+from tuner.measure.devices.base import DeviceSpec
+from tuner.measure.measurer import MeasureOptions, Measurer
+from tuner.report.markdown import collect, render_markdown, render_verifications
+from tuner.service.worker import Worker, WorkerOptions
+
+CPU = DeviceSpec("cpu")
+OPTIONS = MeasureOptions(n_samples=15, warmup=2)
+SHAPE = Shape(n=64)
+
+
+@pytest.fixture(autouse=True)
+def _spin_templates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "ordinals"
+    folder.mkdir()
+    monkeypatch.setenv(DIR_ENV, str(folder))  # inherited by the measurement processes
+    registry.register("drifting_spin", DRIFTING_REF)
+    registry.register("steady_spin", STEADY_REF)
+
+
+def _publish(store: db.Store, name: str) -> None:
+    """Tune the one-config space in one measurement process (the first): its final round publishes."""
+    with Measurer(CPU, OPTIONS) as measurer:
+        (summary,) = tune_shapes(name, [("n=64", SHAPE)], store=store, measurer=measurer, trials=1)
+    assert summary.final.published
+
+
+def test_a_template_whose_speed_changes_between_processes_is_flagged(db_url: str) -> None:
+    store = db.Store.open(db_url)
+    _publish(store, "drifting_spin")
+    seen: list[int] = []
+    outcome = verify_best(store, "drifting_spin", SHAPE, device=CPU, processes=2, options=OPTIONS,
+                          on_process=lambda p: seen.append(p.process))
+    v = outcome.verdict
+    assert seen == [1, 2] and len(outcome.processes) == 2
+    assert v.flagged and v.drift is not None and v.drift > 0.5  # three times as slow: about +200%
+    assert v.low_us is not None and v.high_us is not None and v.low_us <= v.median_us <= v.high_us  # type: ignore[operator]
+    for process in outcome.processes:
+        best = process.best
+        assert best.status == "OK" and best.ratio is not None and best.ratio > 1.5
+        assert best.p20_us is not None and best.p20_us <= best.median_us <= best.p80_us  # type: ignore[operator]
+        (library,) = [c for c in process.candidates if c.label != BEST_LABEL]
+        # the comparator returns its own output and does not drift: its ratio to its stored figure stays near 1
+        assert library.label == "comparator:library" and library.status == "OK"
+        assert library.ratio is not None and 0.4 < library.ratio < 2.5
+    with store.session() as session:
+        (record,) = db.list_verifications(session, template="drifting_spin")
+        best = db.get_best(session, template="drifting_spin", shape_key=SHAPE.key())
+    assert best is not None and record.study_id == best.study_id and record.config == best.config
+    assert record.flagged and record.processes == 2 and record.stored_us == best.median_us
+    assert record.drift == pytest.approx(v.drift) and record.fingerprint_hash == outcome.fingerprint.hash()
+    assert [p["process"] for p in record.figures] == [1, 2]
+    # the published best itself is left as it was: a re-tune decides
+    assert best.median_us == outcome.best.median_us
+
+
+def test_a_steady_template_is_within_tolerance(tmp_path: Path) -> None:
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    _publish(store, "steady_spin")
+    outcome = verify_best(store, "steady_spin", SHAPE, device=CPU, processes=2, options=OPTIONS, tolerance=0.5,
+                          comparators=False)
+    assert not outcome.verdict.flagged and abs(outcome.verdict.drift or 1.0) < 0.5
+    assert all(len(p.candidates) == 1 for p in outcome.processes)  # no comparator asked for
+    report = collect(store, "steady_spin")
+    assert "⚠" not in render_markdown(report)
+    text = render_verifications([report])
+    assert "| steady_spin | n=64 |" in text and "| ok (±50%) |" in text
+
+
+def test_verify_without_a_published_best_says_so(tmp_path: Path) -> None:
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    with pytest.raises(UserInputError, match=r"no best config .* run `tuner tune` first"):
+        verify_best(store, "steady_spin", SHAPE, device=CPU, processes=1, options=OPTIONS)
+
+
+@pytest.mark.slow
+def test_a_verify_job_over_http_flags_the_drift_in_the_api_answer_and_the_report(tmp_path: Path) -> None:
+    """Submit a tune job, then a verify job (``submit`` scope); a worker runs both; ``GET /v1/best`` and
+    the report carry the flagged verification."""
+    url = db.sqlite_url(tmp_path / "t.db")
+    store = db.Store.open(url)
+    settings = ApiSettings(db_url=url, tokens=TOKENS, warm_templates=False, best_cache_ttl_s=0)  # type: ignore[call-arg]
+    common = {"template": "drifting_spin", "shapes": [{"n": 64}], "device": {"kind": "cpu"}, "samples": 15,
+              "comparators": False}
+    options = WorkerOptions(CPU, heartbeat_s=0.5, lease_s=10)
+    with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=30) as http:
+        tune = http.post("/v1/jobs", json={**common, "trials": 1, "finalists": 1}, headers=auth(SUBMIT))
+        assert tune.status_code == 201, tune.text
+        assert Worker(store, options).run(exit_when_idle=True) == 1  # its measurement process: the first
+        created = http.post("/v1/jobs", json={**common, "kind": "verify", "processes": 2}, headers=auth(SUBMIT))
+        assert created.status_code == 201, created.text
+        job = created.json()
+        assert job["kind"] == "verify" and job["processes"] == 2 and job["progress"]["trials_total"] == 0
+        refused = http.post("/v1/jobs", json={**common, "kind": "verify", "processes": 0}, headers=auth(SUBMIT))
+        assert refused.status_code == 422
+        assert Worker(store, options).run(exit_when_idle=True) == 1
+        done = http.get(f"/v1/jobs/{job['id']}").json()
+        (task,) = done["tasks"]
+        assert done["state"] == "done" and task["state"] == "done" and task["best_us"] > 0
+        best = http.get("/v1/best", params={"template": "drifting_spin", "device": "cpu", "shape": "n=64"}).json()
+        check = best["verification"]
+        assert best["match"] == "exact" and check["flagged"] and check["drift"] > 0.5 and check["processes"] == 2
+        assert any("drifted" in note for note in best["notes"])
+    assert "⚠ drift +" in render_markdown(collect(store, "drifting_spin"))

@@ -1,0 +1,217 @@
+"""``tuner verify``: a published best re-measured in fresh processes, beside the comparators, against the store.
+
+A served number must be one a user gets. :func:`verify_best` finds the published best of (template, shape)
+— preferring the entry measured under the re-measuring device's fingerprint, then its device name, then any
+device of its kind, always of the current template version — and re-measures it together with the
+template's comparators in ``processes`` fresh measurement processes (a new :class:`~tuner.measure.Measurer`,
+hence a new worker process, each: nothing warm carries over but the compile caches on disk). Each process
+measures every candidate interleaved (the measurement contract: same flush, same samples) on its own fresh
+inputs. Per process and candidate it keeps the median and the p20–p80 spread and the ratio to the figure the
+store holds for that candidate (the best's published median; a comparator's figure in the final round that
+published the best).
+
+The verdict is on the best config: the median over processes of its per-process medians against its stored
+median. A drift beyond ``tolerance`` (±3% by default), or no process measuring it OK, flags the verification.
+Every verification is recorded with the best's study (figures, the fingerprint it ran under), so that the
+API, the report and the pages can show it; flagged or not, the published best itself is left unchanged (a
+re-tune decides that).
+
+Raises UserInputError when no best is published for the shape, DeviceError / MeasureSetupError from the
+measurer, StoreError from the store. Not thread-safe (one device, one verification at a time).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner import registry
+from tuner.driver.study import COMPARATOR_PREFIX, process_label
+from tuner.errors import UserInputError
+from tuner.frozen import Config, Shape
+from tuner.measure.devices.base import DeviceSpec, Fingerprint
+from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
+from tuner.results import MeasureResult
+from tuner.store import BestRecord, TuningStore, VerificationRecord
+
+DRIFT_TOLERANCE = 0.03
+BEST_LABEL = "best"
+
+MeasurerFactory = Callable[[DeviceSpec, MeasureOptions], Measurer]
+
+
+@dataclass(frozen=True)
+class CandidateFigures:
+    """One candidate in one process: its status and figures, and the figure the store holds for it."""
+
+    label: str  # "best" or "comparator:<name>"
+    status: str
+    median_us: float | None
+    p20_us: float | None
+    p80_us: float | None
+    stored_us: float | None
+    reason: str | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """This process's median over the stored figure (1.0: as stored)."""
+        if self.median_us is None or not self.stored_us:
+            return None
+        return self.median_us / self.stored_us
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "status": self.status, "median_us": self.median_us, "p20_us": self.p20_us,
+                "p80_us": self.p80_us, "stored_us": self.stored_us, "reason": self.reason}
+
+    @classmethod
+    def of(cls, label: str, result: MeasureResult, stored_us: float | None) -> CandidateFigures:
+        s = result.summary
+        reason = (result.reason or "").splitlines()[0][:200] if result.reason else None
+        return cls(label, result.status.value, result.median_us, s.p20_us if s else None, s.p80_us if s else None,
+                   stored_us, reason)
+
+
+@dataclass(frozen=True)
+class ProcessFigures:
+    """Every candidate of one fresh process (1-based ``process``)."""
+
+    process: int
+    candidates: tuple[CandidateFigures, ...]
+
+    @property
+    def best(self) -> CandidateFigures:
+        return next(c for c in self.candidates if c.label == BEST_LABEL)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"process": self.process, "candidates": [c.to_dict() for c in self.candidates]}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The best config's figures over the processes against its stored median."""
+
+    stored_us: float
+    median_us: float | None  # median of the per-process medians (OK processes)
+    low_us: float | None
+    high_us: float | None
+    drift: float | None  # median_us / stored_us - 1
+    tolerance: float
+
+    @property
+    def flagged(self) -> bool:
+        """Drift beyond the tolerance, or no process measured the best config OK."""
+        return self.drift is None or abs(self.drift) > self.tolerance
+
+    @classmethod
+    def of(cls, stored_us: float, processes: Sequence[ProcessFigures], tolerance: float) -> Verdict:
+        medians = [p.best.median_us for p in processes if p.best.status == "OK" and p.best.median_us is not None]
+        if not medians:
+            return cls(stored_us, None, None, None, None, tolerance)
+        median = statistics.median(medians)
+        return cls(stored_us, median, min(medians), max(medians), median / stored_us - 1.0, tolerance)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A finished verification: what was re-measured, the figures, the verdict and the stored record."""
+
+    template: str
+    shape: Shape
+    best: BestRecord
+    fingerprint: Fingerprint
+    processes: tuple[ProcessFigures, ...]
+    verdict: Verdict
+    record: VerificationRecord
+
+
+def verify_best(
+    store: TuningStore,
+    template_name: str,
+    shape: Shape,
+    *,
+    device: DeviceSpec | None = None,
+    processes: int = 5,
+    options: MeasureOptions | None = None,
+    comparators: bool = True,
+    tolerance: float = DRIFT_TOLERANCE,
+    worker: str | None = None,
+    measurer_factory: MeasurerFactory = Measurer,
+    on_process: Callable[[ProcessFigures], None] | None = None,
+) -> Verification:
+    """Re-measure the published best of (template, shape) in ``processes`` fresh processes and record the
+    verification (see the module doc). ``on_process`` sees each process's figures as they come."""
+    if processes < 1:
+        raise UserInputError(f"--processes must be at least 1, got {processes}")
+    if not tolerance > 0:
+        raise UserInputError(f"the drift tolerance must be positive, got {tolerance}")
+    template = registry.get(template_name)
+    ref = registry.ref_of(template.name)
+    spec, options = device or DeviceSpec(), options or MeasureOptions()
+    labelled: list[tuple[str, Candidate]] | None = None
+    stored: dict[str, float | None] = {}
+    best: BestRecord | None = None
+    fingerprint: Fingerprint | None = None
+    figures: list[ProcessFigures] = []
+    for number in range(1, processes + 1):
+        with measurer_factory(spec, options) as measurer:
+            if best is None:
+                fingerprint = measurer.fingerprint()
+                best = _published_best(store, template.name, template.version, shape, fingerprint)
+                names = [c.name for c in template.comparators()] if comparators else []
+                labelled = [(BEST_LABEL, Candidate(config=Config.from_json(best.config_json)))]
+                labelled += [(COMPARATOR_PREFIX + n, Candidate(comparator=n)) for n in names]
+                stored = _stored_figures(store, best)
+            assert labelled is not None
+            results = measurer.measure_interleaved(ref, shape, [c for _, c in labelled])
+        process = ProcessFigures(number, tuple(
+            CandidateFigures.of(label, r, stored.get(label)) for (label, _), r in zip(labelled, results, strict=True)
+        ))
+        figures.append(process)
+        if on_process is not None:
+            on_process(process)
+    assert best is not None and fingerprint is not None
+    verdict = Verdict.of(best.median_us, figures, tolerance)
+    record = store.add_verification(
+        study_id=best.study_id, config_json=best.config_json, stored_us=best.median_us,
+        median_us=verdict.median_us, low_us=verdict.low_us, high_us=verdict.high_us, drift=verdict.drift,
+        tolerance=tolerance, flagged=verdict.flagged, processes=processes, figures=[p.to_dict() for p in figures],
+        device_kind=fingerprint.kind, device_name=fingerprint.device_name, fingerprint_hash=fingerprint.hash(),
+        fingerprint_json=fingerprint.to_json(), worker=worker or process_label(),
+    )
+    return Verification(template.name, shape, best, fingerprint, tuple(figures), verdict, record)
+
+
+def _published_best(
+    store: TuningStore, template: str, version: str, shape: Shape, fingerprint: Fingerprint
+) -> BestRecord:
+    """The best to verify: of this fingerprint, else of this device name, else of this device kind."""
+    narrowing: tuple[dict[str, str], ...] = (
+        {"device_name": fingerprint.device_name, "fingerprint_hash": fingerprint.hash()},
+        {"device_name": fingerprint.device_name},
+        {},
+    )
+    for extra in narrowing:
+        found = store.get_best(template=template, shape_key=shape.key(), device_kind=fingerprint.kind,
+                               template_version=version, **extra)
+        if found is not None:
+            return found
+    raise UserInputError(
+        f"no best config of {template}@{version} is published for {shape.key()} on {fingerprint.kind}; "
+        "run `tuner tune` first"
+    )
+
+
+def _stored_figures(store: TuningStore, best: BestRecord) -> dict[str, float | None]:
+    """The stored figure of each candidate: the best's published median, and each comparator's median in the
+    final round that published it (None where that round has none)."""
+    figures: dict[str, float | None] = {BEST_LABEL: best.median_us}
+    published = store.get_measurement(measurement_id=best.measurement_id)
+    if published is None or published.round_id is None:
+        return figures
+    for m in store.list_measurements(study_id=best.study_id, role="final", round_id=published.round_id):
+        if m.candidate.startswith(COMPARATOR_PREFIX):
+            figures[m.candidate] = m.median_us
+    return figures
+
