@@ -15,6 +15,10 @@ if [[ -f $H/chunk_cumsum.db ]]; then
     $TUNER report mamba2_chunk_cumsum mamba2_chunk_cumsum_tilelang --device cuda --db "$DB" \
       --title "Mamba2 chunk cumsum forward on the H200: Triton and TileLang templates vs mamba_ssm"
   } > $H/chunk_cumsum.md
+  { cat $H/verify.head.md
+    $TUNER report mamba2_chunk_cumsum_tilelang mamba3_mimo_bwd --verifications --device cuda --db "$DB" \
+      --title "Verifications (latest per workload)"
+  } > $H/verify.md
 else
   echo "skipped chunk_cumsum reports: $H/chunk_cumsum.db is missing" >&2
 fi

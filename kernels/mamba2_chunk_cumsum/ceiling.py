@@ -36,7 +36,7 @@ def _compiled() -> Any:
         import triton.language as tl
 
         @triton.jit
-        def elementwise_ceiling(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
+        def elementwise_ceiling(x_ptr, y_ptr, z_ptr, n, BLOCK: tl.constexpr):
             offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
             mask = offs < n
             x = tl.load(x_ptr + offs, mask=mask)

@@ -305,12 +305,7 @@ def render_markdown(report: Report, *, errors: bool = False, kernels: bool = Fal
                 f"{r.search_s:.0f}" if r.search_s is not None else "–",
             ]
             out.append("| " + " | ".join(cells) + " |")
-        gm = ["**geometric mean**", "", "", "", _gm_ratio([(r.default_us, r.best_us) for r in rows])]
-        for n in line_names:
-            pairs = [(next((ln.median_us for ln in r.lines if ln.name == n), None), r.best_us) for r in rows]
-            gm += ["", _gm_ratio(pairs)]
-        gm += [*summary.means(rows), "", ""]
-        out.append("| " + " | ".join(gm) + " |")
+        out += _mean_lines(rows, line_names, summary, ["", ""])
         out.append("")
         out += _lines_legend(rows)
         out += [f"- not measured: {note}" for note in silent]
@@ -401,18 +396,15 @@ def render_comparison(reports: Sequence[Report], *, title: str | None = None) ->
         summary = _SummaryColumns.of([row for _, row in winners.values()], strongest=True)
         header += [*summary.header(), *[f"{n} best µs" for n in names], "trials (failed), search s"]
         out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        ratios: dict[str, list[tuple[float | None, float | None]]] = {}
         for k in keys:
             name, row = winners[k]
             by_line = {ln.name: ln for ln in row.lines}
             cells = [k[1], name, _config_cell(row.best_config), _us_spread(row), _ratio(row.default_us, row.best_us)]
-            ratios.setdefault("incumbent", []).append((row.default_us, row.best_us))
             for n in line_names:
                 ln = by_line.get(n)
                 t = ln.median_us if ln else None
                 member = f" ({ln.member})" if ln and ln.member and ln.member != n else ""
                 cells += [_us(t) + (member if t else ""), _ratio(t, row.best_us)]
-                ratios.setdefault(n, []).append((t, row.best_us))
             cells += summary.cells(row)
             cells += [_us(by_key[k][n].best_us) if n in by_key[k] else "–" for n in names]
             cells.append("; ".join(
@@ -420,11 +412,7 @@ def render_comparison(reports: Sequence[Report], *, title: str | None = None) ->
                 for n, r in sorted(by_key[k].items())
             ))
             out.append("| " + " | ".join(cells) + " |")
-        gm = ["**geometric mean**", "", "", "", _gm_ratio(ratios["incumbent"])]
-        for n in line_names:
-            gm += ["", _gm_ratio(ratios[n])]
-        gm += [*summary.means([row for _, row in winners.values()]), *[""] * len(names), ""]
-        out += ["| " + " | ".join(gm) + " |", ""]
+        out += [*_mean_lines([winners[k][1] for k in keys], line_names, summary, [""] * (len(names) + 1)), ""]
         out += _lines_legend([winners[k][1] for k in keys])
     out += _environment([fp for r in reports for fp in r.fingerprints])
     return "\n".join(out) + "\n"
@@ -474,10 +462,30 @@ class _SummaryColumns:
         return out + ([""] * (2 if self.ceiling else 1))
 
 
+def _mean_lines(
+    rows: Sequence[ReportRow], line_names: Sequence[str], summary: _SummaryColumns, trailing: Sequence[str]
+) -> list[str]:
+    """Geometric-mean rows: one over the workloads, and one per comparator contract the rows were measured
+    under (``<workload> @ dtype=float32`` rows): a mean across contracts would mix unlike ratios."""
+    groups: dict[str, list[ReportRow]] = {}
+    for r in rows:
+        groups.setdefault(r.workload.split(" @ ", 1)[1] if " @ " in r.workload else "", []).append(r)
+    out = []
+    for contract, group in groups.items():
+        label = "**geometric mean**" + (f" @ {contract}" if contract else "")
+        cells = [label, "", "", "", _gm_ratio([(r.default_us, r.best_us) for r in group])]
+        for n in line_names:
+            pairs = [(next((ln.median_us for ln in r.lines if ln.name == n), None), r.best_us) for r in group]
+            cells += ["", _gm_ratio(pairs)]
+        cells += [*summary.means(group), *trailing]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
 def _strongest_cell(line: Line | None, best_us: float | None) -> str:
     if line is None or not line.median_us:
         return "–"
-    member = f" ({line.member})" if line.member else ""
+    member = f" ({line.member})" if line.member and line.member != line.name else ""
     return f"{_ratio(line.median_us, best_us)} {line.name}{member}"
 
 
@@ -497,10 +505,16 @@ def _lines_legend(rows: Sequence[ReportRow]) -> list[str]:
         first = next(ln for ln in found if ln is not None)
         kind = "ceiling (no math)" if first.ceiling else ("as users call it" if first.variant is None
                                                            else f"contract variant: {first.variant}")
-        docs = sorted({ln.doc for ln in found if ln is not None and ln.doc})
+        docs = sorted({_first_paragraph(ln.doc) for ln in found if ln is not None and ln.doc})
         mb = " / ".join(_mb(ln.bytes_moved) if ln else "–" for ln in found)
         out.append(f"| {name} | {kind} | {'; '.join(docs)} | {mb} |")
     return [*out, ""]
+
+
+def _first_paragraph(doc: str, width: int = 240) -> str:
+    """A doc's first paragraph on one line (table cells hold no line breaks), at most ``width`` characters."""
+    text = " ".join(doc.strip().split("\n\n")[0].split())
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _mb(nbytes: int | None) -> str:
