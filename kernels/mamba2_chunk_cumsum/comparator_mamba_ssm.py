@@ -152,47 +152,22 @@ VARIANT = "mamba_ssm's kernel launched on the template's output buffers (dt_out 
 
 def comparators() -> tuple[Comparator, ...]:
     """The lines as users call mamba_ssm (fp32 outputs), then the TileOPs-contract variants."""
-    lines = [
-        Comparator(
-            name="mamba_ssm-wrapper",
-            doc="mamba_ssm 2.3.x _chunk_cumsum_fwd as users call it: its wrapper, its fp32 outputs, its autotuner",
-            build=build_wrapper,
-            unavailable=unavailable,
-            group=USER_AUTOTUNED,
-            contract=USER_CONTRACT,
-        )
-    ]
-    for bh in FIXED_BLOCK_H:
-        lines.append(
-            Comparator(
-                name=f"mamba_ssm-fp32-bh{bh}",
-                doc=f"mamba_ssm's kernel at BLOCK_SIZE_H={bh}, {AUTOTUNE_NUM_WARPS} warps, on fp32 outputs "
-                    "as its wrapper launches it",
-                build=build_fixed(bh),
-                unavailable=unavailable,
-                group=USER_FIXED,
-                contract=USER_CONTRACT,
-            )
-        )
-    lines.append(
-        Comparator(
-            name="mamba_ssm-tileops",
-            doc="mamba_ssm 2.3.x _chunk_cumsum_fwd_kernel with its own autotuning, on our output buffers",
-            build=build_autotuned,
-            unavailable=unavailable,
-            group=VARIANT_AUTOTUNED,
-            variant=VARIANT,
-        )
+    user = {"unavailable": unavailable, "contract": USER_CONTRACT}
+    variant = {"unavailable": unavailable, "variant": VARIANT}
+    return (
+        Comparator("mamba_ssm-wrapper", "mamba_ssm 2.3.x _chunk_cumsum_fwd as users call it: its wrapper, its fp32 "
+                   "outputs, its autotuner", build_wrapper, group=USER_AUTOTUNED, **user),  # type: ignore[arg-type]
+        *_fixed_lines("mamba_ssm-fp32", "on fp32 outputs as its wrapper launches it", USER_FIXED, user),
+        Comparator("mamba_ssm-tileops", "mamba_ssm 2.3.x _chunk_cumsum_fwd_kernel with its own autotuning, on our "
+                   "output buffers", build_autotuned, group=VARIANT_AUTOTUNED, **variant),  # type: ignore[arg-type]
+        *_fixed_lines("mamba_ssm-tileops", "on our output buffers", VARIANT_FIXED, variant),
     )
-    for bh in FIXED_BLOCK_H:
-        lines.append(
-            Comparator(
-                name=f"mamba_ssm-tileops-bh{bh}",
-                doc=f"mamba_ssm's kernel at BLOCK_SIZE_H={bh}, {AUTOTUNE_NUM_WARPS} warps, on our output buffers",
-                build=build_fixed(bh),
-                unavailable=unavailable,
-                group=VARIANT_FIXED,
-                variant=VARIANT,
-            )
-        )
-    return tuple(lines)
+
+
+def _fixed_lines(prefix: str, where: str, group: str, extra: dict[str, Any]) -> list[Comparator]:
+    """One comparator per fixed BLOCK_SIZE_H, ``<prefix>-bh<n>``, in one group."""
+    return [
+        Comparator(f"{prefix}-bh{bh}", f"mamba_ssm's kernel at BLOCK_SIZE_H={bh}, {AUTOTUNE_NUM_WARPS} warps, {where}",
+                   build_fixed(bh), group=group, **extra)
+        for bh in FIXED_BLOCK_H
+    ]
