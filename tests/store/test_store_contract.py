@@ -307,3 +307,47 @@ def test_cancelling_stops_a_job_once(store: Any) -> None:
         store.cancel_job(job_id=job.id + 1000)
     worker = _worker(store)
     assert store.claim_task(worker_id=worker, device_kind="cpu", device_name="CPU", backends=["triton"]) is None
+
+
+# -- verifications and verify jobs (``tuner verify``) ---------------------------------------------------------
+def _verification(store: Any, study_id: int, median_us: float, **fields: Any) -> Any:
+    base: dict[str, Any] = {
+        "study_id": study_id, "config_json": '{"BLOCK_H": 4}', "stored_us": 5.0, "median_us": median_us,
+        "low_us": median_us, "high_us": median_us, "drift": median_us / 5.0 - 1, "tolerance": 0.03,
+        "flagged": abs(median_us / 5.0 - 1) > 0.03, "processes": 2,
+        "figures": [{"process": 1, "candidates": []}, {"process": 2, "candidates": []}],
+        "device_kind": "cpu", "device_name": "CPU", "fingerprint_hash": "f", "fingerprint_json": "{}",
+    }
+    return store.add_verification(**{**base, **fields})
+
+
+def test_verifications_are_kept_and_the_latest_is_answered(store: Any) -> None:
+    study, other = _study(store), _study(store, n=2)
+    first = _verification(store, study.id, 5.1)
+    second = _verification(store, study.id, 6.0)
+    assert not first.flagged and second.flagged and second.drift == pytest.approx(0.2)
+    assert [p["process"] for p in second.figures] == [1, 2] and second.config == {"BLOCK_H": 4}
+    assert store.latest_verifications(study_ids=[study.id, other.id]) == {study.id: second}
+    assert store.list_verifications(study_id=study.id) == [second, first]
+    assert store.list_verifications(template="other") == []
+    with pytest.raises(NotFoundError):
+        _verification(store, 999_999, 5.0)
+    with pytest.raises(ValueError):
+        _verification(store, study.id, 5.0, processes=0)
+
+
+def test_a_verify_job_has_no_trials_and_one_worker_takes_each_task(store: Any) -> None:
+    a, b = _worker(store, "a"), _worker(store, "b")
+    job = store.create_verify_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                                  device_name=None, tasks=[("w0", "n=0", '{"n": 0}')], processes=3)
+    assert job.kind == "verify" and job.processes == 3 and job.tasks[0].trials_target == 0
+    claim = store.claim_task(worker_id=a, device_kind="cpu", device_name="CPU", backends=["triton"])
+    assert claim is not None and claim.job.kind == "verify"
+    assert store.begin_finalize(task_id=claim.task.id, worker_id=a) is True
+    assert store.claim_task(worker_id=b, device_kind="cpu", device_name="CPU", backends=["triton"]) is None
+    done = store.finish_task(task_id=claim.task.id, worker_id=a, best_us=5.0, best_config_json='{"x":1}')
+    assert done.state == "done"
+    for bad in ({"kind": "verify", "trials": 0}, {"kind": "verify", "trials": 1, "processes": 2},
+                {"kind": "tune", "trials": 0}, {"kind": "other"}):
+        with pytest.raises(ValueError):
+            _job(store, **bad)

@@ -65,9 +65,8 @@ def test_a_template_whose_speed_changes_between_processes_is_flagged(db_url: str
         # the comparator returns its own output and does not drift: its ratio to its stored figure stays near 1
         assert library.label == "comparator:library" and library.status == "OK"
         assert library.ratio is not None and 0.4 < library.ratio < 2.5
-    with store.session() as session:
-        (record,) = db.list_verifications(session, template="drifting_spin")
-        best = db.get_best(session, template="drifting_spin", shape_key=SHAPE.key())
+    (record,) = store.list_verifications(template="drifting_spin")
+    best = store.get_best(template="drifting_spin", shape_key=SHAPE.key())
     assert best is not None and record.study_id == best.study_id and record.config == best.config
     assert record.flagged and record.processes == 2 and record.stored_us == best.median_us
     assert record.drift == pytest.approx(v.drift) and record.fingerprint_hash == outcome.fingerprint.hash()
