@@ -593,7 +593,8 @@ def submit(
         return
     where = device + (f" ({device_name})" if device_name else "")
     work = f"{job['processes']} fresh processes" if verify else f"{job['trials']} trials"
-    console.print(f"job {job['id']} {job['state']}: {job['kind']} {job['template']}, {len(job['tasks'])} shape(s) × "
+    kind = "verify " if verify else ""
+    console.print(f"job {job['id']} {job['state']}: {kind}{job['template']}, {len(job['tasks'])} shape(s) × "
                   f"{work} on {where}", highlight=False)
 
 
