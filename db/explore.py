@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from tuner.db._convert import as_utc, to_record
 from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow
-from tuner.store.records import BestRecord, MeasurementRecord, Status, StudyRecord
+from tuner.store.records import BestRecord, MeasurementRecord, Status, StudyRecord, active_seconds
 
 # Sort keys of :func:`page_measurements`: a leading '-' sorts descending; rows without a value come last.
 SORTS = ("id", "-id", "trial_number", "-trial_number", "median_us", "-median_us", "status", "-status",
@@ -254,3 +254,81 @@ def failure_groups(session: Session, *, study_id: int, role: str = "trial") -> l
         first = (reason or "").strip().splitlines()[0][:300] if (reason or "").strip() else "(no reason recorded)"
         merged[(status, first)] = merged.get((status, first), 0) + int(n)
     return [FailureGroup(s, r, n) for (s, r), n in sorted(merged.items(), key=lambda item: (-item[1], item[0]))]
+
+
+@dataclass(frozen=True)
+class RoundEntry:
+    """One candidate of a final round: ``candidate`` is 'config', 'default' or 'comparator:<name>'."""
+
+    candidate: str
+    status: str
+    median_us: float | None
+    p20_us: float | None
+    p80_us: float | None
+    config_json: str
+
+
+@dataclass(frozen=True)
+class StudyOutcome:
+    """What a study found, without its trial records: the entries of its latest final round (by id; empty
+    when it has none), its measured sweep trials (INVALID configs left out) and how many of them did not end
+    OK, and the wall time its search ran (:func:`tuner.store.records.active_seconds`; None under two trials)."""
+
+    study_id: int
+    final: tuple[RoundEntry, ...]
+    trials: int
+    failed: int
+    search_s: float | None
+
+
+def study_outcomes(session: Session, *, study_ids: Sequence[int]) -> dict[int, StudyOutcome]:
+    """The outcome of each of these studies (a study that does not exist is left out); five queries in all,
+    reading the final rounds' rows and the trials' times, not the trial records."""
+    ids = list(study_ids)
+    if not ids:
+        return {}
+    newest = (
+        select(func.max(MeasurementRow.id))
+        .where(MeasurementRow.study_id.in_(ids), MeasurementRow.role == "final",
+               MeasurementRow.round_id.is_not(None))
+        .group_by(MeasurementRow.study_id)
+    )
+    rounds = {(sid, rid) for sid, rid in session.execute(
+        select(MeasurementRow.study_id, MeasurementRow.round_id).where(MeasurementRow.id.in_(newest)))}
+    final: dict[int, list[RoundEntry]] = {}
+    if rounds:
+        rows = session.execute(
+            select(MeasurementRow.study_id, MeasurementRow.round_id, MeasurementRow.candidate,
+                   MeasurementRow.status, MeasurementRow.median_us, MeasurementRow.p20_us, MeasurementRow.p80_us,
+                   MeasurementRow.config_json)
+            .where(MeasurementRow.study_id.in_([sid for sid, _ in rounds]), MeasurementRow.role == "final",
+                   MeasurementRow.round_id.in_([rid for _, rid in rounds]))
+            .order_by(MeasurementRow.id)
+        ).all()
+        for sid, rid, candidate, status, median, p20, p80, config_json in rows:
+            if (sid, rid) in rounds:
+                final.setdefault(sid, []).append(RoundEntry(candidate, status, median, p20, p80, config_json))
+    counts: dict[int, dict[str, int]] = {}
+    for sid, status, n in session.execute(
+        select(MeasurementRow.study_id, MeasurementRow.status, func.count(MeasurementRow.id))
+        .where(MeasurementRow.study_id.in_(ids), MeasurementRow.role == "trial")
+        .group_by(MeasurementRow.study_id, MeasurementRow.status)
+    ):
+        counts.setdefault(sid, {})[status] = int(n)
+    stamps: dict[int, list[datetime]] = {}
+    for sid, created in session.execute(
+        select(MeasurementRow.study_id, MeasurementRow.created_at)
+        .where(MeasurementRow.study_id.in_(ids), MeasurementRow.role == "trial",
+               MeasurementRow.status != Status.INVALID.value)
+    ):
+        stamps.setdefault(sid, []).append(as_utc(created))
+    existing = set(session.scalars(select(StudyRow.id).where(StudyRow.id.in_(ids))))
+    out = {}
+    for sid in ids:
+        if sid not in existing:
+            continue
+        by_status = counts.get(sid, {})
+        measured = sum(n for status, n in by_status.items() if status != Status.INVALID.value)
+        out[sid] = StudyOutcome(sid, tuple(final.get(sid, ())), measured,
+                                measured - by_status.get(Status.OK.value, 0), active_seconds(stamps.get(sid, [])))
+    return out

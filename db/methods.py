@@ -249,3 +249,7 @@ class StoreMethods:
     def device_totals(self) -> list[explore.DeviceTotals]:
         with self._reading() as s:
             return explore.device_totals(s)
+
+    def study_outcomes(self, *, study_ids: Sequence[int]) -> dict[int, explore.StudyOutcome]:
+        with self._reading() as s:
+            return explore.study_outcomes(s, study_ids=study_ids)

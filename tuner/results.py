@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 
 from tuner.frozen import Config
 
+# The candidate labels of measurements: a final round times the tuned config, the default, and comparators.
+DEFAULT_LABEL = "default"
+CONFIG_LABEL = "config"
+COMPARATOR_PREFIX = "comparator:"
+
 
 class Status(str, enum.Enum):
     """Outcome of one candidate. Only ``OK`` results carry timings that may be published."""
@@ -116,3 +121,4 @@ class MeasureResult:
     def failed(self, status: Status, reason: str) -> MeasureResult:
         """A copy turned into a failure, keeping errors and phase timings."""
         return MeasureResult(status, self.config, None, self.errors, reason, self.timer, self.phases)
+

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuner import db
 from tuner.api import explore
 from tuner.api.best_service import BestRequest, BestService
-from tuner.api.catalog import Catalog
+from tuner.api.catalog import Catalog, CatalogEntry
 from tuner.api.schemas import JobOut
 from tuner.api.ui import plots
+from tuner.db.explore import StudyOutcome
 from tuner.errors import NotFoundError, TunerError, UnknownTemplateError
-
-if TYPE_CHECKING:
-    from tuner.report.markdown import ReportRow
+from tuner.frozen import Shape
+from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status
 
 log = logging.getLogger(__name__)
 ACTIVE = ("queued", "running")
@@ -81,22 +82,64 @@ def _latest_per_key(summaries: Sequence[Any]) -> dict[tuple[str, str, str], Any]
 
 @dataclass(frozen=True)
 class ShapeRow:
-    """A row of the template page: the report's row, its study, the best config's changes from the default,
-    the ``match`` that ``GET /v1/best`` gives for its shape, and each comparator line's time."""
+    """A row of the template page, from its study's latest final round: the best entry (fastest OK
+    non-comparator) with its p20-p80, the default, each comparator's time, the study's trials (failed) and
+    search time, its changes from the default, and the ``match`` that ``GET /v1/best`` gives for its shape.
 
-    row: ReportRow
-    study: db.StudyRecord | None
+    Each comparator is a line of its own: grouping comparators into one line needs the implementation
+    (:attr:`tuner.template.Comparator.group`), which the API does not import. No roofline, for the same
+    reason (bytes moved is the implementation's)."""
+
+    workload: str
+    version: str
+    study: db.StudyRecord
+    best_config: dict[str, Any] | None
+    best_us: float | None
+    best_spread: tuple[float, float] | None
+    default_us: float | None
+    lines: dict[str, float | None]
+    trials: int
+    failed: int
+    search_s: float | None
     changed: dict[str, Any]
     match: str
-    lines: dict[str, float | None]
+
+
+def _shape_row(entry: CatalogEntry, study: db.StudyRecord, outcome: StudyOutcome | None, match: str) -> ShapeRow:
+    final = outcome.final if outcome else ()
+    ok = [e for e in final if e.status == Status.OK.value and e.median_us is not None]
+    best = min((e for e in ok if not e.candidate.startswith(COMPARATOR_PREFIX)),
+               key=lambda e: e.median_us or math.inf, default=None)
+    default = best if best is not None and best.candidate == DEFAULT_LABEL else next(
+        (e for e in ok if e.candidate == DEFAULT_LABEL), None)
+    lines: dict[str, float | None] = {}
+    for e in final:
+        if e.candidate.startswith(COMPARATOR_PREFIX):
+            name = e.candidate[len(COMPARATOR_PREFIX):]
+            us = e.median_us if e.status == Status.OK.value else None
+            lines[name] = us if lines.get(name) is None else min(lines[name] or math.inf, us or math.inf)
+    config = json.loads(best.config_json) if best else None
+    try:
+        workload = entry.spec.workload_name(Shape.from_json(study.shape_json)) or study.shape_key
+    except (TypeError, ValueError):
+        workload = study.shape_key
+    return ShapeRow(
+        workload=workload, version=study.template_version, study=study, best_config=config,
+        best_us=best.median_us if best else None,
+        best_spread=(best.p20_us, best.p80_us) if best and best.p20_us is not None and best.p80_us is not None
+        else None,
+        default_us=default.median_us if default else None, lines=lines,
+        trials=outcome.trials if outcome else 0, failed=outcome.failed if outcome else 0,
+        search_s=outcome.search_s if outcome else None,
+        changed={k: v for k, v in (config or {}).items() if entry.space.default.get(k) != v}, match=match,
+    )
 
 
 def template_page(store: db.Store, catalog: Catalog, best: BestService, name: str,
                   device_name: str | None) -> dict[str, Any]:
-    """One row per (shape, device) study of the template's newest measurement (the report's figures), a plot
-    of best against every line, what ``GET /v1/best`` answers per row, and every study of the template."""
-    from tuner.report.markdown import collect
-
+    """One row per (shape, device) of the template: the newest study's latest final round (one aggregate
+    read for all rows, :meth:`db.Store.study_outcomes`), a plot of best against every line, what
+    ``GET /v1/best`` answers per row, and every study of the template."""
     try:
         entry = catalog.get(name)
     except UnknownTemplateError as exc:
@@ -106,23 +149,17 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
     if device_name is not None and device_name not in devices:
         raise NotFoundError(f"no study of {name} on {device_name!r}; devices: {', '.join(devices) or 'none'}")
     device = device_name or (devices[0] if devices else None)
-    report = collect(store, name)
-    latest = _latest_per_key(summaries)
-    rows = []
-    for r in report.rows:
-        kind, _, dev = r.device.partition(":")
-        if dev != device:
-            continue
-        summary = latest.get((r.shape.key(), kind, dev))
-        rows.append(ShapeRow(
-            row=r, study=summary.study if summary else None,
-            changed={k: v for k, v in (r.best_config or {}).items() if entry.space.default.get(k) != v},
-            match=_match(best, name, r.shape.to_dict(), kind, dev),
-            lines={ln.name: ln.median_us for ln in r.lines},
-        ))
+    latest = sorted((s.study for k, s in _latest_per_key(summaries).items() if k[2] == device),
+                    key=lambda st: st.shape_key)
+    outcomes = store.study_outcomes(study_ids=[st.id for st in latest])
+    rows = [
+        _shape_row(entry, st, outcomes.get(st.id),
+                   _match(best, name, json.loads(st.shape_json), st.device_kind, st.device_name))
+        for st in latest
+    ]
     line_names = sorted({n for row in rows for n, us in row.lines.items() if us is not None})
-    figure = plots.lines_figure([{"workload": row.row.workload, "best_us": row.row.best_us,
-                                  "default_us": row.row.default_us, "lines": row.lines} for row in rows])
+    figure = plots.lines_figure([{"workload": row.workload, "best_us": row.best_us,
+                                  "default_us": row.default_us, "lines": row.lines} for row in rows])
     return {
         "info": template_info(catalog, name), "entry": entry, "devices": devices, "device": device,
         "rows": rows, "line_names": line_names, "figure": figure,

@@ -34,16 +34,13 @@ from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
 from tuner.measure.contract import Measuring
 from tuner.measure.measurer import Candidate
-from tuner.results import MeasureResult, Status
+from tuner.results import COMPARATOR_PREFIX, CONFIG_LABEL, DEFAULT_LABEL, MeasureResult, Status
 from tuner.space import SearchSpace
 from tuner.store import NewMeasurement, TrialHeartbeats, TuningStore
 from tuner.template import KernelTemplate
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LABEL = "default"
-CONFIG_LABEL = "config"
-COMPARATOR_PREFIX = "comparator:"
 METRIC_NAME = "median time (µs)"  # the trial value: median device time (CPU time on the CPU backend)
 
 

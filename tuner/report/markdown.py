@@ -14,19 +14,17 @@ Rows of a shape that is a workload under a comparator's own contract (e.g. fp32 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from tuner import registry
-from tuner.driver.study import COMPARATOR_PREFIX, DEFAULT_LABEL
 from tuner.frozen import Config, Shape
-from tuner.results import Status
+from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status
 from tuner.store import MeasurementRecord, StudyRecord, TuningStore, VerificationRecord
+from tuner.store.records import active_seconds
 from tuner.template import Comparator, KernelTemplate
 
 GREEN, RED = "🟢", "🔴"
@@ -127,7 +125,7 @@ def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerpr
     trials = store.list_measurements(study_id=st.id, role="trial")
     measured = [t for t in trials if t.status != Status.INVALID.value]
     failed = sum(1 for t in measured if t.status != Status.OK.value)
-    search_s = _active_seconds([t.created_at for t in measured])
+    search_s = active_seconds([t.created_at for t in measured])
     best = _best_entry(final)
     default = next((m for m in final if m.candidate == DEFAULT_LABEL and m.status == Status.OK.value), None)
     if best is not None and best.candidate == DEFAULT_LABEL:
@@ -195,19 +193,6 @@ def _row_label(template: KernelTemplate, shape: Shape) -> str:
 
 def _fastest_line(lines: Sequence[Line]) -> Line | None:
     return min((ln for ln in lines if ln.median_us), key=lambda ln: ln.median_us or math.inf, default=None)
-
-
-SESSION_GAP_S = 300.0  # trials further apart than this belong to separate runs of the search
-
-
-def _active_seconds(stamps: Sequence[datetime]) -> float | None:
-    """Wall time the search ran: the sum of the gaps between consecutive trials, leaving out gaps longer
-    than SESSION_GAP_S (the search was resumed later, e.g. in another session)."""
-    if len(stamps) < 2:
-        return None
-    ordered = sorted(stamps)
-    gaps = ((b - a).total_seconds() for a, b in itertools.pairwise(ordered))
-    return sum(g for g in gaps if g <= SESSION_GAP_S)
 
 
 def _best_entry(final: Sequence[MeasurementRecord]) -> MeasurementRecord | None:

@@ -8,6 +8,7 @@ Timestamps are timezone-aware UTC.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -342,3 +343,17 @@ class VerificationRecord:
         """Per process: ``{"process": i, "candidates": [{"label", "status", "median_us", "p20_us", "p80_us",
         "stored_us", "reason"}, …]}``."""
         return list(json.loads(self.figures_json))
+
+
+SESSION_GAP_S = 300.0  # trials further apart than this belong to separate runs of the search
+
+
+def active_seconds(stamps: Sequence[datetime]) -> float | None:
+    """Wall time a search ran, from its trials' times: the sum of the gaps between consecutive trials,
+    leaving out gaps longer than SESSION_GAP_S (the search was resumed later, e.g. in another session).
+    None for fewer than two trials."""
+    if len(stamps) < 2:
+        return None
+    ordered = sorted(stamps)
+    gaps = ((b - a).total_seconds() for a, b in itertools.pairwise(ordered))
+    return sum(g for g in gaps if g <= SESSION_GAP_S)
