@@ -45,6 +45,8 @@ def add_measurement(
     verify_s: float | None = None,
     measure_s: float | None = None,
     worker: str | None = None,
+    device_index: int | None = None,
+    device_uuid: str | None = None,
 ) -> MeasurementRecord:
     """Store one measurement of a study and return it (with its id).
 
@@ -80,6 +82,8 @@ def add_measurement(
         verify_s=verify_s,
         measure_s=measure_s,
         worker=worker,
+        device_index=device_index,
+        device_uuid=device_uuid,
     )
     session.add(row)
     session.flush()

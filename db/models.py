@@ -108,6 +108,8 @@ class MeasurementRow(Base):
     verify_s: Mapped[float | None] = mapped_column(Double)
     measure_s: Mapped[float | None] = mapped_column(Double)
     worker: Mapped[str | None] = mapped_column(String(256))  # host/pid that measured
+    device_index: Mapped[int | None] = mapped_column(Integer)  # the measuring worker's device index
+    device_uuid: Mapped[str | None] = mapped_column(String(64))  # the GPU's UUID, where the backend knows it
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -158,7 +158,7 @@ def tune(
         tune_shapes(
             t.name, selected, store=store, measurer=measurer, trials=trials, sampler=sampler, seed=seed,
             finalists=finalists, comparators=comparators, compile_workers=compile_workers, console=console,
-            exhaustive=exhaustive, only=subspace,
+            exhaustive=exhaustive, only=subspace, device_index=None if record is not None else spec.index,
         )
     console.print()
     console.print(render_markdown(collect(store, t.name, device_kind=kind)), markup=False, highlight=False)
@@ -446,8 +446,14 @@ def worker(
     heartbeat: Annotated[float, typer.Option(min=0.2, help="Heartbeat interval, seconds.")] = 5.0,
     lease: Annotated[float, typer.Option(min=1.0, help="Seconds without heartbeat before the worker is lost.")] = 30.0,
     exit_when_idle: Annotated[bool, typer.Option(help="Exit when no task is left instead of waiting.")] = False,
+    all_gpus: Annotated[bool, typer.Option(
+        "--all-gpus", help="One worker per visible GPU, each pinned to its GPU (CUDA_VISIBLE_DEVICES).")] = False,
+    registered_index: Annotated[int | None, typer.Option(
+        hidden=True, min=0, help="The index to register (a worker pinned to one GPU by --all-gpus).")] = None,
 ) -> None:
-    """Serve tuning jobs from the store's queue on one device until interrupted (SIGINT/SIGTERM)."""
+    """Serve tuning jobs from the store's queue on one device until interrupted (SIGINT/SIGTERM).
+
+    With --all-gpus, start one such worker per GPU this process sees and wait for them."""
     import logging
     import threading
 
@@ -460,13 +466,28 @@ def worker(
     if lease <= 2 * heartbeat:
         raise UserInputError(f"--lease ({lease:g} s) must exceed twice --heartbeat ({heartbeat:g} s)")
     names = parse_backends(backends)
-    spec = resolve(DeviceSpec(device, index))  # type: ignore[arg-type]
+    if all_gpus and device not in ("auto", "cuda"):
+        raise UserInputError("--all-gpus runs CUDA workers: leave --device at auto or cuda")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if all_gpus:
+        from tuner.measure.devices.gpus import list_nvidia_gpus, visible_gpus
+        from tuner.service.fleet import plan_fleet, run_fleet
+
+        store = durable(lambda: _store(db_url), StoreHealth(), stop)  # migrated once, before the workers start
+        args = ["--backends", ",".join(names), "--heartbeat", str(heartbeat), "--lease", str(lease)]
+        args += ["--exit-when-idle"] if exit_when_idle else []
+        environ = {**os.environ, "TUNER_DB_URL": store.unmasked_url()}  # not on command lines (passwords)
+        launches = plan_fleet(visible_gpus(list_nvidia_gpus(), os.environ), args, environ)
+        err_console.print(f"starting {len(launches)} worker(s), one per GPU: " + ", ".join(
+            f"{launch.gpu.ordinal} ({launch.gpu.physical.uuid})" for launch in launches), highlight=False)
+        raise typer.Exit(run_fleet(launches, stop))
+    spec = resolve(DeviceSpec(device, index))  # type: ignore[arg-type]
     store = durable(lambda: _store(db_url), StoreHealth(), stop)  # a store down at start is waited for too
-    served = Worker(store, WorkerOptions(spec, names, heartbeat, lease)).run(stop, exit_when_idle=exit_when_idle)
+    options = WorkerOptions(spec, names, heartbeat, lease, device_index=registered_index)
+    served = Worker(store, options).run(stop, exit_when_idle=exit_when_idle)
     err_console.print(f"worker stopped after {served} task(s)")
     # The worker has left the queue: exit now. Tearing down the interpreter (a garbage collection over
     # everything torch and the kernel toolchains loaded) takes seconds, and SIGTERM must end a worker in 5 s.
@@ -491,16 +512,24 @@ def serve(
     port: Annotated[int, typer.Option(min=1, max=65535)] = 8000,
     db_url: DbOpt = None,
     worker: Annotated[bool, typer.Option("--worker/--no-worker", help="Start one local worker too.")] = True,
+    workers: Annotated[str, typer.Option(
+        "--workers", help="1: one local worker on --device; auto: one per visible GPU, each pinned to it.")] = "1",
     device: DeviceOpt = "auto",
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request.")] = True,
 ) -> None:
-    """Serve the HTTP API (OpenAPI at /docs) and, unless --no-worker, one worker on --device."""
+    """Serve the HTTP API (OpenAPI at /docs) and, unless --no-worker, one worker on --device (--workers auto:
+    one per visible GPU, as `tuner worker --all-gpus`)."""
     from tuner.api.main import create_app
     from tuner.api.settings import ApiSettings
     from tuner.service import serve as serving
     from tuner.service.remote import local_token, local_token_path
 
+    if workers not in ("1", "auto"):
+        raise UserInputError(f"--workers {workers!r}: expected 1 or auto")
+    if workers == "auto" and device not in ("auto", "cuda"):
+        raise UserInputError("--workers auto runs one CUDA worker per GPU: leave --device at auto or cuda")
+    fleet: tuple[str, tuple[str, ...]] = ("cuda", ("--all-gpus",)) if workers == "auto" else (device, ())
     if device not in ("auto", "cuda", "npu", "cpu"):
         raise UserInputError(f"unknown device {device!r}; expected auto, cuda, npu or cpu")
     try:
@@ -519,7 +548,7 @@ def serve(
     err_console.print(f"exploration pages: http://{shown}:{port}/", highlight=False)
     serving.serve(
         create_app(settings, store), host=host, port=port, log_level=log_level, access_log=access_log,
-        worker=(lambda: serving.start_worker(store, device)) if worker else None,
+        worker=(lambda: serving.start_worker(store, *fleet)) if worker else None,
     )
 
 

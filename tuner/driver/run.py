@@ -31,6 +31,7 @@ class StudyOptions:
     comparators: bool = True
     heartbeat_s: float | None = None  # Optuna trial heartbeats (studies shared by workers)
     warm: bool = True  # queue the warm starts (default, seeds, neighbours' bests) first
+    device_index: int | None = None  # the measuring device's index on its host, recorded with each measurement
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def run_study(
     (UnknownTemplateError, SearchSpaceError, StoreError, DeviceError, RecordConflictError for a lost slot).
     """
     ctx = open_study(template, shape, store=store, measurer=measurer, sampler=options.sampler, seed=options.seed,
-                     heartbeat_s=options.heartbeat_s, warm=options.warm)
+                     heartbeat_s=options.heartbeat_s, warm=options.warm, device_index=options.device_index)
     if on_open is not None:
         on_open(ctx)
     records = run_trials(ctx, budget, on_trial=on_trial, should_stop=should_stop,

@@ -76,6 +76,8 @@ class StudyContext:
     storage: optuna.storages.BaseStorage
     worker: str = field(default_factory=lambda: process_label())
     seed_base: int = 0
+    device_index: int | None = None  # recorded with every measurement: which device of the host measured
+    device_uuid: str | None = None
     in_flight: InFlight = field(default_factory=InFlight)  # trials asked and not yet told (heartbeats read it)
     orphans_checked_at: float = -math.inf  # time.monotonic() of the last orphan scan (tuner.driver.trials)
 
@@ -105,12 +107,15 @@ def open_study(
     seed: int | None = None,
     heartbeat_s: float | None = None,
     warm: bool = True,
+    device_index: int | None = None,
 ) -> StudyContext:
     """Create or load the study for (template, shape, the measurer's device fingerprint).
 
     ``sampler``: a name (:data:`tuner.samplers.SAMPLERS`) or a sampler instance (exhaustive sweeps).
     ``warm``: queue the warm starts (default, seeds, neighbouring shapes' bests) ahead of the sampler;
     an exhaustive sweep leaves them out (it measures every valid config of its plan anyway).
+    ``device_index``: the measuring device's index on this host, recorded with every measurement beside
+    the GPU's UUID (``uuid`` in the fingerprint's info, where the backend knows it).
 
     ``heartbeat_s`` turns on Optuna's trial heartbeats (workers sharing a study): a trial whose process
     stops beating for 4 intervals is failed by the next worker and retried with the same parameters.
@@ -157,9 +162,11 @@ def open_study(
         wanted = [c.to_dict() for c in warm_starts(store, space, key) if c.to_dict() not in settled]
         queue_in_order(study, store, wanted)
     seed_base = zlib.crc32(key.study_name().encode()) if seed is None else seed
+    uuid = fingerprint.info.get("uuid")
     return StudyContext(
         template, template_ref, shape, space, key, study_row.id, study, optuna_sampler, store, measurer,
-        storage=storage, seed_base=seed_base,
+        storage=storage, seed_base=seed_base, device_index=device_index,
+        device_uuid=str(uuid) if uuid is not None else None,
     )
 
 
@@ -240,7 +247,8 @@ def order_warm_starts(
 
 def new_measurement(
     result: MeasureResult, *, study_id: int, role: str, candidate: str, trial_number: int | None = None,
-    round_id: str | None = None, worker: str | None = None,
+    round_id: str | None = None, worker: str | None = None, device_index: int | None = None,
+    device_uuid: str | None = None,
 ) -> NewMeasurement:
     """The store's plain-value form of one measured candidate."""
     s = result.summary
@@ -252,6 +260,7 @@ def new_measurement(
         mean_us=s.mean_us if s else None, min_us=s.min_us if s else None, max_us=s.max_us if s else None,
         n_samples=s.n if s else None, timer=result.timer, build_s=result.phases.build_s,
         verify_s=result.phases.verify_s, measure_s=result.phases.measure_s, worker=worker,
+        device_index=device_index, device_uuid=device_uuid,
     )
 
 
@@ -262,7 +271,8 @@ def store_result(
     """Store one measurement of the study and, with ``slot_id``, spend that trial slot on it (one store
     transaction: a measurement is stored if and only if its slot is spent); returns the measurement id."""
     measurement = new_measurement(result, study_id=ctx.study_id, role=role, candidate=candidate,
-                                  trial_number=trial_number, round_id=round_id, worker=ctx.worker)
+                                  trial_number=trial_number, round_id=round_id, worker=ctx.worker,
+                                  device_index=ctx.device_index, device_uuid=ctx.device_uuid)
     return ctx.store.record_measurement(measurement, slot_id=slot_id).id
 
 

@@ -51,6 +51,7 @@ def tune_shapes(
     console: Console | None = None,
     exhaustive: bool = False,
     only: Mapping[str, Sequence[object]] | None = None,
+    device_index: int | None = None,
 ) -> list[ShapeSummary]:
     """Tune each shape: ``trials`` measured trials, then the final round; returns one summary per shape.
 
@@ -58,12 +59,13 @@ def tune_shapes(
     trials are asked in batches of that size and each batch compiled in a pool of that many processes.
     ``exhaustive``: instead of ``trials`` sampled trials, measure every valid config of the space (of the
     subspace ``only``: parameter -> the values it may take) that the study does not hold yet, then run the
-    final round; ``sampler`` and ``seed`` are not used then. Raises what open_study raises, ConfigError
-    for a bad ``only``.
+    final round; ``sampler`` and ``seed`` are not used then. ``device_index`` is recorded with every
+    measurement. Raises what open_study raises, ConfigError for a bad ``only``.
     """
     console = console or Console(quiet=True)
     workers = compile_workers or (os.cpu_count() or 1 if registry.get(template).compile_in_parallel else 1)
-    options = StudyOptions(sampler=sampler, seed=seed, finalists=finalists, comparators=comparators)
+    options = StudyOptions(sampler=sampler, seed=seed, finalists=finalists, comparators=comparators,
+                           device_index=device_index)
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(CompilePool(workers)) if workers > 1 else None
         return [

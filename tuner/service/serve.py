@@ -31,11 +31,11 @@ def start_worker(store: db.Store, device: str, extra: tuple[str, ...] = ()) -> s
     env = {**os.environ, "TUNER_DB_URL": store.unmasked_url()}
     return subprocess.Popen(
         [sys.executable, "-m", "tuner.cli", "worker", "--device", device, *extra],
-        env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        env=env, preexec_fn=die_with_parent if sys.platform == "linux" else None,
     )
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # prctl(PR_SET_PDEATHSIG, SIGTERM): the kernel signals the worker if `tuner serve` is killed outright.
     import ctypes
 

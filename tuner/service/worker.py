@@ -64,6 +64,8 @@ class WorkerOptions:
     lease_s: float = 30.0  # a worker silent this long is declared lost
     poll_s: float = 1.0  # idle wait between claims
     compile_workers: int = 0  # parallel compile processes for slow-compiling templates (0: the host's cores)
+    device_index: int | None = None  # the index it registers and records (default device.index); a worker
+    # pinned to one GPU (tuner.service.fleet) sees it as cuda:0 but registers the GPU's index on the host
 
 
 class QueueStore(TuningStore, JobQueue, Protocol):
@@ -111,6 +113,12 @@ class Worker:
         """``call()`` (a store operation), retried through outages until it succeeds or the worker stops."""
         return durable(call, self.health, self._stop)
 
+    @property
+    def device_index(self) -> int:
+        """The device index this worker registers and records with its measurements."""
+        index = self.options.device_index
+        return self.options.device.index if index is None else index
+
     def run(self, stop: threading.Event | None = None, *, exit_when_idle: bool = False) -> int:
         """Serve tasks; returns how many tasks this worker worked on. Raises DeviceError when the device
         cannot be used at all; store outages are waited out (a stop during one ends the wait)."""
@@ -153,7 +161,7 @@ class Worker:
         self.store.register_worker(
             worker_id=self.id, host=socket.gethostname(), pid=os.getpid(),
             device_kind=fingerprint.kind, device_name=fingerprint.device_name,
-            device_index=self.options.device.index, backends=self.options.backends,
+            device_index=self.device_index, backends=self.options.backends,
             fingerprint_hash=fingerprint.hash(), fingerprint_json=fingerprint.to_json(),
             lease_s=self.options.lease_s,
         )
@@ -275,7 +283,8 @@ class Worker:
             return self.store.begin_finalize(task_id=task_id, worker_id=self.id)
 
         options = StudyOptions(sampler=job.sampler, seed=job.seed, finalists=job.finalists,
-                               comparators=job.comparators, heartbeat_s=self.options.heartbeat_s)
+                               comparators=job.comparators, heartbeat_s=self.options.heartbeat_s,
+                               device_index=self.device_index)
         return run_study(job.template, shape, store=self.store, measurer=measurer,
                          budget=SlotBudget(self.store, task_id, self.id), options=options, pool=pool,
                          on_open=on_open, should_stop=should_stop, take_final_round=take_final_round,

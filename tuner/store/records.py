@@ -134,6 +134,8 @@ class MeasurementRecord:
     measure_s: float | None
     worker: str | None
     created_at: datetime
+    device_index: int | None = None
+    device_uuid: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -308,6 +310,8 @@ class NewMeasurement:
     verify_s: float | None = None
     measure_s: float | None = None
     worker: str | None = None
+    device_index: int | None = None  # the measuring device's index on its host
+    device_uuid: str | None = None  # the GPU's UUID, where the backend knows it
 
 
 @dataclass(frozen=True)

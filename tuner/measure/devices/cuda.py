@@ -151,6 +151,8 @@ class CudaBackend(DeviceBackend):
             "compute_capability": f"{props.major}.{props.minor}",
             "flush_bytes": self.flush_bytes,
         }
+        if nvml_id.startswith("GPU-"):  # recorded per measurement (tuner_measurements.device_uuid), not keyed
+            info["uuid"] = nvml_id
         clock = sm_clock_mhz(nvml_id)
         if clock is not None:
             info["sm_clock_mhz_at_start"] = clock
