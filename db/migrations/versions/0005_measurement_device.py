@@ -3,8 +3,8 @@
 Several workers of one host (one per GPU) share a study, whose key names the device model only; each
 measurement records which GPU it ran on (the worker's registered index and the GPU's UUID).
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-01
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision: str | None = "0003"
+revision = "0005"
+down_revision: str | None = "0004"
 branch_labels = None
 depends_on = None
 
