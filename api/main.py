@@ -24,6 +24,7 @@ from tuner.api.deps import StoreProvider
 from tuner.api.fast_best import CachedBest
 from tuner.api.importance import Importances
 from tuner.api.limits import BodyLimit
+from tuner.api.reverify import Reverifier
 from tuner.api.routes import best, history, jobs, studies, templates, workers
 from tuner.api.settings import ApiSettings
 from tuner.api.ui import assets, pages
@@ -53,6 +54,8 @@ def create_app(settings: ApiSettings | None = None, store: db.Store | None = Non
             gc.freeze()
         yield
         app.state.best.answers.close()
+        if reverifier is not None:
+            reverifier.close()
         if store is None:
             stores.close()
 
@@ -64,8 +67,11 @@ def create_app(settings: ApiSettings | None = None, store: db.Store | None = Non
     app.state.settings = settings
     app.state.catalog = catalog
     app.state.stores = stores
+    reverifier = (Reverifier(stores, catalog, processes=settings.reverify_processes)
+                  if settings.reverify_foreign else None)
+    app.state.reverifier = reverifier
     app.state.best = BestService(catalog, stores, ttl_s=settings.best_cache_ttl_s,
-                                 max_entries=settings.best_cache_size)
+                                 max_entries=settings.best_cache_size, on_foreign=reverifier)
     app.state.importances = Importances()
     errors.install(app)
     openapi.install(app, settings)

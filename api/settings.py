@@ -15,6 +15,9 @@
 ``TUNER_WARM_TEMPLATES``       import every registered template before serving (default true), so that no
                                request waits for (or is slowed down by) a kernel module's import.
 ``TUNER_BEST_CACHE_SIZE``      answers kept in the best-config cache (default 10000).
+``TUNER_REVERIFY_FOREIGN``     ``true`` (default): a best answered from a config verified on another device name
+                               or software queues a verify job on the requester's device (:mod:`tuner.api.reverify`).
+``TUNER_REVERIFY_PROCESSES``   fresh processes of such a verify job (default 5).
 
 Tokens are kept out of ``repr`` and never logged; compare them with :meth:`ApiSettings.scopes_of` only.
 """
@@ -47,6 +50,8 @@ class ApiSettings(BaseSettings):
     best_cache_ttl_s: float = Field(default=1.0, ge=0.0)
     best_cache_size: int = Field(default=10_000, ge=1)
     warm_templates: bool = True
+    reverify_foreign: bool = True
+    reverify_processes: int = Field(default=5, ge=1, le=50)
 
     @field_validator("tokens", mode="before")
     @classmethod

@@ -517,6 +517,9 @@ def serve(
     device: DeviceOpt = "auto",
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     access_log: Annotated[bool, typer.Option("--access-log/--no-access-log", help="Log every request.")] = True,
+    reverify: Annotated[bool | None, typer.Option(
+        "--reverify/--no-reverify", help="Queue a verify job when a best is served from a config verified on "
+        "another device name or software (default: on, or $TUNER_REVERIFY_FOREIGN).")] = None,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /docs) and, unless --no-worker, one worker on --device (--workers auto:
     one per visible GPU, as `tuner worker --all-gpus`)."""
@@ -538,6 +541,8 @@ def serve(
         errors = getattr(exc, "errors", None)
         text = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors()) if errors else str(exc)
         raise UserInputError(f"invalid TUNER_ settings: {text}") from None
+    if reverify is not None:
+        settings = settings.model_copy(update={"reverify_foreign": reverify})
     if not settings.tokens:
         token = local_token(create=True)
         settings = settings.model_copy(update={"tokens": {token: frozenset({"submit", "read"})}})

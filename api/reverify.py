@@ -1,0 +1,91 @@
+"""Re-verification requests: ``GET /v1/best`` answered from a config verified on another device or software.
+
+A published best is ``exact`` only for the device name and software it was verified under
+(:mod:`tuner.lookup`). When an answer comes from an entry of another device name or software
+(:attr:`tuner.lookup.Answer.foreign`), the config may well be right for the requester, but nobody
+has measured it there: :class:`Reverifier` queues a verify job (the job kind of ``tuner verify``) for the
+entry's shape on the requester's device kind and device name (any device of the kind when the request gave
+none), so that a worker there re-measures the config in fresh processes and records the verification
+with its own fingerprint.
+
+At most one job per (template, entry shape, device kind, device name, requested software) per server
+process, and none while a verify job for the same template, shape and device is queued or running.
+Submission happens on one background thread: a lookup never waits for it, and a failure (store down…) is
+logged, never raised. ``tuner serve`` turns it on by default (``TUNER_REVERIFY_FOREIGN``,
+``--no-reverify``). Thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from tuner.api.best_service import BestRequest
+from tuner.api.catalog import Catalog
+from tuner.api.deps import StoreProvider
+from tuner.frozen import Shape
+from tuner.lookup import Answer
+
+log = logging.getLogger(__name__)
+SUBMITTER = "tuner-serve:reverify"  # submitted_by of the jobs it queues
+
+
+class Reverifier:
+    """Callable as ``BestService.on_foreign``; see the module docstring."""
+
+    def __init__(self, stores: StoreProvider, catalog: Catalog, *, processes: int = 5,
+                 on_queued: Callable[[int], None] | None = None) -> None:
+        """``processes``: fresh processes per verification; ``on_queued(job_id)``: called after each job is
+        queued (tests, logs)."""
+        self.stores, self.catalog, self.processes, self.on_queued = stores, catalog, processes, on_queued
+        self._seen: set[tuple[object, ...]] = set()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-reverify")
+
+    def __call__(self, request: BestRequest, answer: Answer) -> None:
+        entry = answer.entry
+        if entry is None or not answer.foreign:
+            return
+        shape = Shape(dict(entry.shape))
+        key = (entry.template, shape, request.device_kind, request.device_name,
+               tuple(sorted(request.software.items())))
+        with self._lock:
+            if key in self._seen:
+                return
+            self._seen.add(key)
+        self._pool.submit(self._queue, entry.template, shape, request.device_kind, request.device_name, answer)
+
+    def _queue(self, template: str, shape: Shape, device_kind: str, device_name: str | None, answer: Answer) -> None:
+        try:
+            job_id = self._submit(template, shape, device_kind, device_name)
+        except Exception as exc:  # a background convenience: never fatal, never silent
+            log.warning("could not queue a re-verification of %s %s: %s", template, shape.key(), exc)
+            return
+        if job_id is None:
+            return
+        what = ", ".join(str(d) for d in answer.differences if not d.what.startswith("shape."))
+        log.info("queued verify job %s for %s %s on %s %s (%s)", job_id, template, shape.key(), device_kind,
+                 device_name or "(any)", what)
+        if self.on_queued is not None:
+            self.on_queued(job_id)
+
+    def _submit(self, template: str, shape: Shape, device_kind: str, device_name: str | None) -> int | None:
+        """The id of the verify job queued, or None when an equal one is already queued or running."""
+        spec = self.catalog.get(template).spec
+        store = self.stores.get()
+        for state in ("queued", "running"):
+            for job in store.list_jobs(state=state, limit=1000):
+                if (job.kind == "verify" and job.template == template and job.device_kind == device_kind
+                        and job.device_name == device_name and any(t.shape_key == shape.key() for t in job.tasks)):
+                    return None
+        job = store.create_verify_job(
+            template=template, template_version=spec.version, backend=spec.backend, device_kind=device_kind,
+            device_name=device_name, tasks=[(f"reverify {shape.key()}", shape.key(), shape.to_json())],
+            processes=self.processes, submitted_by=SUBMITTER,
+        )
+        return job.id
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

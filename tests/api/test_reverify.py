@@ -1,0 +1,80 @@
+"""``GET /v1/best`` answered from a config verified on another device name or software queues one verify job
+on the requester's device (SQLite and PostgreSQL, a real server)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+
+import httpx
+import pytest
+
+from tests.fixtures.processes import wait_for
+from tests.fixtures.servers import TOKENS, publish, thread_server
+from tuner import db
+from tuner.api.reverify import SUBMITTER
+from tuner.api.settings import ApiSettings
+
+NAME = "fault_vector_scale_tunable"
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[db.Store]:
+    with db.Store.open(db_url) as store:
+        publish(store, NAME, {"n": 1024}, {"mode": "ok", "BLOCK": 512}, 10.0, libraries={"triton": "3.4.0"})
+        yield store
+
+
+def _jobs(store: db.Store) -> list[db.JobRecord]:
+    with store.session() as session:
+        return db.list_jobs(session)
+
+
+def _serve(store: db.Store, **settings: object) -> AbstractContextManager[str]:
+    values: dict[str, object] = {"db_url": store.unmasked_url(), "tokens": TOKENS, "warm_templates": False,
+                                 "best_cache_ttl_s": 0, **settings}
+    return thread_server(ApiSettings(**values), store)  # type: ignore[arg-type]
+
+
+def test_a_foreign_answer_queues_one_verify_job_on_the_requesters_device(store: db.Store) -> None:
+    with _serve(store) as base, httpx.Client(base_url=base) as http:
+        def best(**params: object) -> dict:  # type: ignore[type-arg]
+            response = http.get("/v1/best", params={"template": NAME, "device": "cpu", "n": 1024, **params})
+            assert response.status_code == 200, response.text
+            return response.json()  # type: ignore[no-any-return]
+
+        assert best()["match"] == "exact"  # nothing compared: nothing to re-verify
+        assert best(device_name="test-cpu", software="triton=3.4.0")["match"] == "exact"
+        time.sleep(0.5)
+        assert _jobs(store) == []
+        assert best(n=2048)["match"] == "nearest"  # another shape only: a tuning matter, not a verification
+        time.sleep(0.5)
+        assert _jobs(store) == []
+
+        foreign = best(device_name="other-cpu", software="triton=3.5.0")
+        assert foreign["match"] == "nearest" and {d["what"] for d in foreign["differences"]} == {"device_name",
+                                                                                                "triton"}
+        wait_for(lambda: len(_jobs(store)) == 1, 30, "the verify job")
+        (job,) = _jobs(store)
+        assert (job.kind, job.template, job.device_kind, job.device_name) == ("verify", NAME, "cpu", "other-cpu")
+        assert job.state == "queued" and job.submitted_by == SUBMITTER and job.processes == 5
+        assert [t.shape for t in job.tasks] == [{"n": 1024}]
+        # Asked again (and with other software, or a neighbouring shape served by the same entry): the job is
+        # already queued, none is added.
+        best(device_name="other-cpu", software="triton=3.5.0")
+        best(device_name="other-cpu", software="triton=3.6.0")
+        best(n=2048, device_name="other-cpu")
+        time.sleep(1.0)
+        assert len(_jobs(store)) == 1
+        # Another device name is another job.
+        best(device_name="third-cpu")
+        wait_for(lambda: len(_jobs(store)) == 2, 30, "the second verify job")
+
+
+def test_re_verification_can_be_turned_off(store: db.Store) -> None:
+    with _serve(store, reverify_foreign=False) as base:
+        answer = httpx.get(f"{base}/v1/best", params={"template": NAME, "device": "cpu", "device_name": "other"})
+        assert answer.json()["match"] == "nearest"
+        time.sleep(0.5)
+        assert _jobs(store) == []
