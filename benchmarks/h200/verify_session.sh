@@ -11,6 +11,12 @@
 #                    processes each, then exhaustive subspaces (issue 17) as far as EXH_TIMEOUT allows
 #   mimo     OUTDIR  `tuner verify` of the MIMO backward bests (bundle --tilelang mamba) on WORKLOADS
 #                    (default: all 11), 5 fresh processes each, after warming the compile caches
+#   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 17's MIMO exhaustive subspace (variant × chunk_rows ×
+#                    num_warps × num_stages × prec) on two shapes into exhaustive_mimo_bwd.db, then issue 16's
+#                    40-trial sweep of the shape below 1x (N128 P64 R2) in the committed MIMO store
+#   unseen   OUTDIR  issue 16's shapes nobody tuned (benchmarks/unseen_shapes.py): tune its "tune" part in the
+#                    committed chunk-cumsum store, then measure every shape's served config against mamba_ssm
+#                    as users call it; and issue 18's single-GPU run of `tuner serve --workers auto`
 # Bundles: ../shared/tools/gpu-bundle .gpu (cumsum, verify) or --tilelang mamba .gpu-mamba (mimo); then
 # PYTHONPATH=/tmp/site:$PWD TRITON_INTERPRET=0.
 set -uo pipefail
@@ -70,6 +76,55 @@ case $PHASE in
     step verify_mimo "${VERIFY_TIMEOUT:-300}" $TUNER verify mamba3_mimo_bwd "${SELECT[@]}" --processes 5 --samples 30 \
       --timeout 240 --device cuda --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db" --json
     cp "$H/mamba3_mimo_bwd.db" "$OUT/"
+    ;;
+  mimo-sweep)
+    MIMO_ONLY=(--only variant=split,split2 --only chunk_rows=16,32,64 --only num_warps=2,4,8 --only num_stages=1,2
+               --only prec=lowp3,tf32 --only prec_rot=lowp3 --only block_n=16 --only scan_block=512
+               --only scan_chunks=4 --only group_chunks=4)
+    step exhaustive_mimo "${EXH_TIMEOUT:-300}" $TUNER tune mamba3_mimo_bwd -w mimo-n128-p64-r2 -w mimo-n64-p64-r4 \
+      --exhaustive "${MIMO_ONLY[@]}" --samples 30 --timeout 240 --device cuda --no-comparators \
+      --db "sqlite:///$PWD/$H/exhaustive_mimo_bwd.db"
+    cp "$H/exhaustive_mimo_bwd.db" "$OUT/"
+    step tune_mimo_r2 "${TUNE_TIMEOUT:-240}" $TUNER tune mamba3_mimo_bwd -w mimo-n128-p64-r2 --trials "${TRIALS:-40}" \
+      --samples 30 --finalists 3 --timeout 240 --device cuda --seed 1 --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
+    cp "$H/mamba3_mimo_bwd.db" "$OUT/"
+    ;;
+  unseen)
+    # shellcheck disable=SC2046
+    step tune_unseen "${TUNE_TIMEOUT:-200}" $TUNER tune mamba2_chunk_cumsum_tilelang $(python3 benchmarks/unseen_shapes.py tune-args) \
+      --trials "${TRIALS:-24}" --samples 100 --finalists 3 --device cuda --seed 7 --db "$CUMSUM_DB"
+    step measure_unseen "${MEASURE_TIMEOUT:-260}" python3 benchmarks/unseen_shapes.py measure --db "$CUMSUM_DB" \
+      --samples 100 --json "$W/unseen_shapes.json" --md "$W/unseen_shapes.md"
+    cp "$W/unseen_shapes.json" "$W/unseen_shapes.md" "$OUT/" 2>/dev/null
+    cp "$H/chunk_cumsum.db" "$OUT/"
+    # Issue 18 on one GPU: `tuner serve --workers auto` starts one worker per visible GPU (here one), pinned to it.
+    export TUNER_HOME="$W/home"; WDB="sqlite:///$W/workers.db"; PORT=8765
+    $TUNER serve --workers auto --device cuda --db "$WDB" --port $PORT --log-level warning > "$W/serve_auto.log" 2>&1 &
+    SERVE=$!
+    for _ in $(seq 60); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 1; done
+    T0=$(date +%s)
+    JOB=$($TUNER submit mamba2_chunk_cumsum -w mamba2-780m-b1-s4k --trials 12 --samples 50 --no-comparators \
+          --url "http://127.0.0.1:$PORT" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['id'])")
+    echo "job $JOB"
+    for _ in $(seq 150); do
+      nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader >> "$W/nvidia_smi_apps.txt"
+      STATE=$($TUNER status "$JOB" --url "http://127.0.0.1:$PORT" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['state'])")
+      [[ $STATE == done || $STATE == failed || $STATE == cancelled ]] && break; sleep 1
+    done
+    echo "job $JOB $STATE after $(( $(date +%s) - T0 )) s" | tee "$W/workers_auto.txt"
+    $TUNER status "$JOB" --url "http://127.0.0.1:$PORT" --json > "$W/workers_auto_status.json"
+    curl -s "http://127.0.0.1:$PORT/v1/workers" > "$W/workers_auto_workers.json"
+    kill -TERM $SERVE; wait $SERVE
+    python3 - "$W/workers.db" <<'PY' | tee -a "$W/workers_auto.txt"
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1])
+cols = [r[1] for r in con.execute("pragma table_info(tuner_measurements)")]
+print("measurement columns:", ",".join(cols))
+for row in con.execute("select device_index, device_uuid, count(*) from tuner_measurements group by 1, 2"):
+    print("device_index, uuid, measurements:", row)
+PY
+    nvidia-smi --query-gpu=index,uuid --format=csv,noheader | tee -a "$W/workers_auto.txt"
+    sort -u "$W/nvidia_smi_apps.txt" | head -20 | tee -a "$W/workers_auto.txt"
     ;;
   *) echo "unknown phase $PHASE" >&2; exit 2 ;;
 esac
