@@ -25,3 +25,7 @@ fi
 { cat $H/mamba3_mimo_bwd.head.md
   $TUNER report mamba3_mimo_bwd --device cuda --errors --kernels --db "sqlite:///$H/mamba3_mimo_bwd.db"
 } > $H/mamba3_mimo_bwd.md
+if [[ -f $H/unseen_shapes.json ]]; then
+  { cat $H/unseen_shapes.head.md; ${PYTHON:-.venv/bin/python} benchmarks/unseen_shapes.py render $H/unseen_shapes.json; } \
+    > $H/unseen_shapes.md
+fi

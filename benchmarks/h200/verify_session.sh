@@ -12,8 +12,9 @@
 #   mimo     OUTDIR  `tuner verify` of the MIMO backward bests (bundle --tilelang mamba) on WORKLOADS
 #                    (default: all 11), 5 fresh processes each, after warming the compile caches
 #   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 17's MIMO exhaustive subspace (variant × chunk_rows ×
-#                    num_warps × num_stages × prec) on two shapes into exhaustive_mimo_bwd.db, then issue 16's
-#                    40-trial sweep of the shape below 1x (N128 P64 R2) in the committed MIMO store
+#                    num_warps × num_stages × prec) on two shapes into exhaustive_mimo_bwd.db, after issue 16's
+#                    40-trial sweep of the shape below 1x (N128 P64 R2) in the committed MIMO store (first, while
+#                    the `mimo` phase's compile caches are warm)
 #   unseen   OUTDIR  issue 16's shapes nobody tuned (benchmarks/unseen_shapes.py): tune its "tune" part in the
 #                    committed chunk-cumsum store, then measure every shape's served config against mamba_ssm
 #                    as users call it; and issue 18's single-GPU run of `tuner serve --workers auto`
@@ -29,6 +30,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 date -u +"%Y-%m-%dT%H:%M:%SZ" | tee -a "$W/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$W/gpu.txt"
 CUMSUM_DB="sqlite:///$PWD/$H/chunk_cumsum.db"
+# mamba_ssm's MIMO comparator needs tilelang 0.1.8 (bundle --tilelang mamba). Unpack each bundle into an empty
+# folder: one unpacked over the other leaves both versions' package metadata, and the comparator then reports
+# itself unavailable (seen on 2026-12-01: a final round without its TileLang line).
+if [[ $PHASE == mimo || $PHASE == mimo-sweep ]]; then
+  TL=$(python3 -c "import importlib.metadata as m; print(','.join(sorted(d.version for d in m.distributions() if (d.metadata['Name'] or '').lower() == 'tilelang')))")
+  [[ $TL == 0.1.8 ]] || { echo "error: phase $PHASE needs exactly tilelang 0.1.8 installed, found: ${TL:-none}" >&2; exit 2; }
+fi
 # The five workloads on mamba_ssm's contract: dt_out in fp32, as its wrapper returns it.
 FP32=(-s B=1,S=4096,H=48,has_bias=false,dtype=float32 -s B=8,S=2048,H=64,has_bias=false,dtype=float32
       -s B=1,S=4096,H=48,has_bias=true,dtype=float32 -s B=8,S=2048,H=64,has_bias=true,dtype=float32
@@ -81,13 +89,13 @@ case $PHASE in
     MIMO_ONLY=(--only variant=split,split2 --only chunk_rows=16,32,64 --only num_warps=2,4,8 --only num_stages=1,2
                --only prec=lowp3,tf32 --only prec_rot=lowp3 --only block_n=16 --only scan_block=512
                --only scan_chunks=4 --only group_chunks=4)
+    step tune_mimo_r2 "${TUNE_TIMEOUT:-240}" $TUNER tune mamba3_mimo_bwd -w mimo-n128-p64-r2 --trials "${TRIALS:-40}" \
+      --samples 30 --finalists 3 --timeout 240 --device cuda --seed 1 --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
+    cp "$H/mamba3_mimo_bwd.db" "$OUT/"
     step exhaustive_mimo "${EXH_TIMEOUT:-300}" $TUNER tune mamba3_mimo_bwd -w mimo-n128-p64-r2 -w mimo-n64-p64-r4 \
       --exhaustive "${MIMO_ONLY[@]}" --samples 30 --timeout 240 --device cuda --no-comparators \
       --db "sqlite:///$PWD/$H/exhaustive_mimo_bwd.db"
     cp "$H/exhaustive_mimo_bwd.db" "$OUT/"
-    step tune_mimo_r2 "${TUNE_TIMEOUT:-240}" $TUNER tune mamba3_mimo_bwd -w mimo-n128-p64-r2 --trials "${TRIALS:-40}" \
-      --samples 30 --finalists 3 --timeout 240 --device cuda --seed 1 --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
-    cp "$H/mamba3_mimo_bwd.db" "$OUT/"
     ;;
   unseen)
     # shellcheck disable=SC2046
