@@ -10,7 +10,8 @@ not compared (and listed in :attr:`Answer.unchecked`), so older callers get the 
 Libraries the template's backend does not use are not compared (a Triton template ignores tilelang).
 
 Order: entries of the requester's device name first, then those of its software, then the nearest shape
-(:mod:`tuner.distance`), then the most recently published. An answer is ``exact`` only when the shape is
+(:mod:`tuner.distance`, its weights fitted over the entries), then the most recently published; entries
+farther than the distance's ``max_distance`` are not used. An answer is ``exact`` only when the shape is
 the entry's and nothing compared differs; otherwise ``nearest``, with every difference listed
 (:class:`Difference`: shape dims, device name, template version, software). A nearest entry is used only if
 its config satisfies the template's constraints for the *requested* shape.
@@ -136,7 +137,8 @@ class Answer:
 
 
 def shape_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """The lookup's distance (:data:`tuner.distance.DEFAULT_DISTANCE`); ``inf`` when not comparable."""
+    """The lookup's distance (:data:`tuner.distance.DEFAULT_DISTANCE`) before any fitting (every integer dim
+    weighs 1); ``inf`` when not comparable."""
     return DEFAULT_DISTANCE(a, b)
 
 
@@ -180,6 +182,7 @@ def choose(
     """
     who = requester if requester is not None else Requester(device_name=device_name)
     software = who.compared_software()
+    distance = distance.fitted((e.shape, e.config) for e in entries)
 
     def rank(e: Entry) -> tuple[bool, bool, float]:
         other_device = who.device_name is not None and e.device_name != who.device_name
@@ -189,9 +192,13 @@ def choose(
     # Two stable sorts: most recent first, then by rank, so that ties go to the most recent entry.
     recent_first = sorted(entries, key=lambda e: e.published_at or "", reverse=True)
     notes: list[str] = []
+    too_far = 0
     for e in sorted(recent_first, key=rank):
         d = distance(shape, e.shape)
         if math.isinf(d):
+            continue
+        if d > distance.max_distance:
+            too_far += 1
             continue
         if valid is not None and not valid(e.config, shape):
             notes.append(f"skipped the entry for {_key(e.shape)}: its config is invalid for this shape")
@@ -199,6 +206,9 @@ def choose(
         found = tuple(differences(shape, e, who))
         return Answer("nearest" if found else "exact", dict(e.config), e, d, tuple(notes), found,
                       unchecked_fields(who))
+    if too_far:
+        notes.append(f"{too_far} entr{'y' if too_far == 1 else 'ies'} farther than {distance.max_distance:g} "
+                     "not used: a config tuned that far away loses more than the default (benchmarks/regret.md)")
     if default is None:
         return None
     return Answer("default", dict(default), None, None, tuple(notes), (), unchecked_fields(who))

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
+from tuner.distance import DEFAULT_DISTANCE, ShapeDistance, learn_weights
 from tuner.lookup import Difference, Entry, Requester, choose, shape_distance
 
 
@@ -80,3 +83,52 @@ def test_the_requesters_device_then_software_are_preferred_over_a_nearer_shape()
     assert a is not None and a.match == "exact" and a.unchecked == ("device_name", "software")
     a = choose(shape, [same_shape_old], default=None, requester=Requester(template_version="2"))
     assert a is not None and a.match == "nearest" and a.differences == (Difference("template_version", "2", "1"),)
+
+
+def test_weights_are_learnt_from_how_much_each_dims_changes_change_the_best_config() -> None:
+    # Along N the best config never changes, along P one of two parameters does, along R both do.
+    examples = [
+        ({"N": 64, "P": 64, "R": 4}, {"rows": 32, "warps": 2}),
+        ({"N": 128, "P": 64, "R": 4}, {"rows": 32, "warps": 2}),
+        ({"N": 256, "P": 64, "R": 4}, {"rows": 32, "warps": 2}),
+        ({"N": 128, "P": 128, "R": 4}, {"rows": 32, "warps": 4}),
+        ({"N": 128, "P": 64, "R": 8}, {"rows": 64, "warps": 4}),
+    ]
+    weights = learn_weights(examples, floor=0.1)
+    assert weights == pytest.approx({"N": 0.1, "P": 1.0, "R": 2.0})  # averages 0, 1/2, 1 over their mean 1/2
+    # Nothing differs in one dim only, or no change changed a config: nothing learnt.
+    assert learn_weights([({"N": 1, "P": 1}, {"a": 1}), ({"N": 2, "P": 2}, {"a": 2})]) == {}
+    assert learn_weights([({"N": 1}, {"a": 1}), ({"N": 2}, {"a": 1})]) == {}
+    learnt = ShapeDistance("t", learn=True).fitted(examples)
+    # From N=128,P=64,R=4: N=64 (0.1) is nearer than P=128 (1.0), which is nearer than R=8 (2.0).
+    assert learnt({"N": 128, "P": 64, "R": 4}, {"N": 64, "P": 64, "R": 4}) == pytest.approx(0.1)
+    assert learnt({"N": 128, "P": 64, "R": 4}, {"N": 128, "P": 64, "R": 8}) == pytest.approx(2.0)
+    assert ShapeDistance("t").fitted(examples) == ShapeDistance("t")  # learn unset: unchanged
+
+
+def test_the_lookup_fits_its_distance_over_the_entries_and_serves_nothing_beyond_max_distance() -> None:
+    def entry(n: int, p: int, rows: int, warps: int, at: str) -> Entry:
+        return Entry("t", "1", {"N": n, "P": p}, "cuda", "H200", {"rows": rows, "warps": warps}, published_at=at)
+
+    # N changes leave the config alone, P changes change it: a request at N=128,P=64 gets N=64,P=64's config,
+    # although N=128,P=128's entry is as many doublings away and more recent.
+    entries = [entry(64, 64, 32, 2, "2026-01-01"), entry(32, 64, 32, 2, "2026-01-01"),
+               entry(64, 128, 64, 4, "2026-01-01"), entry(128, 128, 64, 4, "2026-01-02")]
+    learnt = ShapeDistance("learnt", learn=True, max_distance=3.0)
+    a = choose({"N": 128, "P": 64}, entries, default={"rows": 16, "warps": 8}, distance=learnt)
+    assert a is not None and a.config == {"rows": 32, "warps": 2} and a.entry is entries[0]
+    assert a.distance == pytest.approx(0.1)  # N weighs the floor, P 2
+    plain = choose({"N": 128, "P": 64}, entries, default={"rows": 16, "warps": 8}, distance=ShapeDistance("plain"))
+    assert plain is not None and plain.config == {"rows": 64, "warps": 4}  # the tie went to the most recent
+    # 3 doublings of P (weight 2) from the nearest entry: beyond max_distance, the default is served, said so.
+    far = choose({"N": 128, "P": 1024}, entries, default={"rows": 16, "warps": 8}, distance=learnt)
+    assert far is not None and far.match == "default" and far.config == {"rows": 16, "warps": 8}
+    assert any("farther than 3" in n for n in far.notes)
+    assert choose({"N": 128, "P": 1024}, entries, default=None, distance=learnt) is None
+
+
+def test_the_size_term_counts_the_product_of_the_integer_dims() -> None:
+    size = ShapeDistance("size", size_weight=1.0, dim_weight=0.0)
+    assert size({"B": 2, "S": 1024}, {"B": 1, "S": 2048}) == 0.0  # the same number of elements
+    assert size({"B": 2, "S": 1024}, {"B": 1, "S": 1024}) == 1.0
+    assert DEFAULT_DISTANCE.max_distance == 3.0 and DEFAULT_DISTANCE.learn

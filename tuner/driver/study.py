@@ -231,12 +231,14 @@ def order_warm_starts(
     space: SearchSpace, shape: Shape, neighbours: Sequence[tuple[Mapping[str, object], Config]], limit: int = 4
 ) -> list[Config]:
     """The default, the space's seeds, then the configs of the ``limit`` nearest ``neighbours`` (other shapes'
-    best configs, by :func:`tuner.lookup.shape_distance`), each once, keeping only configs of the space's
-    domain that are valid for ``shape``: invalid ones are left out rather than wasted as trials. Pure."""
-    from tuner.lookup import shape_distance
+    best configs, by the lookup's distance fitted over them, however far), each once, keeping only configs of
+    the space's domain that are valid for ``shape``: invalid ones are left out rather than wasted as trials.
+    Pure."""
+    from tuner.distance import DEFAULT_DISTANCE
 
     here = shape.to_dict()
-    nearest = sorted(neighbours, key=lambda n: shape_distance(here, n[0]))[:limit]
+    distance = DEFAULT_DISTANCE.fitted((s, c.to_dict()) for s, c in neighbours)
+    nearest = sorted(neighbours, key=lambda n: distance(here, n[0]))[:limit]
     chosen: list[Config] = []
     for config in [space.default, *space.seeds, *(c for _, c in nearest)]:
         in_domain = set(config) == set(space.names) and all(space.param(n).contains(v) for n, v in config.items())
