@@ -20,6 +20,11 @@ class UnknownTemplateError(UserInputError):
     """No template of that name in the registry."""
 
 
+class TemplateImportError(UnknownTemplateError, ImportError):
+    """A registered template's ``package.module:Name`` does not import (no such module, no such name, or
+    not a template). An ImportError too, for callers that load import paths of their own."""
+
+
 class UnknownWorkloadError(UserInputError):
     """The template declares no workload of that name."""
 

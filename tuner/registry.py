@@ -17,9 +17,11 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+from collections.abc import Callable
 from functools import cache
+from typing import TypeVar
 
-from tuner.errors import UnknownTemplateError
+from tuner.errors import TemplateImportError, UnknownTemplateError
 from tuner.spec import TemplateSpec
 from tuner.template import KernelTemplate
 
@@ -30,6 +32,7 @@ BUILTIN_TEMPLATES: dict[str, str] = {
 }
 
 _lock = threading.Lock()
+T = TypeVar("T")
 
 
 def _from_environment(text: str) -> dict[str, str]:
@@ -42,7 +45,8 @@ def _from_environment(text: str) -> dict[str, str]:
     return entries
 
 
-_registry: dict[str, str] = {**BUILTIN_TEMPLATES, **_from_environment(os.environ.get("TUNER_TEMPLATES", ""))}
+_from_env = _from_environment(os.environ.get("TUNER_TEMPLATES", ""))
+_registry: dict[str, str] = {**BUILTIN_TEMPLATES, **_from_env}
 
 
 def register(name: str, ref: str) -> None:
@@ -50,6 +54,13 @@ def register(name: str, ref: str) -> None:
     class or of a TemplateSpec."""
     with _lock:
         _registry[name] = ref
+
+
+def unregister(name: str) -> None:
+    """Remove ``name`` from the registry (tests that registered a template of their own); no error if absent.
+    The built-in templates and those of ``TUNER_TEMPLATES`` are removed too, until re-registered."""
+    with _lock:
+        _registry.pop(name, None)
 
 
 def names() -> list[str]:
@@ -72,7 +83,7 @@ def get(name: str) -> KernelTemplate:
     Raises UnknownTemplateError when the name is not registered or names a template of another name
     (registry names and ``KernelTemplate.name`` are one and the same: the store keys studies by it).
     """
-    template = load(ref_of(name))
+    template = _named(name, load)
     if template.name != name:
         raise UnknownTemplateError(
             f"template {name!r} is registered to {ref_of(name)}, whose name is {template.name!r}"
@@ -83,20 +94,31 @@ def get(name: str) -> KernelTemplate:
 def spec(name: str) -> TemplateSpec:
     """The spec of the template registered under ``name``, without importing a built-in implementation.
 
-    Raises UnknownTemplateError as :func:`get` does; ImportError/AttributeError/TypeError as :func:`load`.
+    Raises UnknownTemplateError as :func:`get` does, TemplateImportError as :func:`load`.
     """
     ref = ref_of(name)
-    found = _spec_or_template(ref)
+    found = _named(name, _spec_or_template)
     the_spec = found if isinstance(found, TemplateSpec) else found.spec
     if the_spec.name != name:
         raise UnknownTemplateError(f"template {name!r} is registered to {ref}, whose name is {the_spec.name!r}")
     return the_spec
 
 
+def _named(name: str, loader: Callable[[str], T]) -> T:
+    """``loader(ref_of(name))``; a TemplateImportError names the template and, if it came from there,
+    TUNER_TEMPLATES."""
+    ref = ref_of(name)
+    try:
+        return loader(ref)
+    except TemplateImportError as exc:
+        where = " (from TUNER_TEMPLATES)" if _from_env.get(name) == ref else ""
+        raise TemplateImportError(f"template {name!r}{where}: {exc}") from exc
+
+
 @cache
 def load(ref: str) -> KernelTemplate:
     """The template of an import path (``module:Class`` or ``module:SPEC``), one instance per path; raises
-    ImportError/AttributeError/TypeError as Python does."""
+    TemplateImportError (an ImportError) when the module, the name or a template is not found there."""
     found = _spec_or_template(ref)
     return load(found.implementation) if isinstance(found, TemplateSpec) else found
 
@@ -104,9 +126,14 @@ def load(ref: str) -> KernelTemplate:
 @cache
 def _spec_or_template(ref: str) -> TemplateSpec | KernelTemplate:
     module_name, _, attr = ref.partition(":")
-    obj = getattr(importlib.import_module(module_name), attr)
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except ImportError as exc:  # the module, or one it imports, is missing
+        raise TemplateImportError(f"cannot import {ref}: {exc}") from exc
+    except AttributeError:
+        raise TemplateImportError(f"cannot import {ref}: module {module_name} has no {attr!r}") from None
     if isinstance(obj, TemplateSpec):
         return obj
     if not (isinstance(obj, type) and issubclass(obj, KernelTemplate)):
-        raise TypeError(f"{ref} is not a KernelTemplate subclass (nor a TemplateSpec)")
+        raise TemplateImportError(f"{ref} is not a KernelTemplate subclass (nor a TemplateSpec)")
     return obj()

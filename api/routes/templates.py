@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -10,15 +11,24 @@ from tuner.api.catalog import CatalogEntry
 from tuner.api.deps import CatalogDep, Reader, StoreDep
 from tuner.api.errors import FieldError
 from tuner.api.schemas import ConstraintOut, DeviceKind, DimOut, ParamOut, RegretOut, TemplateOut, WorkloadOut
-from tuner.errors import UnknownTemplateError
+from tuner.errors import TunerError, UnknownTemplateError
 from tuner.service.regret import recorded_shapes, regret_reports
 
 router = APIRouter(tags=["templates"])
+log = logging.getLogger(__name__)
 
 
-@router.get("/templates", response_model=list[TemplateOut], summary="Every registered template")
+@router.get("/templates", response_model=list[TemplateOut], summary="Every registered template that loads")
 def list_templates(_: Reader, catalog: CatalogDep) -> list[TemplateOut]:
-    return [describe(catalog.get(name)) for name in catalog.names()]
+    """Templates whose spec or search space does not load are left out of the list (and logged): one broken
+    registration must not hide the others; ``GET /v1/templates/{name}`` says what is wrong with it."""
+    found = []
+    for name in catalog.names():
+        try:
+            found.append(describe(catalog.get(name)))
+        except (TunerError, ImportError, AttributeError, TypeError) as exc:
+            log.warning("GET /v1/templates: template %s left out: %s", name, exc)
+    return found
 
 
 @router.get("/templates/{name}", response_model=TemplateOut, summary="One template",

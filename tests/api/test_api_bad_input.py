@@ -141,3 +141,22 @@ def test_the_store_path_is_not_a_file(tmp_path: Path) -> None:
         (tmp_path / "missing-dir").mkdir()
         assert http.get("/v1/jobs").status_code == 200
         assert http.get("/readyz").json()["status"] == "ok"
+
+
+def test_a_template_that_does_not_load_is_left_out_of_the_list(server: tuple[str, db.Store]) -> None:
+    from tests.fixtures.fault_templates import REF
+    from tuner import registry
+
+    base, _ = server
+    registry.register("fault_vector_scale", REF)  # a test template without a search-space file
+    try:
+        listing = httpx.get(f"{base}/v1/templates", timeout=120)
+        assert listing.status_code == 200, listing.text
+        names = [t["name"] for t in listing.json()]
+        assert NAME in names and "mamba2_chunk_cumsum" in names and "fault_vector_scale" not in names
+        alone = httpx.get(f"{base}/v1/templates/fault_vector_scale", timeout=120)
+        assert alone.status_code == 422 and "search_space_error" in alone.text
+        assert "fault_vector_scale.yaml" in alone.text
+    finally:
+        registry.unregister("fault_vector_scale")
+    assert "fault_vector_scale" not in registry.names()

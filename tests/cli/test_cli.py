@@ -145,3 +145,23 @@ def test_sigterm_stops_a_sweep_and_queues_its_unmeasured_trial_again(tmp_path: P
     assert "KeyboardInterrupt: stopped by signal 15" in failed.user_attrs["reason"]
     waiting = [t.system_attrs["fixed_params"] for t in trials if t.state is optuna.trial.TrialState.WAITING]
     assert sorted(waiting, key=str) == [{"mode": "hang", "BLOCK": 64}, {"mode": "ok", "BLOCK": 64}]
+
+
+@pytest.mark.parametrize("ref", ["tests.fixtures.fault_templates:NoSuchTemplate", "tests.no_such_module:Toy"])
+def test_tuner_templates_naming_what_does_not_import_is_one_clear_line(tmp_path: Path, ref: str) -> None:
+    env = {**ENV, "TUNER_TEMPLATES": f"{PLUGINS},ghost={ref}"}
+
+    def run(*args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+        done = subprocess.run([sys.executable, "-m", "tuner.cli", *args], capture_output=True, text=True, env=env,
+                              cwd=ROOT, timeout=600)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr + done.stdout
+        return done, [ln for ln in done.stderr.splitlines() if ln.strip()]
+
+    clear = f"error: template 'ghost' (from TUNER_TEMPLATES): cannot import {ref}"
+    done, lines = run("tune", "ghost", "--shape", "n=64", "--db", db.sqlite_url(tmp_path / "t.db"))
+    assert len(lines) == 1 and lines[0].startswith(clear), done.stderr
+    # The list shows the templates that load, and one line for each that does not.
+    done, lines = run("templates")
+    assert VS in done.stdout and "mamba2_chunk_cumsum" in done.stdout and "ghost" not in done.stdout
+    assert len(lines) == 2 and any(ln.startswith(clear) for ln in lines), done.stderr
+    assert any("broken_space.yaml" in ln for ln in lines), done.stderr

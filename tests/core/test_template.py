@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tuner import registry
-from tuner.errors import ShapeError, UnknownTemplateError, UnknownWorkloadError
+from tuner.errors import ShapeError, TemplateImportError, UnknownTemplateError, UnknownWorkloadError
 from tuner.frozen import Shape
 from tuner.template import Dim, KernelTemplate, OutputSpec, ShapeRule, Workload
 
@@ -81,5 +81,22 @@ def test_registry_is_explicit_and_lazy() -> None:
         registry.get("toy-alias")
     with pytest.raises(UnknownTemplateError, match="unknown template 'nope'"):
         registry.get("nope")
-    with pytest.raises(TypeError, match="not a KernelTemplate"):
+    with pytest.raises(TemplateImportError, match="not a KernelTemplate"):
         registry.load(f"{__name__}:test_registry_is_explicit_and_lazy")
+
+
+def test_a_template_that_does_not_import_is_named_in_one_clear_error() -> None:
+    registry.register("toy-missing-class", f"{__name__}:NoSuchTemplate")
+    registry.register("toy-missing-module", "tests.no_such_module:Toy")
+    try:
+        missing_class = r"template 'toy-missing-class': cannot import .*has no 'NoSuchTemplate'"
+        with pytest.raises(TemplateImportError, match=missing_class):
+            registry.get("toy-missing-class")
+        with pytest.raises(TemplateImportError, match=r"cannot import tests.no_such_module:Toy: No module named"):
+            registry.spec("toy-missing-module")
+        with pytest.raises(ImportError):  # still an ImportError for callers that load paths of their own
+            registry.load("tests.no_such_module:Toy")
+    finally:
+        registry.unregister("toy-missing-class")
+        registry.unregister("toy-missing-module")
+    assert "toy-missing-class" not in registry.names()

@@ -146,11 +146,19 @@ def test_fingerprint_comes_from_the_worker(measurer: Measurer) -> None:
     assert measurer.fingerprint() is fp
 
 
-def test_registered_name_and_check_seeds() -> None:
+@pytest.fixture
+def registered() -> Iterator[str]:
+    """``fault_vector_scale`` (no search-space file) registered for one test only: left registered, it would
+    be listed by every later test's API."""
     registry.register("fault_vector_scale", REF)
+    yield "fault_vector_scale"
+    registry.unregister("fault_vector_scale")
+
+
+def test_registered_name_and_check_seeds(registered: str) -> None:
     with Measurer(DeviceSpec("cpu"), MeasureOptions(n_samples=2, warmup=0, check_seeds=3)) as m:
-        assert_ok(m.measure("fault_vector_scale", SHAPE, cfg("ok")), n_samples=2)
-        result = m.measure("fault_vector_scale", SHAPE, cfg("wrong"), seed=11)
+        assert_ok(m.measure(registered, SHAPE, cfg("ok")), n_samples=2)
+        result = m.measure(registered, SHAPE, cfg("wrong"), seed=11)
         assert result.status is Status.WRONG_RESULT and "seed 11" in (result.reason or "")
 
 

@@ -69,15 +69,24 @@ def _store(url: str | None, *, migrate: bool = True):
 @app.command()
 @boundary
 def templates() -> None:
-    """List the registered templates with their workloads and parameters."""
+    """List the registered templates with their workloads and parameters; one error line for each template
+    that does not load (exit code 2 if any)."""
     from tuner import registry
 
     table = Table("template", "version", "backend", "parameters", "workloads")
+    failed = 0
     for name in registry.names():
-        t = registry.spec(name)
-        space = t.space()
+        try:
+            t = registry.spec(name)
+            space = t.space()
+        except UserInputError as exc:
+            err_console.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False, soft_wrap=True)
+            failed += 1
+            continue
         table.add_row(name, t.version, t.backend, ", ".join(space.names), "\n".join(w.name for w in t.workloads))
     console.print(table)
+    if failed:
+        raise typer.Exit(2)
 
 
 @app.command()
