@@ -154,3 +154,33 @@ def test_tuner_regret_prints_markdown_and_json(store: db.Store) -> None:
     assert bad.returncode == 2 and "no distance 'nope'" in bad.stderr
     full = tuner("report", TUNABLE, "--regret")
     assert full.returncode == 0 and "Nearest-shape regret" in full.stdout
+
+
+@pytest.mark.slow
+def test_tuner_regret_measure_times_the_served_configs_the_records_lack(store: db.Store) -> None:
+    from tuner.measure.devices.cpu import cpu_model_name
+
+    here = cpu_model_name()
+    # Each shape measured only its own best: every served config is unmeasured in the records.
+    publish(store, TUNABLE, {"n": 1024}, {"mode": "ok", "BLOCK": 512}, 10.0, device_name=here)
+    publish(store, TUNABLE, {"n": 2048}, {"mode": "ok", "BLOCK": 256}, 12.0, device_name=here)
+    publish(store, TUNABLE, {"n": 8192}, {"mode": "wrong", "BLOCK": 128}, 14.0, device_name=here)
+    publish(store, TUNABLE, {"n": 1024}, {"mode": "ok", "BLOCK": 64}, 10.0, device_name="another-cpu")
+    publish(store, TUNABLE, {"n": 2048}, {"mode": "ok", "BLOCK": 32}, 12.0, device_name="another-cpu")
+    run = subprocess.run([sys.executable, "-m", "tuner.cli", "regret", TUNABLE, "--json", "--measure", "--device",
+                          "cpu", "--samples", "3", "--db", store.unmasked_url()],
+                         capture_output=True, text=True, env=env(), cwd=ROOT, timeout=900)
+    assert run.returncode == 0, run.stderr
+    reports = {r["device_name"]: r for r in json.loads(run.stdout)}
+    ours = {row["shape"]["n"]: row for row in reports[here]["rows"]}
+    # 1024 and 2048 serve each other's configs: both measured now, beside their own best, on this CPU.
+    for n in (1024, 2048):
+        assert ours[n]["basis"] == "measured now" and math.isfinite(ours[n]["regret"]), ours[n]
+    assert ours[1024]["config"] == {"mode": "ok", "BLOCK": 256} and ours[2048]["config"]["BLOCK"] == 512
+    # 8192 is served 2048's config, but its own best computes wrong results: no figure, the row stays
+    # unmeasured, and a note says why.
+    assert ours[8192]["config"] == {"mode": "ok", "BLOCK": 256} and ours[8192]["regret"] is None
+    assert any("n=8192: not measured now (WRONG_RESULT" in n for n in reports[here]["notes"]), reports[here]["notes"]
+    # Records of another device are not measured here.
+    theirs = reports["another-cpu"]
+    assert theirs["unmeasured"] == 2 and any(f"this device is {here}" in n for n in theirs["notes"])

@@ -425,24 +425,45 @@ def regret(
     distance: Annotated[str | None, typer.Option(
         help="A candidate distance of tuner.distance (default: the lookup's).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    measure: Annotated[bool, typer.Option(
+        "--measure", help="Measure here the served configs the records lack (with the shape's best).")] = False,
+    samples: Annotated[int, typer.Option(min=1, max=100_000, help="With --measure: samples per candidate.")] = 100,
     db_url: DbOpt = None,
 ) -> None:
     """Nearest-shape regret: for every shape with its own best, what the lookup would serve without it,
-    timed from the store's records, against the shape's own best (leave-one-out; nothing is measured)."""
+    timed from the store's records, against the shape's own best (leave-one-out; nothing is measured unless
+    --measure: then served configs the records lack are measured here, interleaved with the shape's best)."""
     from tuner import distance as distances
-    from tuner.service.regret import recorded_shapes, registered_space, regret_reports, render_markdown
+    from tuner.service import regret as regrets
 
-    space_of = registered_space(template)
+    space_of = regrets.registered_space(template)
     try:
         chosen = distances.candidate(distance) if distance else distances.DEFAULT_DISTANCE
     except KeyError as exc:
         raise UserInputError(str(exc.args[0])) from None
-    reports = regret_reports(recorded_shapes(_store(db_url), template=template, device_kind=device),
-                             space_of=space_of, distance=chosen)
+    shapes = regrets.recorded_shapes(_store(db_url), template=template, device_kind=device)
+    reports = regrets.regret_reports(shapes, space_of=space_of, distance=chosen)
+    if measure:
+        reports = _measure_regret(template, device, samples, reports, shapes)
     if as_json:
         sys.stdout.write(json.dumps([r.to_dict() for r in reports], indent=1) + "\n")
     else:
-        sys.stdout.write(render_markdown(reports) or f"no published best configs of {template}\n")
+        sys.stdout.write(regrets.render_markdown(reports) or f"no published best configs of {template}\n")
+
+
+def _measure_regret(template: str, device: str | None, samples: int, reports: Any, shapes: Any) -> Any:
+    """``tuner regret --measure``: the unmeasured rows measured on the local device (of kind ``device``)."""
+    from tuner import registry
+    from tuner.measure.devices.base import DeviceSpec, resolve
+    from tuner.measure.measurer import MeasureOptions, Measurer
+    from tuner.service.regret import measure_unmeasured
+
+    if device not in (None, "cuda", "npu", "cpu"):
+        raise UserInputError(f"--measure measures on cuda, npu or cpu, not {device!r}")
+    spec = resolve(DeviceSpec(device or "auto"))  # type: ignore[arg-type]
+    signal.signal(signal.SIGTERM, _interrupted)
+    with Measurer(spec, MeasureOptions(n_samples=samples)) as measurer:
+        return measure_unmeasured(reports, shapes, measurer, version=registry.get(template).version)
 
 
 @app.command()

@@ -12,7 +12,9 @@ Timing basis, so that both figures come from the same kind of measurement:
   * ``trials``: otherwise, when both configs were measured as trials: the median of the served config's
     trial medians / that of the best config − 1 (negative when a trial of the served config beat the
     trials of the published best: the published best is then not the fastest recorded config);
-  * unmeasured: otherwise.
+  * unmeasured: otherwise; :func:`measure_unmeasured` (``tuner regret --measure``) then measures the served
+    config interleaved with the shape's own best on this device, when the shape's records are of this
+    device name (``measured now``: served median / best median − 1 of that one run).
 The default config of a version that is no longer registered is the one the study measured as its
 ``default`` candidate (the final round records it).
 
@@ -27,13 +29,16 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
 from tuner.lookup import Entry, choose
 from tuner.service.entries import published_entries
 from tuner.store import TuningStore
+
+if TYPE_CHECKING:
+    from tuner.measure.measurer import Measurer
 
 Valid = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 
@@ -247,6 +252,52 @@ def registered_space(template: str) -> SpaceOf:
             return False
 
     return lambda version: (space.default.to_dict(), valid) if version == t.version else None
+
+
+MEASURED_NOW = "measured now"
+
+
+def measure_unmeasured(
+    reports: Sequence[RegretReport], shapes: Sequence[RecordedShape], measurer: Measurer, *, version: str
+) -> list[RegretReport]:
+    """``reports`` with their unmeasured rows measured: the served config and the shape's own best, interleaved
+    in one run of ``measurer`` (its device name must be the one the shape's records come from, the template
+    version the registered ``version``; other rows stay unmeasured, said in the notes). Raises DeviceError /
+    MeasureSetupError from the measurer; a candidate that fails leaves its row unmeasured, with a note."""
+    from tuner import registry
+    from tuner.frozen import Config, Shape
+    from tuner.measure.protocol import Candidate
+
+    here = measurer.fingerprint().device_name
+    bests = {(s.entry.template_version, s.entry.device_name, config_key(s.entry.shape)): s.entry for s in shapes}
+    out: list[RegretReport] = []
+    for report in reports:
+        todo = [i for i, r in enumerate(report.rows) if r.regret is None and r.config is not None]
+        if not todo:
+            out.append(report)
+            continue
+        if report.device_name != here or report.template_version != version:
+            why = (f"recorded on {report.device_name}, this device is {here}" if report.device_name != here
+                   else f"version {report.template_version} is not the registered one ({version})")
+            out.append(replace(report, notes=(*report.notes, f"{len(todo)} unmeasured row(s) not measured: {why}")))
+            continue
+        rows, notes = list(report.rows), list(report.notes)
+        ref = registry.ref_of(report.template)
+        for i in todo:
+            row = rows[i]
+            own = bests[(report.template_version, report.device_name, config_key(row.shape))]
+            assert row.config is not None
+            pair = [Candidate(config=Config(dict(own.config))), Candidate(config=Config(dict(row.config)))]
+            best, served = measurer.measure_interleaved(ref, Shape(dict(row.shape)), pair)
+            if best.median_us and served.median_us:
+                rows[i] = replace(row, regret=served.median_us / best.median_us - 1.0, basis=MEASURED_NOW)
+            else:
+                failed = best if not best.median_us else served
+                notes.append(f"{_shape_text(row.shape)}: not measured now ({failed.status.value}: {failed.reason})")
+        notes.append(f"{len(todo)} served config(s) the records lacked measured now on {here}, each interleaved "
+                     "with the shape's own best")
+        out.append(replace(report, rows=tuple(rows), notes=tuple(notes)))
+    return out
 
 
 def _pct(value: float | None) -> str:
