@@ -32,6 +32,7 @@ from tuner.service.regret import (  # noqa: E402
     RecordedShape,
     RegretReport,
     SpaceOf,
+    config_key,
     quantile,
     recorded_shapes,
     registered_space,
@@ -159,8 +160,9 @@ def oracle(data: Data) -> list[str]:
         if space is None:
             continue
         default, valid = space
-        for held in current:
-            others = [s for s in current if s is not held]
+        latest = {config_key(s.entry.shape): s for s in sorted(current, key=lambda s: s.entry.published_at or "")}
+        for held in latest.values():  # a shape's latest best, as tuner.service.regret.leave_one_out holds out
+            others = [s for s in current if config_key(s.entry.shape) != config_key(held.entry.shape)]
             valid_others = [s for s in others if valid(s.entry.config, held.entry.shape)]
             timed = {f"{_shape(s.entry.shape)}'s": held.time_of(s.entry.config)[0] for s in valid_others}
             timed["the default"] = held.time_of(default)[0]

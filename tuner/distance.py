@@ -19,7 +19,7 @@ differ in that dim only (each shape with the next one along that dim), the share
 differ, per doubling, averaged; each dim's average over the mean of all dims' averages is its weight (at
 least ``weight_floor``); dims without such a pair keep their given weight. E.g. over the Mamba3 MIMO bests,
 changing the state size N never changed the best config while the head dim P and the rank R did: N weighs
-``weight_floor`` (0.1), P 1.2 and R 1.8. Fitting needs the neighbours' configs: the lookup fits over the
+``weight_floor`` (0.1), P 1.1 and R 1.9. Fitting needs the neighbours' configs: the lookup fits over the
 entries it chooses from, the warm starts over the neighbours' bests, so server, client and driver agree.
 
 ``max_distance``: the lookup serves no entry farther than this; the template's default is served instead

@@ -184,3 +184,19 @@ def test_tuner_regret_measure_times_the_served_configs_the_records_lack(store: d
     # Records of another device are not measured here.
     theirs = reports["another-cpu"]
     assert theirs["unmeasured"] == 2 and any(f"this device is {here}" in n for n in theirs["notes"])
+
+
+def test_a_shape_with_bests_of_two_fingerprints_is_held_out_once_with_all_its_entries(store: db.Store) -> None:
+    # 1024 was tuned twice, under two software versions: two bests of one shape (the later one is served).
+    publish(store, TUNABLE, {"n": 1024}, {"mode": "ok", "BLOCK": 64}, 10.0, libraries={"triton": "3.4"})
+    publish(store, TUNABLE, {"n": 1024}, {"mode": "ok", "BLOCK": 128}, 9.0, libraries={"triton": "3.5"})
+    publish(store, TUNABLE, {"n": 2048}, {"mode": "ok", "BLOCK": 256}, 12.0)
+    shapes = recorded_shapes(store, template=TUNABLE)
+    assert len(shapes) == 3
+    rows = leave_one_out(shapes)
+    assert sorted(r.shape["n"] for r in rows) == [1024, 2048]
+    held = next(r for r in rows if r.shape["n"] == 1024)
+    # Not the other 1024 entry ("exact", distance 0): the shape is missing, so 2048's config is served.
+    assert held.match == "nearest" and held.source_shape == {"n": 2048} and held.best_us == 9.0
+    served = next(r for r in rows if r.shape["n"] == 2048)
+    assert served.config == {"mode": "ok", "BLOCK": 128}  # the later 1024 best

@@ -146,14 +146,21 @@ def leave_one_out(
     valid: Valid | None = None,
     distance: ShapeDistance = DEFAULT_DISTANCE,
 ) -> list[RegretRow]:
-    """One row per shape: the lookup's answer without that shape's entry, timed from its records.
+    """One row per shape: the lookup's answer without that shape's entries, timed from its records. A shape
+    with several bests (published under different fingerprints) is held out once, with its latest best.
 
     ``default``: the template's default config (None: each shape's recorded default candidate);
     ``valid(config, shape)``: the template's constraint check (None: not checked). Never raises.
     """
     rows: list[RegretRow] = []
+    latest: dict[str, RecordedShape] = {}  # per shape: its most recent best, the one the lookup serves
+    for s in sorted(shapes, key=lambda s: s.entry.published_at or ""):
+        latest[config_key(s.entry.shape)] = s
     for held in shapes:
-        others = [s.entry for s in shapes if s is not held]
+        key = config_key(held.entry.shape)
+        if latest[key] is not held:
+            continue  # superseded by a later best of the same shape (e.g. under newer software)
+        others = [s.entry for s in shapes if config_key(s.entry.shape) != key]
         fallback = default if default is not None else held.default
         answer = choose(held.entry.shape, others, default=fallback, valid=valid,
                         device_name=held.entry.device_name, distance=distance)
