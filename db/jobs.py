@@ -11,6 +11,9 @@ Protocol (tuner.service.worker drives it):
     the final round; ``finish_task`` closes the task and, with its last task, the job.
   * ``heartbeat`` renews a worker's lease; ``reap_lost_workers`` releases what workers whose lease
     expired held (their reserved slots, a task they were finalising), so others finish the job.
+  * mixed fleets: a worker advertises its templates at registration and claims only tasks of those;
+    ``fail_attempt`` records a worker that cannot run a task (local reason) and leaves it to the others,
+    failing it once ``max_attempts`` distinct workers gave it up.
 Timestamps come from the callers' clocks (UTC); hosts are expected to keep them synchronised.
 """
 
@@ -18,16 +21,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, exists, false, func, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from tuner.db._convert import as_utc, to_record
-from tuner.db.models import JobRow, SlotRow, TaskRow, WorkerRow, utcnow
+from tuner.db._convert import as_utc, canonical_json, to_record
+from tuner.db.models import JobRow, SlotRow, TaskAttemptRow, TaskRow, WorkerRow, utcnow
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
-from tuner.store.records import Claim, JobRecord, TaskRecord, WorkerRecord, check_job_kind, check_tasks
+from tuner.store.records import (
+    Claim,
+    JobRecord,
+    TaskAttemptRecord,
+    TaskRecord,
+    WorkerRecord,
+    attempts_error,
+    check_job_kind,
+    check_max_attempts,
+    check_tasks,
+)
 
 ACTIVE_JOB_STATES = ("queued", "running")
 FINISHED_JOB_STATES = ("done", "failed", "cancelled")
@@ -183,13 +196,16 @@ def register_worker(
     fingerprint_hash: str,
     fingerprint_json: str,
     lease_s: float,
+    templates: Mapping[str, str] | None = None,
 ) -> WorkerRecord:
+    """A new idle worker; ``templates`` (name → version) are the only templates it will claim (None: any)."""
     now = utcnow()
     row = WorkerRow(
         id=worker_id, host=host, pid=pid, device_kind=device_kind, device_name=device_name,
         device_index=device_index, backends_json=json.dumps(sorted(backends)), fingerprint_hash=fingerprint_hash,
         fingerprint_json=fingerprint_json, state="idle", started_at=now, last_heartbeat=now,
         lease_expires_at=now + timedelta(seconds=lease_s),
+        templates_json=None if templates is None else canonical_json(dict(templates), what="templates"),
     )
     session.add(row)
     session.flush()
@@ -287,13 +303,22 @@ def claim_task(
 
     A task is claimable while it has trial slots left, or when all its trials are done and nobody is
     finalising it (its finaliser was lost). A verify job's tasks have no trials: they are claimable until a
-    worker takes their final step (``begin_finalize``). The worker becomes busy on it; the task and job run.
+    worker takes their final step (``begin_finalize``). Only templates the worker advertised (when it did),
+    and no task it gave up (``fail_attempt``). The worker becomes busy on it; the task and job run.
     """
     claimable = or_(
         TaskRow.trials_reserved < TaskRow.trials_target,
         and_(TaskRow.state == "running", TaskRow.trials_done >= TaskRow.trials_target),
         TaskRow.trials_target == 0,
     )
+    advertised = session.scalar(select(WorkerRow.templates_json).where(WorkerRow.id == worker_id))
+    has_template: ColumnElement[bool] = true()
+    if advertised is not None:
+        has = json.loads(advertised)
+        has_template = or_(false(), *(
+            and_(JobRow.template == name, JobRow.template_version == version) for name, version in has.items()
+        ))
+    given_up = exists().where(TaskAttemptRow.task_id == TaskRow.id, TaskAttemptRow.worker_id == worker_id)
     query = (
         select(TaskRow)
         .join(JobRow, JobRow.id == TaskRow.job_id)
@@ -304,6 +329,8 @@ def claim_task(
             JobRow.device_kind == device_kind,
             or_(JobRow.device_name.is_(None), JobRow.device_name == device_name),
             JobRow.backend.in_(list(backends)),
+            has_template,
+            ~given_up,
         )
         .order_by(JobRow.priority.desc(), JobRow.id, TaskRow.position)
         .limit(1)
@@ -471,3 +498,48 @@ def release_task(session: Session, *, worker_id: str) -> None:
         update(WorkerRow).where(WorkerRow.id == worker_id, WorkerRow.state == "busy")
         .values(state="idle", current_task_id=None)
     )
+
+
+def fail_attempt(session: Session, *, task_id: int, worker_id: str, reason: str, max_attempts: int) -> TaskRecord:
+    """The worker cannot run the task for a reason of its own: record the attempt (once per worker), leave
+    the task as :func:`release_task` does (a final round it held goes back too), and fail the task with
+    every worker's reason once ``max_attempts`` distinct workers gave it up (its job fails with it once no
+    other task runs). A task already finished is left as it is. NotFoundError for an unknown task."""
+    check_max_attempts(max_attempts)
+    task = session.get(TaskRow, task_id, with_for_update=True)
+    if task is None:
+        raise NotFoundError(f"no task {task_id}")
+    release_task(session, worker_id=worker_id)
+    now = utcnow()
+    session.refresh(task)  # its reserved count changed with the slots
+    if task.state in ("done", "failed", "cancelled"):
+        return to_record(TaskRecord, task)
+    if task.state == "finalizing" and task.finalizer_id == worker_id:
+        task.state, task.finalizer_id = "running", None
+    known = session.scalar(select(TaskAttemptRow.id).where(
+        TaskAttemptRow.task_id == task_id, TaskAttemptRow.worker_id == worker_id))
+    if known is None:
+        session.add(TaskAttemptRow(task_id=task_id, worker_id=worker_id, reason=reason, created_at=now))
+        session.flush()
+    attempts = list_attempts(session, task_id=task_id)
+    task.attempts, task.updated_at = len(attempts), now
+    if len(attempts) >= max_attempts and task.state in ("queued", "running"):
+        task.state, task.error = "failed", attempts_error(attempts)
+    session.flush()
+    if task.state == "failed":
+        job = session.get(JobRow, task.job_id, with_for_update=True)
+        assert job is not None
+        tasks = list(session.scalars(select(TaskRow).where(TaskRow.job_id == job.id).order_by(TaskRow.position)))
+        if job.state in ACTIVE_JOB_STATES and all(t.state in ("done", "failed") for t in tasks):
+            job.state, job.updated_at, job.finished_at = "failed", now, now
+            job.error = "; ".join(f"{t.label}: {t.error}" for t in tasks if t.state == "failed")
+        session.flush()
+    return to_record(TaskRecord, task)
+
+
+def list_attempts(session: Session, *, task_id: int) -> list[TaskAttemptRecord]:
+    """The workers that gave the task up, oldest first."""
+    rows = session.scalars(
+        select(TaskAttemptRow).where(TaskAttemptRow.task_id == task_id).order_by(TaskAttemptRow.id)
+    )
+    return [to_record(TaskAttemptRecord, r) for r in rows]

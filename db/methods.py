@@ -23,6 +23,7 @@ from tuner.store.records import (
     MeasurementRecord,
     NewMeasurement,
     StudyRecord,
+    TaskAttemptRecord,
     TaskRecord,
     VerificationRecord,
     WorkerRecord,
@@ -227,6 +228,15 @@ class StoreMethods:
     def release_task(self, *, worker_id: str) -> None:
         with self.session() as s:
             jobs.release_task(s, worker_id=worker_id)
+
+    def fail_attempt(self, *, task_id: int, worker_id: str, reason: str, max_attempts: int) -> TaskRecord:
+        with self.session() as s:
+            return jobs.fail_attempt(s, task_id=task_id, worker_id=worker_id, reason=reason,
+                                     max_attempts=max_attempts)
+
+    def list_attempts(self, *, task_id: int) -> list[TaskAttemptRecord]:
+        with self._reading() as s:
+            return jobs.list_attempts(s, task_id=task_id)
 
 
     # -- exploration (the pages, /v1/studies, tuner history/studies; see tuner.db.explore) --------------------

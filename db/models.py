@@ -236,6 +236,21 @@ class TaskRow(Base):
     best_config_json: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # distinct workers that gave it up for a local reason (TaskAttemptRow); at the limit the task fails
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class TaskAttemptRow(Base):
+    """A worker that could not run a task for a reason of its own (mixed fleets): one row per worker."""
+
+    __tablename__ = "tuner_task_attempts"
+    __table_args__ = (UniqueConstraint("task_id", "worker_id"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tuner_tasks.id", ondelete="CASCADE"))
+    worker_id: Mapped[str] = mapped_column(String(64))
+    reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class WorkerRow(Base):
@@ -257,6 +272,7 @@ class WorkerRow(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_heartbeat: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     lease_expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    templates_json: Mapped[str | None] = mapped_column(Text)  # {name: version} it has; NULL: any template
 
 
 class SlotRow(Base):

@@ -2,6 +2,8 @@
 
 ``TUNER_DB_URL``   SQLAlchemy URL of the store; unset → the embedded SQLite file ``$TUNER_HOME/tuner.db``.
 ``TUNER_HOME``     data directory (default ``$XDG_DATA_HOME/tuner`` or ``~/.local/share/tuner``).
+``TUNER_TASK_ATTEMPTS``  distinct workers that may give a task up for a local reason (a template they lack
+                   or cannot import, a failing device) before it fails (default 3).
 Command-line options override the environment.
 """
 
@@ -10,7 +12,9 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -20,6 +24,7 @@ class EngineSettings(BaseSettings):
     db_url: str | None = None
     samples: int = 100
     candidate_timeout_s: float = 120.0
+    task_attempts: Annotated[int, Field(ge=1)] = 3
 
 
 @lru_cache(maxsize=1)

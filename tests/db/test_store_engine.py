@@ -38,13 +38,14 @@ OUR_TABLES = {
     "tuner_studies", "tuner_measurements", "tuner_best_configs",  # 0001
     "tuner_jobs", "tuner_tasks", "tuner_workers", "tuner_slots",  # 0002
     "tuner_verifications",  # 0004
+    "tuner_task_attempts",  # 0006
     VERSION_TABLE,
 }
 
 
 def test_open_migrates_an_empty_database_to_head(db_url: str) -> None:
     with Store.open(db_url) as store, store.engine.connect() as conn:
-        assert current_revision(conn) == head_revision() == "0005"
+        assert current_revision(conn) == head_revision() == "0006"
         assert set(inspect(conn).get_table_names()) == OUR_TABLES
 
 
@@ -61,7 +62,7 @@ def test_open_twice_keeps_data_and_revision(db_url: str, make_study: StudyFactor
         with again.engine.connect() as conn:
             assert current_revision(conn) == head_revision()
             rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
-    assert rows == [("0005",)]
+    assert rows == [("0006",)]
 
 
 def test_a_database_at_0002_is_upgraded_keeping_its_measurements(db_url: str) -> None:
@@ -88,7 +89,14 @@ def test_a_database_at_0002_is_upgraded_keeping_its_measurements(db_url: str) ->
         (row,) = list_measurements(session, study_id=study.id)
         assert row.median_us == 2.5 and row.kernels == {}
         with store.engine.connect() as conn:
-            assert current_revision(conn) == "0005" and schema_drift(conn) == []
+            assert current_revision(conn) == "0006" and schema_drift(conn) == []
+
+
+OLD_JOB = text(  # a job as stored by revisions 0002 to 0005
+    "INSERT INTO tuner_jobs (template, template_version, backend, device_kind, trials, sampler, samples,"
+    " candidate_timeout_s, finalists, comparators, priority, state, created_at, updated_at) VALUES"
+    " ('t', '1', 'triton', 'cpu', 4, 'tpe', 10, 5.0, 1, false, 0, 'queued', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+)
 
 
 def test_a_database_at_0003_keeps_its_jobs_as_tuning_jobs(db_url: str) -> None:
@@ -102,17 +110,46 @@ def test_a_database_at_0003_keeps_its_jobs_as_tuning_jobs(db_url: str) -> None:
     engine = create_engine(db_url)
     with engine.begin() as conn:
         command.upgrade(alembic_config(conn), "0003")
-        conn.execute(text(
-            "INSERT INTO tuner_jobs (template, template_version, backend, device_kind, trials, sampler, samples,"
-            " candidate_timeout_s, finalists, comparators, priority, state, created_at, updated_at) VALUES"
-            " ('t', '1', 'triton', 'cpu', 4, 'tpe', 10, 5.0, 1, false, 0, 'queued', CURRENT_TIMESTAMP,"
-            " CURRENT_TIMESTAMP)"))
+        conn.execute(OLD_JOB)
     engine.dispose()
     with Store.open(db_url) as store, store.session() as session:
         job = get_job(session, job_id=1)
         assert job is not None and job.kind == "tune" and job.processes is None
         with store.engine.connect() as conn:
-            assert current_revision(conn) == "0005" and schema_drift(conn) == []
+            assert current_revision(conn) == "0006" and schema_drift(conn) == []
+
+
+def test_a_database_at_0005_keeps_its_workers_and_tasks(db_url: str) -> None:
+    """0006 adds advertised templates and task attempts: workers registered before claim any template, tasks
+    queued before have no attempt."""
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from tuner.db import get_job, list_workers
+    from tuner.db.migrate import alembic_config
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0005")
+        conn.execute(OLD_JOB)
+        conn.execute(text(
+            "INSERT INTO tuner_tasks (job_id, position, label, shape_key, shape_json, state, trials_target,"
+            " trials_reserved, trials_done, trials_failed, updated_at) VALUES (1, 0, 'n=1', 'n=1', '{}', 'queued',"
+            " 4, 0, 0, 0, CURRENT_TIMESTAMP)"))
+        conn.execute(text(
+            "INSERT INTO tuner_workers (id, host, pid, device_kind, device_name, device_index, backends_json,"
+            " fingerprint_hash, fingerprint_json, state, started_at, last_heartbeat, lease_expires_at) VALUES"
+            " ('w', 'h', 1, 'cpu', 'CPU', 0, '[\"triton\"]', 'f', '{}', 'idle', CURRENT_TIMESTAMP,"
+            " CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"))
+    engine.dispose()
+    with Store.open(db_url) as store:
+        with store.session() as session:
+            job = get_job(session, job_id=1)
+            (worker,) = list_workers(session)
+        assert job is not None and job.tasks[0].attempts == 0 and worker.templates is None
+        assert store.claim_task(worker_id="w", device_kind="cpu", device_name="CPU", backends=["triton"]) is not None
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == "0006" and schema_drift(conn) == []
 
 
 def test_database_migrated_by_a_newer_tuner_is_refused(db_url: str) -> None:

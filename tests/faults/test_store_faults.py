@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,6 @@ from tuner.api.settings import ApiSettings
 
 NAME = "fault_vector_scale_tunable"
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def fault_db(postgres_sandbox: databases.PostgresSandbox) -> Iterator[FaultDatabase]:
-    database = FaultDatabase()
-    yield database
-    database.drop()
 
 
 def _timed(call: object) -> tuple[httpx.Response, float]:

@@ -7,36 +7,19 @@ Workers run with ``--heartbeat 1 --lease 5`` on a PostgreSQL database of the tes
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from tests.fixtures import databases
 from tests.fixtures.faults import FaultDatabase, Outcome, submit, wait_job
-from tests.fixtures.processes import start_worker, wait_for
+from tests.fixtures.processes import start_worker, stop_all, wait_for
 from tuner import db
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 WORKER_ARGS = ("--heartbeat", "1", "--lease", "5")
-
-
-@pytest.fixture
-def fault_db(postgres_sandbox: databases.PostgresSandbox) -> Iterator[FaultDatabase]:
-    database = FaultDatabase()
-    yield database
-    database.drop()
-
-
-def _stop(workers: list[subprocess.Popen[bytes]]) -> list[int]:
-    for w in workers:
-        if w.poll() is None:
-            w.send_signal(signal.SIGTERM)
-    return [w.wait(timeout=30) for w in workers]
 
 
 def test_workers_survive_outages_and_the_job_ends_with_exactly_its_trials(
@@ -57,7 +40,7 @@ def test_workers_survive_outages_and_the_job_ends_with_exactly_its_trials(
         outcome = wait_job(store, job_id, 300)
         alive = [w.poll() is None for w in workers]
     finally:
-        codes = _stop(workers)
+        codes = stop_all(workers)
     texts = [log.read_text() for log in logs]
     assert alive == [True, True], "\n".join(t[-3000:] for t in texts)
     assert outcome == Outcome("done", 24, 24, 0), outcome

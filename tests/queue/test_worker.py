@@ -81,10 +81,10 @@ def test_cancelled_jobs_are_not_claimed_and_a_template_the_worker_lacks_is_left_
         )
     Worker(store, WorkerOptions(DeviceSpec("cpu"))).run(exit_when_idle=True)
     assert _job(store, cancelled).state == "cancelled"
-    # A worker without the template (a mixed fleet) does not fail the job for everyone: it leaves the task.
+    # A worker without the template (a mixed fleet) does not advertise it, so never claims the job.
     left = _job(store, bad.id)
-    assert left.state in ("queued", "running") and left.tasks[0].state != "failed" and left.workers == ()
-    assert left.tasks[0].trials_reserved == 0 and left.error is None
+    assert left.state == "queued" and left.tasks[0].state == "queued" and left.workers == ()
+    assert left.tasks[0].trials_reserved == 0 and left.tasks[0].attempts == 0 and left.error is None
 
 
 @pytest.mark.postgres

@@ -54,11 +54,15 @@ def _job(store: Any, *, trials: int = 2, shapes: int = 1, **fields: Any) -> Any:
     return store.create_job(**{**base, **fields})
 
 
-def _worker(store: Any, worker_id: str = "w1", lease_s: float = 30.0) -> str:
+def _worker(store: Any, worker_id: str = "w1", lease_s: float = 30.0, **fields: Any) -> str:
     store.register_worker(worker_id=worker_id, host="h", pid=1, device_kind="cpu", device_name="CPU",
                           device_index=0, backends=["triton"], fingerprint_hash="f", fingerprint_json="{}",
-                          lease_s=lease_s)
+                          lease_s=lease_s, **fields)
     return worker_id
+
+
+def _claim(store: Any, worker_id: str) -> Any:
+    return store.claim_task(worker_id=worker_id, device_kind="cpu", device_name="CPU", backends=["triton"])
 
 
 def test_both_protocols_are_implemented(store: Any) -> None:
@@ -351,3 +355,77 @@ def test_a_verify_job_has_no_trials_and_one_worker_takes_each_task(store: Any) -
                 {"kind": "tune", "trials": 0}, {"kind": "other"}):
         with pytest.raises(ValueError):
             _job(store, **bad)
+
+
+# -- mixed fleets: advertised templates, local failures ----------------------------------------------------
+def test_a_worker_claims_only_the_templates_and_versions_it_advertised(store: Any) -> None:
+    newer, other, wanted = _job(store, template_version="2"), _job(store, template="u"), _job(store)
+    assert _claim(store, _worker(store, "none", templates={})) is None
+    old = _worker(store, "old", templates={"t": "1", "v": "3"})
+    assert store.list_workers()[0].templates == {"t": "1", "v": "3"}
+    claim = _claim(store, old)
+    assert claim is not None and claim.job.id == wanted.id
+    store.release_task(worker_id=old)
+    any_template = _worker(store, "any")  # advertised nothing: any template (workers of an older tuner)
+    assert store.list_workers()[0].templates is None
+    assert _claim(store, any_template).job.id == newer.id
+    assert _claim(store, _worker(store, "u", templates={"u": "1"})).job.id == other.id
+
+
+def test_a_task_given_up_by_k_distinct_workers_fails_with_every_reason(store: Any) -> None:
+    job = _job(store, trials=3)
+    (task_id,) = [t.id for t in job.tasks]
+    reasons = {"w1": "ImportError: No module named 'tilelang'", "w2": "has t@0, the job wants t@1",
+               "w3": "DeviceError: CUDA unavailable"}
+    for n, (worker, reason) in enumerate(reasons.items(), start=1):
+        _worker(store, worker)
+        claim = _claim(store, worker)
+        assert claim is not None and claim.task.id == task_id
+        store.reserve_slot(task_id=task_id, worker_id=worker)
+        task = store.fail_attempt(task_id=task_id, worker_id=worker, reason=reason, max_attempts=3)
+        assert task.attempts == n and task.trials_reserved == 0
+        assert store.list_workers()[0].state == "idle" and store.get_job(job_id=job.id).workers == ()
+        if n < 3:
+            assert task.state == "running" and task.error is None and store.job_state(job_id=job.id) == "running"
+            again = store.fail_attempt(task_id=task_id, worker_id=worker, reason="again", max_attempts=3)
+            assert again.attempts == n, "a worker's second attempt counts once"
+            assert _claim(store, worker) is None, "a worker does not claim a task it gave up"
+    failed = store.get_job(job_id=job.id)
+    assert failed.state == "failed" and failed.tasks[0].state == "failed" and failed.finished_at is not None
+    for worker, reason in reasons.items():
+        assert f"{worker}: {reason}" in (failed.error or "") and f"{worker}: {reason}" in (failed.tasks[0].error or "")
+    assert [(a.worker_id, a.reason) for a in store.list_attempts(task_id=task_id)] == list(reasons.items())
+    assert _claim(store, _worker(store, "w4")) is None
+    with pytest.raises(ValueError):
+        store.fail_attempt(task_id=task_id, worker_id="w4", reason="x", max_attempts=0)
+    with pytest.raises(NotFoundError):
+        store.fail_attempt(task_id=task_id + 1000, worker_id="w4", reason="x", max_attempts=3)
+
+
+def test_a_job_fails_by_attempts_once_none_of_its_tasks_runs(store: Any) -> None:
+    job = _job(store, trials=1, shapes=2)
+    worker = _worker(store)
+    first = _claim(store, worker).task.id
+    assert store.fail_attempt(task_id=first, worker_id=worker, reason="gone", max_attempts=1).state == "failed"
+    assert store.job_state(job_id=job.id) == "running"
+    second = _claim(store, worker).task.id
+    store.fail_attempt(task_id=second, worker_id=worker, reason="gone too", max_attempts=1)
+    failed = store.get_job(job_id=job.id)
+    assert failed.state == "failed" and failed.error == (
+        "w0: could not run on 1 worker(s): w1: gone; w1: could not run on 1 worker(s): w1: gone too")
+
+
+def test_a_final_round_given_up_goes_back_to_the_others(store: Any) -> None:
+    job = _job(store, trials=1)
+    a, b = _worker(store, "a"), _worker(store, "b")
+    task_id = _claim(store, a).task.id
+    slot = store.reserve_slot(task_id=task_id, worker_id=a)
+    store.record_measurement(_m(_study(store).id, trial_number=0), slot_id=slot)
+    assert store.begin_finalize(task_id=task_id, worker_id=a) is True
+    task = store.fail_attempt(task_id=task_id, worker_id=a, reason="DeviceError: lost", max_attempts=3)
+    assert (task.state, task.finalizer_id, task.attempts, task.trials_done) == ("running", None, 1, 1)
+    assert _claim(store, b).task.id == task_id and store.begin_finalize(task_id=task_id, worker_id=b) is True
+    done = store.finish_task(task_id=task_id, worker_id=b, best_us=1.0, best_config_json="{}")
+    assert done.id == job.id and done.state == "done"
+    assert store.fail_attempt(task_id=task_id, worker_id=b, reason="late", max_attempts=1).state == "done"
+

@@ -15,6 +15,12 @@ that lapsed meanwhile is rejoined. After its own reconnection a worker waits one
 others, so that live workers cut off by the same outage can renew first. SIGTERM (``stop``) ends the
 candidate being measured at once (its process is killed, its config queued again).
 
+Mixed fleets: a worker advertises the templates it has (name → version, from the registry's specs) when it
+registers, and claims only tasks of those. A task it claims and cannot run for a reason of its own (the
+template's implementation does not import, another version, its device fails) is given up
+(``JobQueue.fail_attempt``: the worker and the reason recorded, the task left to the others); once
+``max_attempts`` distinct workers gave it up (``TUNER_TASK_ATTEMPTS``, default 3) it fails with every reason.
+
 The worker knows the queue and store contracts (:mod:`tuner.store`), the study driver and the measurer; it
 knows nothing of HTTP or SQL. Liveness (the lease and the trials' heartbeats) is one
 :class:`~tuner.driver.heartbeat.Heartbeat`.
@@ -44,6 +50,7 @@ from tuner.frozen import Shape
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import MeasureOptions, Measurer
+from tuner.settings import engine_settings
 from tuner.store import Claim, JobQueue, JobRecord, TuningStore
 from tuner.template import KernelTemplate
 
@@ -66,6 +73,8 @@ class WorkerOptions:
     compile_workers: int = 0  # parallel compile processes for slow-compiling templates (0: the host's cores)
     device_index: int | None = None  # the index it registers and records (default device.index); a worker
     # pinned to one GPU (tuner.service.fleet) sees it as cuda:0 but registers the GPU's index on the host
+    max_attempts: int = field(default_factory=lambda: engine_settings().task_attempts)  # distinct workers
+    # that may give a task up for a local reason before it fails (TUNER_TASK_ATTEMPTS)
 
 
 class QueueStore(TuningStore, JobQueue, Protocol):
@@ -102,7 +111,7 @@ class Worker:
         self._pool: CompilePool | None = None
         self.health = StoreHealth()
         self._stop = threading.Event()
-        self._lacking: set[tuple[str, str]] = set()  # (template, version) this worker cannot run
+        self._lacking: dict[tuple[str, str], str] = {}  # (template, version) it cannot run → why
         self._heartbeat = self._new_heartbeat()
 
     def _new_heartbeat(self) -> Heartbeat:
@@ -163,7 +172,7 @@ class Worker:
             device_kind=fingerprint.kind, device_name=fingerprint.device_name,
             device_index=self.device_index, backends=self.options.backends,
             fingerprint_hash=fingerprint.hash(), fingerprint_json=fingerprint.to_json(),
-            lease_s=self.options.lease_s,
+            lease_s=self.options.lease_s, templates=advertised_templates(),
         )
 
     def _rejoin(self) -> None:
@@ -191,19 +200,16 @@ class Worker:
             lost = self.store.reap_lost_workers()
             if lost:
                 log.warning("reaped lost workers %s", ", ".join(lost))
-        claim = self.store.claim_task(
+        return self.store.claim_task(
             worker_id=self.id, device_kind=kind, device_name=name, backends=self.options.backends
         )
-        if claim is not None and (claim.job.template, claim.job.template_version) in self._lacking:
-            self.store.release_task(worker_id=self.id)  # a template it lacks: left to the others
-            return None
-        return claim
 
     def _serve(self, claim: Claim, measurer: Measurer, stop: threading.Event) -> None:
         job, task = claim.job, claim.task
         try:
             template = self._template_of(job)
-            if template is None:  # another worker of the fleet may have it: leave the task to it
+            if isinstance(template, str):  # another worker of the fleet may have it: leave the task to it
+                self._give_up(task.id, template)
                 return
             shape = template.make_shape(json.loads(task.shape_json))
             if job.kind == "verify":
@@ -224,7 +230,8 @@ class Worker:
             if isinstance(exc, STORAGE_ERRORS):
                 self.health.failed(exc)
             log.info("task %s of job %s interrupted: %s: %s", task.id, job.id, type(exc).__name__, exc)
-        except DeviceError:
+        except DeviceError as exc:  # this device cannot run anything: give the task up, then stop
+            self._give_up(task.id, f"{type(exc).__name__}: {exc}")
             raise
         except TunerError as exc:
             log.exception("task %s of job %s failed", task.id, job.id)
@@ -237,23 +244,34 @@ class Worker:
             except STORAGE_ERRORS as exc:  # stopping in an outage: the lease lapses, the reaper frees them
                 log.error("could not release task %s: %s", task.id, exc)
 
-    def _template_of(self, job: JobRecord) -> KernelTemplate | None:
-        """The job's template at the job's version, or None when this worker lacks it (not registered here,
-        another version, its module does not import): a local reason, said once per template, and the
-        task is left to the workers that have it (mixed fleets)."""
+    def _template_of(self, job: JobRecord) -> KernelTemplate | str:
+        """The job's template at the job's version, or why this worker lacks it (not registered here,
+        another version, its module does not import): a local reason, logged once per template; the task
+        is then given up, left to the workers that have it (mixed fleets)."""
         key = (job.template, job.template_version)
         if key in self._lacking:
-            return None
+            return self._lacking[key]
         try:
             template = registry.get(job.template)
             if template.version == job.template_version:
                 return template
             reason = f"this worker has {job.template}@{template.version}, the job wants @{job.template_version}"
-        except (UserInputError, ImportError, AttributeError) as exc:
+        except (UserInputError, ImportError, AttributeError, TypeError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
         log.warning("worker %s cannot run %s@%s (%s); leaving its tasks to other workers", self.id, *key, reason)
-        self._lacking.add(key)
-        return None
+        self._lacking[key] = reason
+        return reason
+
+    def _give_up(self, task_id: int, reason: str) -> None:
+        """Leave a task this worker cannot run for a reason of its own; the store fails it once
+        ``max_attempts`` distinct workers have given it up."""
+        task = self._durable(lambda: self.store.fail_attempt(
+            task_id=task_id, worker_id=self.id, reason=reason, max_attempts=self.options.max_attempts))
+        if task.state == "failed":
+            log.error("task %s failed: %s", task_id, task.error)
+        else:
+            log.info("gave up task %s (attempt %d of %d): %s", task_id, task.attempts, self.options.max_attempts,
+                     reason)
 
     def _compile_pool(self, template: KernelTemplate) -> CompilePool | None:
         """The worker's compile pool (kept warm across tasks) when the template compiles slowly."""
@@ -324,6 +342,18 @@ class Worker:
             log.error("could not deregister worker %s: %s", self.id, exc)
 
 
+def advertised_templates() -> dict[str, str]:
+    """The templates this process has, name → version, read from the registry's specs (torch-free for the
+    built-in ones); a template whose spec does not load is not advertised."""
+    have: dict[str, str] = {}
+    for name in registry.names():
+        try:
+            have[name] = registry.spec(name).version
+        except Exception as exc:  # any import failure: this worker does not have it
+            log.warning("template %s not advertised: %s: %s", name, type(exc).__name__, exc)
+    return have
+
+
 def parse_backends(text: str) -> tuple[str, ...]:
     """``"triton,tilelang"`` → a tuple; UserInputError for an unknown backend."""
     names = tuple(n.strip() for n in text.split(",") if n.strip())
@@ -333,5 +363,5 @@ def parse_backends(text: str) -> tuple[str, ...]:
     return names
 
 
-__all__ = ["BACKENDS", "SlotBudget", "Worker", "WorkerOptions", "parse_backends"]
+__all__ = ["BACKENDS", "SlotBudget", "Worker", "WorkerOptions", "advertised_templates", "parse_backends"]
 

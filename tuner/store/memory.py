@@ -27,13 +27,16 @@ from tuner.store.records import (
     NewMeasurement,
     Status,
     StudyRecord,
+    TaskAttemptRecord,
     TaskRecord,
     Timer,
     VerificationRecord,
     WorkerRecord,
+    attempts_error,
     canonical_json,
     check_candidate,
     check_job_kind,
+    check_max_attempts,
     check_role,
     check_tasks,
 )
@@ -72,6 +75,7 @@ class MemoryStore:
         self._slots: dict[int, _Slot] = {}
         self._workers: dict[str, WorkerRecord] = {}
         self._verifications: list[VerificationRecord] = []
+        self._attempts: list[TaskAttemptRecord] = []
         self._optuna: optuna.storages.BaseStorage | None = None
 
     @property
@@ -394,6 +398,7 @@ class MemoryStore:
     def register_worker(
         self, *, worker_id: str, host: str, pid: int, device_kind: str, device_name: str, device_index: int,
         backends: Sequence[str], fingerprint_hash: str, fingerprint_json: str, lease_s: float,
+        templates: Mapping[str, str] | None = None,
     ) -> WorkerRecord:
         now = _now()
         record = WorkerRecord(
@@ -401,6 +406,7 @@ class MemoryStore:
             device_index=device_index, backends_json=json.dumps(sorted(backends)), fingerprint_hash=fingerprint_hash,
             fingerprint_json=fingerprint_json, state="idle", current_task_id=None, started_at=now,
             last_heartbeat=now, lease_expires_at=now + timedelta(seconds=lease_s),
+            templates_json=None if templates is None else canonical_json(dict(templates), what="templates"),
         )
         with self._lock:
             if worker_id in self._workers:
@@ -466,13 +472,18 @@ class MemoryStore:
         self, *, worker_id: str, device_kind: str, device_name: str, backends: Sequence[str]
     ) -> Claim | None:
         with self._lock:
+            worker = self._workers.get(worker_id)
+            has = None if worker is None else worker.templates
+            given_up = {a.task_id for a in self._attempts if a.worker_id == worker_id}
+
             def claimable(t: TaskRecord) -> bool:
                 job = self._jobs[t.job_id]
                 open_slots = t.trials_reserved < t.trials_target or t.trials_target == 0 or (
                     t.state == "running" and t.trials_done >= t.trials_target)
                 return (job.state in ACTIVE_JOB_STATES and t.state in ("queued", "running") and open_slots
                         and job.device_kind == device_kind and job.device_name in (None, device_name)
-                        and job.backend in backends)
+                        and job.backend in backends and t.id not in given_up
+                        and (has is None or has.get(job.template) == job.template_version))
 
             candidates = sorted((t for t in self._tasks.values() if claimable(t)),
                                 key=lambda t: (-self._jobs[t.job_id].priority, t.job_id, t.position))
@@ -484,7 +495,6 @@ class MemoryStore:
                 task = self._tasks[task.id] = dataclasses.replace(task, state="running", updated_at=now)
             if job.state == "queued":
                 self._jobs[job.id] = dataclasses.replace(job, state="running", updated_at=now)
-            worker = self._workers.get(worker_id)
             if worker is not None:
                 self._workers[worker_id] = dataclasses.replace(worker, state="busy", current_task_id=task.id)
             return Claim(self._job(job.id), task)
@@ -577,3 +587,43 @@ class MemoryStore:
             worker = self._workers.get(worker_id)
             if worker is not None and worker.state == "busy":
                 self._workers[worker_id] = dataclasses.replace(worker, state="idle", current_task_id=None)
+
+    def fail_attempt(self, *, task_id: int, worker_id: str, reason: str, max_attempts: int) -> TaskRecord:
+        check_max_attempts(max_attempts)
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                raise NotFoundError(f"no task {task_id}")
+            now = _now()
+            self._free_slots(worker_id, now)
+            worker = self._workers.get(worker_id)
+            if worker is not None and worker.state == "busy":
+                self._workers[worker_id] = dataclasses.replace(worker, state="idle", current_task_id=None)
+            if task.state in ("done", "failed", "cancelled"):
+                return self._tasks[task_id]
+            task = self._tasks[task_id]  # its reserved count changed with the slots
+            if task.state == "finalizing" and task.finalizer_id == worker_id:
+                task = dataclasses.replace(task, state="running", finalizer_id=None)
+            if not any(a.task_id == task_id and a.worker_id == worker_id for a in self._attempts):
+                self._attempts.append(TaskAttemptRecord(task_id, worker_id, reason, now))
+            attempts = [a for a in self._attempts if a.task_id == task_id]
+            task = dataclasses.replace(task, attempts=len(attempts), updated_at=now)
+            if len(attempts) >= max_attempts and task.state in ("queued", "running"):
+                task = dataclasses.replace(task, state="failed", error=attempts_error(attempts))
+            self._tasks[task_id] = task
+            if task.state == "failed":
+                self._close_failed_job(task.job_id, now)
+            return task
+
+    def _close_failed_job(self, job_id: int, now: datetime) -> None:
+        """Fail the job of a failed task once none of its tasks runs, listing each failed task's error."""
+        job = self._jobs[job_id]
+        tasks = sorted((t for t in self._tasks.values() if t.job_id == job_id), key=lambda t: t.position)
+        if job.state in ACTIVE_JOB_STATES and all(t.state in ("done", "failed") for t in tasks):
+            error = "; ".join(f"{t.label}: {t.error}" for t in tasks if t.state == "failed")
+            self._jobs[job_id] = dataclasses.replace(job, state="failed", error=error, updated_at=now,
+                                                     finished_at=now)
+
+    def list_attempts(self, *, task_id: int) -> list[TaskAttemptRecord]:
+        with self._lock:
+            return [a for a in self._attempts if a.task_id == task_id]

@@ -34,6 +34,7 @@ from tuner.store.records import (
     NewMeasurement,
     Status,
     StudyRecord,
+    TaskAttemptRecord,
     TaskRecord,
     VerificationRecord,
     WorkerRecord,
@@ -199,7 +200,11 @@ class JobQueue(Protocol):
     def register_worker(
         self, *, worker_id: str, host: str, pid: int, device_kind: str, device_name: str, device_index: int,
         backends: Sequence[str], fingerprint_hash: str, fingerprint_json: str, lease_s: float,
-    ) -> WorkerRecord: ...
+        templates: Mapping[str, str] | None = None,
+    ) -> WorkerRecord:
+        """A new idle worker with a lease. ``templates`` advertises the templates it has, name → version:
+        it will claim only tasks of those (mixed fleets); None advertises nothing and claims any template.
+        RecordConflictError when the id is taken."""
 
     def heartbeat(self, *, worker_id: str, lease_s: float) -> bool:
         """Renew the worker's lease; False when it was declared lost (it must stop recording results)."""
@@ -219,7 +224,9 @@ class JobQueue(Protocol):
     def claim_task(
         self, *, worker_id: str, device_kind: str, device_name: str, backends: Sequence[str]
     ) -> Claim | None:
-        """The next task this worker can serve (highest priority, oldest job, first shape), or None."""
+        """The next task this worker can serve (highest priority, oldest job, first shape), or None: of its
+        device and a backend it runs, of a template and version it advertised (when it advertised any),
+        and not one it already gave up (:meth:`fail_attempt`)."""
 
     def attach_study(self, *, task_id: int, study_id: int) -> None: ...
 
@@ -249,3 +256,16 @@ class JobQueue(Protocol):
     def release_task(self, *, worker_id: str) -> None:
         """The worker leaves its current task (it stays claimable by others) and becomes idle; the trial
         slots it still holds reserved go back to their tasks."""
+
+    def fail_attempt(self, *, task_id: int, worker_id: str, reason: str, max_attempts: int) -> TaskRecord:
+        """The worker cannot run the task for a reason of its own (its template missing or not importable,
+        another version, its device failing): the attempt is recorded with the worker and the reason, and
+        the worker leaves the task as :meth:`release_task` does (its reserved slots and a final round it
+        held go back), never to claim it again. Attempts count distinct workers (a worker's second attempt
+        counts once). Once ``max_attempts`` workers have given it up, the task fails with every worker's
+        reason (:func:`tuner.store.records.attempts_error`) and its job fails with it once no other task
+        runs; until then it stays claimable by the others. A task already finished is left as it is.
+        Returns the task as left; NotFoundError for an unknown task, ValueError for ``max_attempts`` < 1."""
+
+    def list_attempts(self, *, task_id: int) -> list[TaskAttemptRecord]:
+        """The workers that gave the task up (:meth:`fail_attempt`), oldest first."""

@@ -19,7 +19,8 @@ from tuner.results import Status, Timer
 
 __all__ = [
     "ROLES", "BestRecord", "Claim", "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord",
-    "TaskRecord", "Timer", "WorkerRecord", "canonical_json", "check_candidate", "check_role",
+    "TaskAttemptRecord", "TaskRecord", "Timer", "WorkerRecord", "attempts_error", "canonical_json", "check_candidate",
+    "check_max_attempts", "check_role",
     "check_tasks",
 ]
 
@@ -58,6 +59,17 @@ def check_tasks(tasks: Sequence[tuple[str, str, str]]) -> None:
     keys = [key for _, key, _ in tasks]
     if len(set(keys)) != len(keys):
         raise ValueError("a job lists the same shape twice")
+
+
+def attempts_error(attempts: Sequence[TaskAttemptRecord]) -> str:
+    """The error of a task no worker could run: every worker that tried and its reason, oldest first."""
+    reasons = "; ".join(f"{a.worker_id}: {a.reason}" for a in attempts)
+    return f"could not run on {len(attempts)} worker(s): {reasons}"
+
+
+def check_max_attempts(max_attempts: int) -> None:
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
 
 
 JOB_KINDS = ("tune", "verify")
@@ -206,10 +218,22 @@ class TaskRecord:
     best_config_json: str | None
     error: str | None
     updated_at: datetime
+    attempts: int = 0  # distinct workers that could not run it for a local reason (see TaskAttemptRecord)
 
     @property
     def shape(self) -> dict[str, Any]:
         return dict(json.loads(self.shape_json))
+
+
+@dataclass(frozen=True)
+class TaskAttemptRecord:
+    """A worker that claimed a task and could not run it for a reason of its own (its template missing or
+    not importable, another template version, its device failing): the task went back to the others."""
+
+    task_id: int
+    worker_id: str
+    reason: str
+    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -266,10 +290,17 @@ class WorkerRecord:
     started_at: datetime
     last_heartbeat: datetime
     lease_expires_at: datetime
+    templates_json: str | None = None  # {name: version} it advertised; None: not advertised (any template)
 
     @property
     def backends(self) -> list[str]:
         return list(json.loads(self.backends_json))
+
+    @property
+    def templates(self) -> dict[str, str] | None:
+        """The templates it has, name → version, as advertised at registration; None when it advertised
+        none (a worker of an older tuner): it may claim any template."""
+        return None if self.templates_json is None else dict(json.loads(self.templates_json))
 
 
 @dataclass(frozen=True)
