@@ -9,12 +9,14 @@ workers (``--heartbeat 2 --lease 10``), and a fault while the job runs:
 * ``outage-15s``, ``outage-60s``: one outage, longer than the lease;
 * ``partition``: the workers reach the database through a TCP proxy on 127.0.0.1 that holds every byte for
   20 s; an API server behind the same proxy is asked ``GET /v1/jobs`` meanwhile (how long until it answers);
-* ``mixed-fleet``: one of the three workers lacks the template;
+* ``mixed-fleet``: a worker without the template and one whose template does not import start first (the
+  first never claims the job, the second claims it and gives it up: one attempt recorded), then a capable one;
 * ``sigkill-1``, ``sigkill-2``: one or two workers killed with SIGKILL mid-job;
 * ``sigterm-hang``: one worker on a template whose every candidate hangs, sent SIGTERM inside a candidate
   (how long until it exits; the interrupted config must be queued again);
-* ``fresh-starts``: ``--starts`` times, four workers started at once on a fresh database (Optuna's tables
-  created by whoever comes first) with a 4-shape job.
+* ``fresh-starts``: ``--starts`` times, four workers started at once on an empty database (tuner's and
+  Optuna's tables created by whoever comes first, the others waiting on the schema lock), then a 4-shape job
+  of 2 trials per shape submitted.
 
 Reported per scenario: worker deaths (exits other than the ones the scenario caused, or a traceback in a
 worker's log), the job's state, measurements stored vs expected, configs measured twice, and the time from
@@ -45,7 +47,7 @@ import httpx  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.pool import NullPool  # noqa: E402
 
-from tests.fixtures import processes  # noqa: E402
+from tests.fixtures import fleet_templates, processes  # noqa: E402
 from tests.fixtures.faults import FaultDatabase, Outcome, TcpProxy, submit, wait_job  # noqa: E402
 from tuner import db  # noqa: E402
 from tuner.frozen import Shape  # noqa: E402
@@ -182,11 +184,21 @@ def partition(logs: Path, trials: int) -> Row:
 def mixed_fleet(logs: Path, trials: int) -> Row:
     run, row = Run("mixed-fleet", logs, trials), Row("mixed-fleet")
     job = submit(run.store, trials=trials)
-    without = {**processes.env(), "TUNER_TEMPLATES": processes.PLUGINS.replace(
-        f"fault_vector_scale_wide={processes.WIDE_REF},", "")}
-    run.start_workers(1, env=without)  # first: it claims the job before the others start
-    time.sleep(20)
-    run.start_workers(2)
+    run.start_workers(1, env=fleet_templates.lacking_env())
+    run.start_workers(1, env=fleet_templates.broken_env())
+
+    def task() -> db.TaskRecord:
+        found = run.store.get_job(job_id=job)
+        assert found is not None
+        return found.tasks[0]
+
+    processes.wait_for(lambda: task().attempts >= 1, 300, "the worker that cannot import the template to give up")
+    before = Outcome.of(run.store, job)
+    run.start_workers(1)
+    wait_job(run.store, job, 900)
+    attempts = run.store.list_attempts(task_id=task().id)
+    row.notes.append(f"before the capable worker started: job {before.state}, {before.measured} measured; "
+                     f"attempts recorded: {len(attempts)} ({'; '.join(a.reason for a in attempts)})")
     return run.finish(row, job, trials)
 
 
@@ -239,9 +251,13 @@ def sigterm_hang(logs: Path) -> Row:
 
 def fresh_starts(logs: Path, starts: int) -> Row:
     row = Row(f"fresh-starts x{starts}")
-    done = 0
+    done = measured = 0
     for k in range(starts):
         run = Run(f"fresh{k}", logs, 2)
+        run.store.close()
+        run.database.reset()  # empty: the workers (and this process, a fifth) race to create every table
+        run.start_workers(4)
+        run.store = db.Store.open(run.database.url())
         shapes = [Shape(n=n) for n in (64, 128, 256, 512)]
         with run.store.session() as session:
             job = db.create_job(
@@ -250,12 +266,13 @@ def fresh_starts(logs: Path, starts: int) -> Row:
                 candidate_timeout_s=60.0, finalists=1, comparators=False,
                 tasks=[(s.key(), s.key(), s.to_json()) for s in shapes],
             ).id
-        run.start_workers(4)
         outcome = wait_job(run.store, job, 600)
         done += outcome.state == "done"
+        measured += outcome.measured
+        row.duplicates += outcome.duplicates
         row.deaths += run.deaths()
         run.close()
-    row.state, row.measured = f"{done} of {starts} done", "8 / 8 each" if done == starts else "see logs"
+    row.state, row.measured = f"{done} of {starts} done", f"{measured} / {8 * starts}"
     return row
 
 

@@ -276,13 +276,18 @@ class WorkerRow(Base):
 
 
 class SlotRow(Base):
-    """One trial of a task, reserved by a worker ('reserved') and completed with its measurement ('done')."""
+    """One trial of a task, reserved by a worker ('reserved') and completed with its measurement ('done').
+
+    Slot ids are never reused (AUTOINCREMENT on SQLite, whose rowids otherwise reuse the largest id once its
+    row is deleted): a worker reaped while cut off must not spend, with its old slot id, a slot reserved by
+    another worker since."""
 
     __tablename__ = "tuner_slots"
     __table_args__ = (
         CheckConstraint("state IN ('reserved', 'done')", name="state"),
         Index("ix_tuner_slots_task_state", "task_id", "state"),
         Index("ix_tuner_slots_worker", "worker_id"),
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True)

@@ -141,11 +141,14 @@ def test_a_database_at_0005_keeps_its_workers_and_tasks(db_url: str) -> None:
             " fingerprint_hash, fingerprint_json, state, started_at, last_heartbeat, lease_expires_at) VALUES"
             " ('w', 'h', 1, 'cpu', 'CPU', 0, '[\"triton\"]', 'f', '{}', 'idle', CURRENT_TIMESTAMP,"
             " CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"))
+        conn.execute(text("INSERT INTO tuner_slots (task_id, worker_id, state, created_at) VALUES (1, 'w', 'done',"
+                          " CURRENT_TIMESTAMP)"))
     engine.dispose()
     with Store.open(db_url) as store:
         with store.session() as session:
             job = get_job(session, job_id=1)
             (worker,) = list_workers(session)
+            assert session.execute(text("SELECT worker_id, state FROM tuner_slots")).all() == [("w", "done")]
         assert job is not None and job.tasks[0].attempts == 0 and worker.templates is None
         assert store.claim_task(worker_id="w", device_kind="cpu", device_name="CPU", backends=["triton"]) is not None
         with store.engine.connect() as conn:

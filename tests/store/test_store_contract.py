@@ -14,7 +14,7 @@ import pytest
 
 from tests.fixtures import databases
 from tests.fixtures.studies import study_fields
-from tuner.errors import NotFoundError, RecordConflictError
+from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store import JobQueue, NewMeasurement, StudyRecord, TuningStore
 from tuner.store.memory import MemoryStore
 from tuner.store.records import Status
@@ -261,10 +261,27 @@ def test_a_lost_worker_gives_back_its_slots_and_stores_nothing_more(store: Any) 
     assert store.reap_lost_workers(now=claim.task.updated_at + timedelta(hours=1)) == [worker]
     assert store.get_task(task_id=claim.task.id).trials_reserved == 0
     assert store.heartbeat(worker_id=worker, lease_s=30.0) is False
-    with pytest.raises(RecordConflictError):
+    with pytest.raises(SlotLostError):  # a RecordConflictError: the slot is gone, not spent
         store.record_measurement(_m(study.id, trial_number=0), slot_id=slot)
     assert store.count_measurements(study_id=study.id) == 0
     assert store.list_workers() == [] and store.list_workers(include_stopped=True)[0].state == "lost"
+
+
+def test_a_slot_id_given_back_is_never_reused(store: Any) -> None:
+    """A worker reaped while cut off still holds its old slot id: it must not spend another worker's slot."""
+    lost, other = _worker(store, "lost", lease_s=0.0), _worker(store, "other")
+    _job(store, trials=1)
+    task_id = _claim(store, lost).task.id
+    old_slot = store.reserve_slot(task_id=task_id, worker_id=lost)
+    store.heartbeat(worker_id=other, lease_s=3600.0)
+    assert store.reap_lost_workers(now=store.get_task(task_id=task_id).updated_at + timedelta(minutes=1)) == [lost]
+    new_slot = store.reserve_slot(task_id=task_id, worker_id=other)
+    assert new_slot is not None and new_slot != old_slot
+    study = _study(store)
+    with pytest.raises(SlotLostError):
+        store.record_measurement(_m(study.id, trial_number=0), slot_id=old_slot)
+    store.record_measurement(_m(study.id, trial_number=1), slot_id=new_slot)
+    assert store.get_task(task_id=task_id).trials_done == 1
 
 
 def test_a_stopping_worker_gives_back_its_slots(store: Any) -> None:

@@ -28,6 +28,7 @@ from tuner.driver import optuna_access
 from tuner.driver.budget import TrialBudget
 from tuner.driver.samplers import exhausted
 from tuner.driver.study import CONFIG_LABEL, StudyContext, store_result
+from tuner.errors import SlotLostError
 from tuner.frozen import Config
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.measurer import Candidate
@@ -177,10 +178,7 @@ def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending, persist: Persi
         result = ctx.measurer.measure(
             ctx.template_ref, ctx.shape, Candidate(config=p.config), seed=ctx.seed_base + trial.number
         )
-        measurement_id = persist(lambda: store_result(
-            ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=trial.number,
-            slot_id=budget.slot_of(p.token),
-        ))
+        measurement_id = persist(lambda: _store_trial(ctx, budget, p, result))
     except BaseException as exc:
         # Not stored (slot lost, interrupted, the worker stopping in an outage): fail the trial, free the
         # slot, let the caller decide.
@@ -192,6 +190,32 @@ def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending, persist: Persi
     # trials measured before it in the batch (those are in wall_s).
     return _record(trial.number, result, None, p.asked_at,
                    own_s=p.proposed_s + (time.perf_counter() - measuring_from))
+
+
+def _store_trial(ctx: StudyContext, budget: TrialBudget, p: _Pending, result: MeasureResult) -> int:
+    """Store a trial's measurement on its slot; the measurement id.
+
+    A slot given back while this worker could not reach the store (its lease lapsed and it was reaped:
+    SlotLostError) does not lose the measurement when it can be kept without measuring a config twice or
+    exceeding the trial count: the trial must still be this worker's (RUNNING: no other worker failed it
+    for a stale heartbeat and queued its config again) and the task must have a trial left, on a new slot.
+    Otherwise the SlotLostError propagates (the caller abandons the trial, its config queued again)."""
+    try:
+        return store_result(ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=p.trial.number,
+                            slot_id=budget.slot_of(p.token))
+    except SlotLostError:
+        trial_id = optuna_access.trial_id(p.trial)
+        optuna_access.record_heartbeat(ctx.storage, trial_id)  # ours again before anyone finds it stale
+        if ctx.storage.get_trial(trial_id).state is not TrialState.RUNNING:
+            raise
+        token = budget.reserve()
+        if token is None:  # the task's trials were all taken meanwhile: keeping it would exceed them
+            raise
+        p.token = token
+        log.warning("trial %d: its slot was given back while the store was unreachable; stored on a new slot",
+                    p.trial.number)
+    return store_result(ctx, result, role="trial", candidate=CONFIG_LABEL, trial_number=p.trial.number,
+                        slot_id=budget.slot_of(p.token))
 
 
 def _abandon(ctx: StudyContext, budget: TrialBudget, p: _Pending, reason: str) -> None:

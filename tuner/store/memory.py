@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from tuner.errors import NotFoundError, RecordConflictError
+from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store.protocols import ORDERS, TrialHeartbeats
 from tuner.store.records import (
     BestRecord,
@@ -144,8 +144,10 @@ class MemoryStore:
             slot = None
             if slot_id is not None:
                 slot = self._slots.get(slot_id)
-                if slot is None or slot.state != "reserved":
-                    raise RecordConflictError(f"trial slot {slot_id} is no longer reserved (lease lost)")
+                if slot is None:
+                    raise SlotLostError(f"trial slot {slot_id} is no longer reserved (lease lost)")
+                if slot.state != "reserved":
+                    raise RecordConflictError(f"trial slot {slot_id} is already spent")
             record = MeasurementRecord(id=next(self._ids), created_at=_now(), **fields)
             self._measurements[record.id] = record
             if slot is not None:

@@ -85,8 +85,9 @@ class TuningStore(Protocol):
     def record_measurement(self, measurement: NewMeasurement, *, slot_id: int | None = None) -> MeasurementRecord:
         """Store one measurement and, with ``slot_id``, spend that trial slot on it, in one transaction: the
         measurement is stored if and only if its slot is spent. NotFoundError for an unknown study;
-        RecordConflictError when the slot is no longer reserved (its worker was declared lost), and then
-        nothing is stored; ValueError for an invalid role, candidate, status, timer or JSON."""
+        SlotLostError (a RecordConflictError) when the slot no longer exists (its worker was declared lost
+        and the slot given back), RecordConflictError when it is already spent: then nothing is stored;
+        ValueError for an invalid role, candidate, status, timer or JSON."""
 
     def get_measurement(self, *, measurement_id: int) -> MeasurementRecord | None: ...
 

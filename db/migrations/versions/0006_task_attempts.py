@@ -2,6 +2,8 @@
 
 ``tuner_workers.templates_json`` ({name: version}; NULL for workers registered before: any template),
 ``tuner_tasks.attempts`` (distinct workers that gave the task up) and ``tuner_task_attempts`` (who and why).
+On SQLite, ``tuner_slots`` is rebuilt with AUTOINCREMENT: a deleted slot's id is never given to a new slot
+(a worker reaped while cut off would otherwise spend another worker's slot with its old id).
 
 Revision ID: 0006
 Revises: 0005
@@ -23,7 +25,15 @@ _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _TS = sa.DateTime(timezone=True)
 
 
+def _rebuild_slots(*, autoincrement: bool) -> None:
+    if op.get_bind().dialect.name != "sqlite":  # PostgreSQL sequences never hand out an id twice
+        return
+    with op.batch_alter_table("tuner_slots", recreate="always", table_kwargs={"sqlite_autoincrement": autoincrement}):
+        pass
+
+
 def upgrade() -> None:
+    _rebuild_slots(autoincrement=True)
     with op.batch_alter_table("tuner_workers") as batch:
         batch.add_column(sa.Column("templates_json", sa.Text(), nullable=True))
     with op.batch_alter_table("tuner_tasks") as batch:
@@ -36,7 +46,9 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text(), nullable=False),
         sa.Column("created_at", _TS, nullable=False),
         sa.ForeignKeyConstraint(
-            ["task_id"], ["tuner_tasks.id"], name=op.f("fk_tuner_task_attempts_task_id_tuner_tasks"),
+            ["task_id"],
+            ["tuner_tasks.id"],
+            name=op.f("fk_tuner_task_attempts_task_id_tuner_tasks"),
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_tuner_task_attempts")),
@@ -45,6 +57,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    _rebuild_slots(autoincrement=False)
     op.drop_table("tuner_task_attempts")
     with op.batch_alter_table("tuner_tasks") as batch:
         batch.drop_column("attempts")
