@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import signal
 import subprocess
@@ -293,10 +294,10 @@ def render(rows: list[Row], args: argparse.Namespace, took_s: float) -> str:
     lines = [
         "# Reliability under database faults",
         "",
-        f"Command: `.venv/bin/python benchmarks/reliability.py --trials {args.trials} --starts {args.starts}"
-        f" --output {args.output}`  ",
-        f"Machine: {platform.node()} ({platform.machine()}, CPU only), local PostgreSQL; "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {took_s / 60:.0f} min.  ",
+        f"Command: `nice -n 10 .venv/bin/python benchmarks/reliability.py {' '.join(sys.argv[1:])}`  ",
+        f"Machine: {platform.node()} ({platform.machine()}, {os.cpu_count()} CPU cores shared with other work, no GPU"
+        f" used), PostgreSQL on 127.0.0.1; finished {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}"
+        f" UTC after {took_s / 60:.0f} min.  ",
         f"Job: {args.trials} trials of fault_vector_scale_wide (CPU, Triton interpreter), 3 workers "
         "`--heartbeat 2 --lease 10`; faults as in the script's docstring.",
         "Targets: 0 deaths, every job done, exactly the trial count measured, 0 duplicates, the partition "
