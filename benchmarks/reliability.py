@@ -326,16 +326,20 @@ def main() -> None:
     args = parser.parse_args()
     args.logs.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    rows = []
-    for name in args.only or list(SCENARIOS):
+    rows: list[Row] = []
+    names = args.only or list(SCENARIOS)
+    for name in names:
         print(f"{name} …", flush=True)
         try:
             rows.append(SCENARIOS[name](args.logs, args))
         except Exception as exc:  # a scenario that cannot complete is a result too
             rows.append(Row(name, state=f"not completed: {type(exc).__name__}: {exc}"))
         print(rows[-1], flush=True)
-    text_ = render(rows, args, time.monotonic() - started)
-    args.output.write_text(text_)
+        text_ = render(rows, args, time.monotonic() - started)
+        if len(rows) < len(names):  # written after each scenario: a run cut short still leaves its figures
+            text_ += f"\nPartial: {len(rows)} of {len(names)} scenarios so far; not yet run: " \
+                     f"{', '.join(names[len(rows):])}.\n"
+        args.output.write_text(text_)
     print(text_)
 
 
