@@ -17,6 +17,8 @@ usage (GPU machine, the project's bundle on PYTHONPATH):
   python benchmarks/unseen_shapes.py tune-args                  # the -s options of the shapes to tune
   python benchmarks/unseen_shapes.py measure --db URL --json OUT.json --md OUT.md [--samples 100]
   python benchmarks/unseen_shapes.py render OUT.json            # the markdown table again, from the JSON
+  python benchmarks/unseen_shapes.py answers OUT.json --db URL  # today's lookup (export file, offline: the same
+                                                                # code as the server) against what was measured
 """
 
 from __future__ import annotations
@@ -216,11 +218,11 @@ def render(doc: dict[str, Any]) -> str:
         f"Template `{doc['template']}` version {doc['version']}, {doc['samples']} samples per candidate, "
         f"{doc['date']}, device {doc['fingerprint'].get('device_name')}.",
         "",
-        "| shape | dims | role | answer (from) | served µs | default µs | mamba_ssm as users call it, best line µs |"
-        " served / that line | % of elementwise kernel |",
+        "| shape | dims | planned role | answer (from) | served µs | default µs | mamba_ssm as users call it, "
+        "best line µs | speedup: that line / served | % of elementwise kernel |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    ratios: dict[str, list[float]] = {"tune": [], "serve": []}
+    ratios: dict[str, list[float]] = {}  # by the answer's match (exact: tuned; nearest; default)
     for row in doc["rows"]:
         f = row["figures"]
         line, user = _user_best(f)
@@ -228,7 +230,7 @@ def render(doc: dict[str, Any]) -> str:
         ceiling = min((v for k, v in f.items() if k in CEILINGS and v is not None), default=None)
         ratio = user / served if user and served else None
         if ratio is not None:
-            ratios[row["role"]].append(ratio)
+            ratios.setdefault(row["match"], []).append(ratio)
         src = row["source_shape"]
         origin = (
             ""
@@ -241,13 +243,49 @@ def render(doc: dict[str, Any]) -> str:
             f"{_fmt(ratio, 3)}x | {_fmt(100 * ceiling / served if ceiling and served else None, 0)}% |"
         )
     out.append("")
-    for role, values in ratios.items():
+    for match, values in sorted(ratios.items()):
         if values:
             geo = math.exp(statistics.fmean(math.log(v) for v in values))
             out.append(
-                f"- **{role}** ({len(values)} shapes): served / strongest mamba_ssm line as users call it: "
-                f"min {min(values):.3f}x, geomean {geo:.3f}x; ≥ 1.1x on {sum(v >= 1.1 for v in values)} "
+                f"- answered **{match}** ({len(values)} shapes): speedup over the strongest mamba_ssm line as users "
+                f"call it: min {min(values):.3f}x, geomean {geo:.3f}x; ≥ 1.1x on {sum(v >= 1.1 for v in values)} "
                 f"of {len(values)}."
+            )
+    return "\n".join(out) + "\n"
+
+
+def answers(doc: dict[str, Any], db_url: str) -> str:
+    """What the lookup of this checkout answers for each shape of ``doc`` (a measured run), over the store
+    ``db_url`` through an export file and the offline client, and whether that config was measured in the run."""
+    import tempfile
+
+    from tuner import db as tuner_db
+    from tuner.service.client import Client
+    from tuner.service.export import build_export, write_export
+
+    store = tuner_db.Store.open(db_url)
+    try:
+        document = build_export(store, templates=[TEMPLATE], device_kind="cuda")
+    finally:
+        store.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "best.json"
+        write_export(document, path)
+        client = Client.from_file(path, ttl_s=0, software=None)
+        out = [
+            "| shape | answered then | answered now | config now was measured as | speedup now |",
+            "|---|---|---|---|---|",
+        ]
+        for row in doc["rows"]:
+            now = client.best(TEMPLATE, row["dims"], device="cuda", device_name=doc["fingerprint"].get("device_name"))
+            config = dict(now.config)
+            f = row["figures"]
+            _, user = _user_best(f)
+            measured = "served" if config == row["config"] else "default" if now.match == "default" else None
+            served = f.get(measured) if measured else None
+            speedup = user / served if user and served else None
+            out.append(
+                f"| {row['name']} | {row['match']} | {now.match} | {measured or 'not measured'} | {_fmt(speedup, 3)}x |"
             )
     return "\n".join(out) + "\n"
 
@@ -263,11 +301,16 @@ def main() -> None:
     m.add_argument("--md", type=Path)
     r = sub.add_parser("render")
     r.add_argument("json", type=Path)
+    a = sub.add_parser("answers")
+    a.add_argument("json", type=Path)
+    a.add_argument("--db", required=True)
     args = ap.parse_args()
     if args.cmd == "tune-args":
         tune_args()
     elif args.cmd == "measure":
         measure(args.db, args.samples, args.json, args.md)
+    elif args.cmd == "answers":
+        print(answers(json.loads(args.json.read_text()), args.db))
     else:
         print(render(json.loads(args.json.read_text())))
 

@@ -26,6 +26,10 @@ fi
   $TUNER report mamba3_mimo_bwd --device cuda --errors --kernels --db "sqlite:///$H/mamba3_mimo_bwd.db"
 } > $H/mamba3_mimo_bwd.md
 if [[ -f $H/unseen_shapes.json ]]; then
-  { cat $H/unseen_shapes.head.md; ${PYTHON:-.venv/bin/python} benchmarks/unseen_shapes.py render $H/unseen_shapes.json; } \
-    > $H/unseen_shapes.md
+  { cat $H/unseen_shapes.head.md; ${PYTHON:-.venv/bin/python} benchmarks/unseen_shapes.py render $H/unseen_shapes.json
+    printf '\n## The same shapes asked of the lookup as it is now\n\n'
+    printf '`python benchmarks/unseen_shapes.py answers benchmarks/h200/unseen_shapes.json --db sqlite:///%s` (the\n' "$H/chunk_cumsum.db"
+    printf 'export file and the offline client: the same lookup as the server), regenerated with this file:\n\n'
+    ${PYTHON:-.venv/bin/python} benchmarks/unseen_shapes.py answers $H/unseen_shapes.json --db "sqlite:///$H/chunk_cumsum.db"
+  } > $H/unseen_shapes.md
 fi
