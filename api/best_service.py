@@ -1,8 +1,9 @@
 """``GET /v1/best``: the best verified config for a shape, with the fallback chain exact → nearest → default.
 
 The answer is :func:`tuner.lookup.choose` over the store's published best configs of the template (current
-template version) and device kind, checked against the template's constraints for the requested shape, with
-the search space's default as the last resort — the same function the runtime client runs over an export file.
+template version) and device kind, checked against the template's constraints for the requested shape (an
+invalid one repaired within the search space's domains, ``repaired`` listing the changes), with the search
+space's default as the last resort — the same function the runtime client runs over an export file.
 The requester's fingerprint (``device_name``, ``software``, ``template_version``; each optional) decides which
 entries are preferred and whether the answer is ``exact``: see :mod:`tuner.lookup`. An answer served from an
 entry of another device name or software (:attr:`tuner.lookup.Answer.foreign`) is reported to ``on_foreign``
@@ -43,7 +44,7 @@ from typing import Any
 from tuner.api.catalog import Catalog, CatalogEntry
 from tuner.api.deps import StoreProvider
 from tuner.api.errors import FieldError
-from tuner.api.schemas import BestOut, DifferenceOut, VerificationOut
+from tuner.api.schemas import BestOut, ConfigChangeOut, DifferenceOut, VerificationOut
 from tuner.errors import ShapeError, StoreError, UnknownTemplateError
 from tuner.frozen import Shape
 from tuner.lookup import Answer, Entry, Requester, choose, verification_note
@@ -237,8 +238,8 @@ class BestService:
             entries = tuple(e for e in entries if e.fingerprint_hash == request.fingerprint)
         requester = Requester(request.device_name, dict(request.software), request.template_version,
                               entry.spec.backend)
-        answer = choose(shape.to_dict(), entries, default=entry.space.default.to_dict(), valid=entry.is_valid,
-                        requester=requester)
+        answer = choose(shape.to_dict(), entries, default=entry.space.default.to_dict(), requester=requester,
+                        valid=entry.space.constraint_check, domains=entry.space.domains)
         assert answer is not None, "a search space always has a default"
         if answer.foreign and self.on_foreign is not None:
             try:
@@ -284,5 +285,6 @@ def _out(entry: CatalogEntry, shape: Shape, device_kind: str, answer: Answer) ->
         software=dict(e.software) if e and e.software is not None else None,
         differences=[DifferenceOut(what=d.what, requested=d.requested, entry=d.entry) for d in answer.differences],
         unchecked=list(answer.unchecked), notes=notes,
+        repaired=[ConfigChangeOut(param=c.param, entry=c.entry, served=c.served) for c in answer.repaired],
         verification=VerificationOut(**e.verification) if e is not None and e.verification else None,
     )

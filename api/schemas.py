@@ -173,6 +173,14 @@ class DifferenceOut(BaseModel):
     entry: Any = Field(description="The entry's value (null: unknown — not recorded with the entry).")
 
 
+class ConfigChangeOut(BaseModel):
+    """One parameter of the entry's config changed to make it valid for the requested shape (a repair)."""
+
+    param: str
+    entry: Any = Field(description="The value in the entry's config (invalid for the requested shape).")
+    served: Any = Field(description="The value served in ``config``.")
+
+
 class VerificationOut(BaseModel):
     """The latest re-measurement of a published best in fresh processes (``tuner verify``)."""
 
@@ -215,6 +223,10 @@ class BestOut(BaseModel):
     unchecked: list[str] = Field(
         default_factory=list, description="Fields the request did not give (device_name, software), hence not "
                                           "compared: an exact match says nothing about them.")
+    repaired: list[ConfigChangeOut] = Field(default_factory=list, description=(
+        "Parameters changed from the entry's config because it breaks the template's constraints for the "
+        "requested shape (the smallest valid change, see the README's lookup); empty: served as measured. "
+        "median_us and the other figures are those of the entry's own config."))
     notes: list[str]
     stale: bool = Field(default=False, description=(
         "true: the store is unreachable and this is the last answer computed (also the header x-stale: true)"))
@@ -339,6 +351,9 @@ class RegretRowOut(BaseModel):
     regret: float | None = Field(description="Served / own best − 1 (0.05: 5% slower); null when the shape's "
                                              "records never measured the served config.")
     basis: Literal["own best", "final round", "trials"] | None
+    repaired: list[ConfigChangeOut] = Field(
+        default_factory=list, description="Parameters the lookup changed from the source entry's config, "
+                                          "invalid for this shape (empty: served as measured).")
 
 
 class RegretOut(BaseModel):

@@ -15,6 +15,20 @@ farther than the distance's ``max_distance`` are not used. An answer is ``exact`
 the entry's and nothing compared differs; otherwise ``nearest``, with every difference listed
 (:class:`Difference`: shape dims, device name, template version, software). A nearest entry is used only if
 its config satisfies the template's constraints for the *requested* shape.
+
+Config repair: when an entry's config breaks a constraint for the requested shape and the parameters' domains
+are given (:class:`Domain`, from the search space), the smallest change that makes it valid is served
+instead of skipping the entry (:func:`repair_config`): one parameter changed to another value of its domain
+(a numeric one costs ``|log2|`` of the ratio of its values — a doubling costs 1 —, a categorical or bool
+one 1), else two parameters changed, each to a neighbouring value (the next value either side for numeric
+parameters, any value for the others); the cheapest valid repair wins, ties in the domains' order then the
+values' order. E.g. the Mamba3 MIMO backward config tuned for R=4 (``chunk_rows=32``, 2 warps) is invalid
+for R=8 (C = 32/8 = 4 steps, fewer than 8; and 64 rows need 4 warps' registers): served with
+``chunk_rows=64, num_warps=4``. The answer is then ``nearest``, lists the changes (:attr:`Answer.repaired`)
+and says so in a note. Only changes of parameters that the broken constraints read are tried when the check
+is a :class:`ConstraintCheck` (server, client and ``tuner regret`` all use one), and the validity checks
+spent on repairs are bounded per lookup (:data:`REPAIR_CHECKS`): a lookup miss stays well within a
+millisecond or two.
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
+from tuner.expr import Expression, ExpressionError
 
 Match = Literal["exact", "nearest", "default"]
 
@@ -119,6 +134,156 @@ class Difference:
 
 
 @dataclass(frozen=True)
+class ConfigChange:
+    """One parameter of an entry's config changed by a repair: ``entry`` its value there, ``served`` the value
+    served."""
+
+    param: str
+    entry: Any
+    served: Any
+
+    def __str__(self) -> str:
+        return f"{self.param} {self.entry} → {self.served}"
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values a config parameter may take (a search space parameter): what a repair chooses from.
+
+    ``kind``: ``pow2`` and ``int`` are numeric (a change costs ``|log2|`` of the ratio, or the absolute
+    difference where a value is not positive); ``categorical`` and ``bool`` changes cost 1."""
+
+    name: str
+    kind: str
+    choices: tuple[Any, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "choices": list(self.choices)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Domain:
+        return cls(str(data["name"]), str(data["kind"]), tuple(data["choices"]))
+
+    def moves(self, value: Any, *, neighbours_only: bool = False) -> list[tuple[float, int, Any]]:
+        """(cost, position, other value) for every other value of the domain, cheapest first (ties: domain
+        order); ``neighbours_only``: for a numeric parameter, only the nearest value below and above."""
+        numeric = self.kind in ("int", "pow2") and _is_number(value)
+        found = []
+        for i, choice in enumerate(self.choices):
+            if choice == value and type(choice) is type(value):
+                continue
+            if numeric and _is_number(choice):
+                cost = (abs(math.log2(choice / value)) if choice > 0 and value > 0 else float(abs(choice - value)))
+            else:
+                cost = 1.0
+            found.append((cost, i, choice))
+        found.sort(key=lambda m: (m[0], m[1]))
+        if neighbours_only and numeric:
+            below = [m for m in found if _is_number(m[2]) and m[2] < value][:1]
+            above = [m for m in found if _is_number(m[2]) and m[2] > value][:1]
+            found = sorted(below + above, key=lambda m: (m[0], m[1]))
+        return found
+
+
+# Validity checks a lookup may spend on repairs, all entries together (each costs 3–20 µs for the MIMO space).
+REPAIR_CHECKS = 64
+
+Valid = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
+
+
+@dataclass(frozen=True)
+class ConstraintCheck:
+    """A template's constraints (:mod:`tuner.expr` expressions over the config's parameters and the shape's
+    dims), as the server, the export-file client and the regret checker all evaluate them. Called with
+    ``(config, shape)``: whether every constraint holds (a non-scalar value or a failing expression: no).
+    :meth:`violated` also says which names the broken constraints read, so that a repair only changes
+    parameters that can mend them (a constraint reading none of the changed parameters stays broken)."""
+
+    expressions: tuple[Expression, ...]
+
+    def __call__(self, config: Mapping[str, Any], shape: Mapping[str, Any]) -> bool:
+        env = _env(config, shape)
+        return env is not None and all(_holds(e, env) for e in self.expressions)
+
+    def violated(self, config: Mapping[str, Any], shape: Mapping[str, Any]) -> list[frozenset[str]]:
+        """The names each broken constraint reads (empty: valid); a malformed config breaks one reading all."""
+        env = _env(config, shape)
+        if env is None:
+            return [frozenset(config)]
+        return [e.names for e in self.expressions if not _holds(e, env)]
+
+
+def _env(config: Mapping[str, Any], shape: Mapping[str, Any]) -> dict[str, Any] | None:
+    try:
+        env = {**shape, **config}
+    except TypeError:
+        return None
+    return env if all(isinstance(v, int | float | str | bool) for v in env.values()) else None
+
+
+def _holds(expression: Expression, env: Mapping[str, Any]) -> bool:
+    try:
+        return bool(expression.evaluate(env))
+    except ExpressionError:
+        return False
+
+
+def repair_config(
+    config: Mapping[str, Any],
+    shape: Mapping[str, Any],
+    domains: Sequence[Domain],
+    valid: Valid,
+    *,
+    budget: list[int] | None = None,
+) -> tuple[dict[str, Any], tuple[ConfigChange, ...]] | None:
+    """The cheapest valid repair of ``config`` for ``shape`` (see the module docstring): the repaired config
+    and its changes, or None when no change of one parameter, nor of two neighbouring values, is valid.
+
+    ``budget``: a one-element list, the validity checks left (decremented; none left: None). Only
+    parameters the config holds are changed; when ``valid`` is a :class:`ConstraintCheck`, only changes
+    touching a parameter of every broken constraint are tried (the others cannot be valid: same answer,
+    fewer checks). Never raises (``valid`` must not)."""
+    left = budget if budget is not None else [REPAIR_CHECKS]
+    present = [d for d in domains if d.name in config]
+    broken = valid.violated(config, shape) if isinstance(valid, ConstraintCheck) else []
+
+    def mends(*names: str) -> bool:
+        return all(any(n in reads for n in names) for reads in broken)
+
+    singles = sorted(((cost, p, i, d.name, v) for p, d in enumerate(present) if mends(d.name)
+                      for cost, i, v in d.moves(config[d.name])), key=lambda m: m[:3])
+    for _, _, _, name, value in singles:
+        found = _try(config, shape, valid, left, ((name, value),))
+        if found is not None or left[0] <= 0:
+            return found
+    near = [[(cost, i, d.name, v) for cost, i, v in d.moves(config[d.name], neighbours_only=True)] for d in present]
+    pairs = sorted(((a[0] + b[0], p, a[1], q, b[1], a[2], a[3], b[2], b[3])
+                    for p in range(len(present)) for q in range(p + 1, len(present))
+                    if mends(present[p].name, present[q].name)
+                    for a in near[p] for b in near[q]), key=lambda m: m[:5])
+    for pair in pairs:
+        found = _try(config, shape, valid, left, ((pair[5], pair[6]), (pair[7], pair[8])))
+        if found is not None or left[0] <= 0:
+            return found
+    return None
+
+
+def _try(config: Mapping[str, Any], shape: Mapping[str, Any], valid: Valid, left: list[int],
+         changes: tuple[tuple[str, Any], ...]) -> tuple[dict[str, Any], tuple[ConfigChange, ...]] | None:
+    if left[0] <= 0:
+        return None
+    left[0] -= 1
+    candidate = {**config, **dict(changes)}
+    if not valid(candidate, shape):
+        return None
+    return candidate, tuple(ConfigChange(name, config[name], value) for name, value in changes)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
 class Answer:
     """The answer to a lookup: which config to use and why."""
 
@@ -129,6 +294,7 @@ class Answer:
     notes: tuple[str, ...] = field(default_factory=tuple)
     differences: tuple[Difference, ...] = ()
     unchecked: tuple[str, ...] = ()  # fields the requester did not give, hence not compared
+    repaired: tuple[ConfigChange, ...] = ()  # the entry's parameters changed to make its config valid here
 
     @property
     def foreign(self) -> bool:
@@ -173,11 +339,13 @@ def choose(
     device_name: str | None = None,
     requester: Requester | None = None,
     distance: ShapeDistance = DEFAULT_DISTANCE,
+    domains: Sequence[Domain] | None = None,
 ) -> Answer | None:
     """Pick the config for ``shape`` among ``entries`` (already filtered to one template and device kind).
 
     ``valid(config, shape)`` checks a config against the template's constraints for the requested shape;
-    ``requester`` (or just ``device_name``) says who asks, see the module docstring. Returns None when there
+    ``domains``: the parameters' domains, to repair an entry's invalid config (None: such entries are
+    skipped); ``requester`` (or just ``device_name``) says who asks, see the module docstring. Returns None when there
     is neither a usable entry nor a default. Never raises for well-formed entries.
     """
     who = requester if requester is not None else Requester(device_name=device_name)
@@ -193,6 +361,7 @@ def choose(
     recent_first = sorted(entries, key=lambda e: e.published_at or "", reverse=True)
     notes: list[str] = []
     too_far = 0
+    budget = [REPAIR_CHECKS]
     for e in sorted(recent_first, key=rank):
         d = distance(shape, e.shape)
         if math.isinf(d):
@@ -200,12 +369,19 @@ def choose(
         if d > distance.max_distance:
             too_far += 1
             continue
+        config: Mapping[str, Any] = e.config
+        changes: tuple[ConfigChange, ...] = ()
         if valid is not None and not valid(e.config, shape):
-            notes.append(f"skipped the entry for {_key(e.shape)}: its config is invalid for this shape")
-            continue
+            repaired = repair_config(e.config, shape, domains, valid, budget=budget) if domains else None
+            if repaired is None:
+                notes.append(f"skipped the entry for {_key(e.shape)}: its config is invalid for this shape")
+                continue
+            config, changes = repaired
+            notes.append(f"repaired the config of the entry for {_key(e.shape)}, invalid for this shape: "
+                         + ", ".join(map(str, changes)))
         found = tuple(differences(shape, e, who))
-        return Answer("nearest" if found else "exact", dict(e.config), e, d, tuple(notes), found,
-                      unchecked_fields(who))
+        return Answer("nearest" if found or changes else "exact", dict(config), e, d, tuple(notes), found,
+                      unchecked_fields(who), changes)
     if too_far:
         notes.append(f"{too_far} entr{'y' if too_far == 1 else 'ies'} farther than {distance.max_distance:g} "
                      "not used: a config tuned that far away loses more than the default (benchmarks/regret.md)")

@@ -24,6 +24,7 @@ A :class:`SearchSpace` is immutable and thread-safe.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from collections.abc import Iterator, Mapping, Sequence
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tuner.errors import ConfigError, SearchSpaceError
 from tuner.expr import Expression, ExpressionError
 from tuner.frozen import Config, Scalar, Shape
+from tuner.lookup import ConstraintCheck, Domain
 
 if TYPE_CHECKING:
     import optuna
@@ -158,6 +160,16 @@ class SearchSpace:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
+
+    @functools.cached_property
+    def domains(self) -> tuple[Domain, ...]:
+        """The parameters' domains as the lookup takes them (to repair a config invalid for a shape)."""
+        return tuple(Domain(p.name, p.kind, p.choices) for p in self.params)
+
+    @functools.cached_property
+    def constraint_check(self) -> ConstraintCheck:
+        """The constraints as the lookup checks them, over plain mappings (as :meth:`is_valid`, faster)."""
+        return ConstraintCheck(tuple(c.expression for c in self.constraints))
 
     def param(self, name: str) -> Param:
         for p in self.params:

@@ -56,7 +56,7 @@ def template_regret(
     default = entry.space.default.to_dict()
 
     def space_of(version: str) -> Any:
-        return (default, entry.is_valid) if version == entry.spec.version else None
+        return (default, entry.space.constraint_check, entry.space.domains) if version == entry.spec.version else None
 
     reports = regret_reports(recorded_shapes(store, template=name, device_kind=device), space_of=space_of)
     return [r.to_dict() for r in reports]

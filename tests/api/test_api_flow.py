@@ -81,10 +81,14 @@ def test_best_falls_back_from_exact_to_nearest_to_default(tmp_path: Path) -> Non
         assert exact["median_us"] == 10.0 and exact["device_name"] == "test-cpu"
         nearest = best(shape="n=2048")
         assert nearest["match"] == "nearest" and nearest["distance"] == 1.0 and nearest["source_shape"] == {"n": 1024}
-        # n=400: n=1024 is nearer, but BLOCK=512 > 400 breaks the constraint: the n=64 config is used.
+        # n=400: n=1024 is nearer, but BLOCK=512 > 400 breaks the constraint: its config is repaired (the
+        # nearest valid BLOCK, 256) rather than skipped for the farther n=64 one.
         checked = best(n=400)
-        assert checked["match"] == "nearest" and checked["config"]["BLOCK"] == 32
-        assert any("invalid for this shape" in note for note in checked["notes"])
+        assert checked["match"] == "nearest" and checked["config"] == {"mode": "ok", "BLOCK": 256}
+        assert checked["source_shape"] == {"n": 1024} and checked["median_us"] == 10.0
+        assert checked["repaired"] == [{"param": "BLOCK", "entry": 512, "served": 256}]
+        assert any("repaired" in note and "BLOCK 512 → 256" in note for note in checked["notes"])
+        assert best(n=1024)["repaired"] == []
         # Only the current template version is served; nothing on cuda: the space's default.
         assert best(n=4096)["source_shape"] == {"n": 1024}
         default = best(n=1024, device="cuda")
@@ -95,6 +99,32 @@ def test_best_falls_back_from_exact_to_nearest_to_default(tmp_path: Path) -> Non
         assert best(n=1024, device_name="other-cpu")["notes"] == [
             "nothing measured on 'other-cpu'; this config was measured on 'test-cpu'"]
         assert best(n=1024, fingerprint="0" * 12)["match"] == "default"
+
+
+# The Mamba3 MIMO backward best tuned for R=4 on the H200 (benchmarks/h200/mamba3_mimo_bwd.db): invalid for R=8
+# (C = 32 rows / 8 = 4 steps; 64 rows need 4 warps); R=8's own best there is it with chunk_rows=64, num_warps=4.
+MIMO = "mamba3_mimo_bwd"
+MIMO_R4 = {"B": 4, "S": 2048, "H": 16, "G": 1, "N": 128, "P": 64, "R": 4, "rotary_divisor": 4, "dtype": "bfloat16"}
+MIMO_R4_BEST = {"variant": "split2", "chunk_rows": 32, "block_n": 16, "prec": "lowp3", "prec_rot": "lowp3",
+                "num_warps": 2, "num_stages": 2, "scan_block": 512, "scan_chunks": 4, "group_chunks": 4}
+
+
+def test_best_repairs_a_nearest_config_invalid_for_the_requested_shape(tmp_path: Path) -> None:
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    publish(store, MIMO, MIMO_R4, MIMO_R4_BEST, 2023.7, device_kind="cuda", device_name="NVIDIA H200", version="2")
+    with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
+        response = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **MIMO_R4, "R": 8})
+        assert response.status_code == 200, response.text
+        r8 = response.json()
+        assert r8["match"] == "nearest" and r8["source_shape"]["R"] == 4 and r8["median_us"] == 2023.7
+        assert r8["config"] == {**MIMO_R4_BEST, "chunk_rows": 64, "num_warps": 4}
+        assert r8["repaired"] == [{"param": "chunk_rows", "entry": 32, "served": 64},
+                                  {"param": "num_warps", "entry": 2, "served": 4}]
+        assert any("repaired" in note for note in r8["notes"])
+        exact = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **MIMO_R4}).json()
+        assert exact["match"] == "exact" and exact["config"] == MIMO_R4_BEST and exact["repaired"] == []
+        schema = http.get("/openapi.json").json()["components"]["schemas"]
+        assert schema["BestOut"]["properties"]["repaired"]["items"] == {"$ref": "#/components/schemas/ConfigChangeOut"}
 
 
 def test_best_answers_are_cached_then_refreshed_in_the_background(tmp_path: Path) -> None:

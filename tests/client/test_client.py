@@ -15,6 +15,7 @@ from tests.fixtures.fault_templates import _scale
 from tests.fixtures.processes import ROOT, env, wait_for
 from tests.fixtures.servers import READ, SUBMIT, export, free_port, publish
 from tuner import db
+from tuner.lookup import ConfigChange
 from tuner.service.client import BestConfig, Client, ClientError, ExportFile, split_launch_config, triton_launch_kwargs
 
 NAME = "fault_vector_scale_tunable"
@@ -104,12 +105,17 @@ def test_the_export_file_answers_offline_as_the_server_does(store: db.Store, ser
     for shape in SHAPES:
         for device in ("cpu", "cuda"):
             a, b = online.best(NAME, shape, device=device), offline.best(NAME, shape, device=device)
-            assert (a.match, dict(a.config), a.median_us, a.measurement_id, dict(a.shape)) == (
-                b.match, dict(b.config), b.median_us, b.measurement_id, dict(b.shape)), (shape, device)
+            assert (a.match, dict(a.config), a.median_us, a.measurement_id, dict(a.shape), a.repaired) == (
+                b.match, dict(b.config), b.median_us, b.measurement_id, dict(b.shape), b.repaired), (shape, device)
             assert (a.source, b.source) == ("server", "file")
-    # n=400: the n=1024 config (BLOCK 512) breaks BLOCK <= n offline too, so the n=64 one is used.
+    # n=400: the n=1024 config (BLOCK 512) breaks BLOCK <= n offline too: repaired to BLOCK 256 as online.
     checked = offline.best(NAME, {"n": 400}, device="cpu")
-    assert checked.match == "nearest" and checked.config["BLOCK"] == 32 and checked.notes
+    assert checked.match == "nearest" and checked.config["BLOCK"] == 256 and checked.notes
+    assert checked.repaired == (ConfigChange("BLOCK", 512, 256),) and checked.source_shape == {"n": 1024}
+    assert {"name": "BLOCK", "kind": "pow2", "choices": [16, 32, 64, 128, 256, 512]} in section["domains"]
+    # A file written before domains were exported repairs nothing: the entry is skipped, as before repairs.
+    older = ExportFile({**document, "templates": {NAME: {k: v for k, v in section.items() if k != "domains"}}})
+    assert dict(Client(file=older).best(NAME, {"n": 400}, device="cpu").config) == {"mode": "ok", "BLOCK": 32}
     assert offline.best(NAME, {}, device="cpu").shape == {"n": 1024}  # dim defaults from the file
     with pytest.raises(ClientError, match="unknown shape dim"):
         offline.best(NAME, {"m": 3}, device="cpu")
@@ -167,3 +173,24 @@ def _export(store: db.Store, tmp_path: Path) -> Path:
     path = tmp_path / "best.json"
     assert "2 best config(s) of 1 template(s)" in export(store, path, NAME)
     return path
+
+
+def test_the_export_file_repairs_an_invalid_nearest_config_as_the_server_does(
+    store: db.Store, server: str, tmp_path: Path
+) -> None:
+    # The Mamba3 MIMO backward best tuned for R=4 on the H200: invalid for R=8 (C = 32 rows / 8 = 4 steps).
+    r4 = {"B": 4, "S": 2048, "H": 16, "G": 1, "N": 128, "P": 64, "R": 4, "rotary_divisor": 4, "dtype": "bfloat16"}
+    r4_best = {"variant": "split2", "chunk_rows": 32, "block_n": 16, "prec": "lowp3", "prec_rot": "lowp3",
+               "num_warps": 2, "num_stages": 2, "scan_block": 512, "scan_chunks": 4, "group_chunks": 4}
+    publish(store, "mamba3_mimo_bwd", r4, r4_best, 2023.7, device_kind="cuda", device_name="NVIDIA H200", version="2")
+    path = tmp_path / "mimo.json"
+    assert "1 best config(s) of 1 template(s)" in export(store, path, "mamba3_mimo_bwd")
+    online, offline = Client(server, software=None), Client.from_file(path, software=None)
+    for shape in ({**r4, "R": 8}, {**r4, "R": 8, "N": 64}, {**r4, "R": 2}, r4, {**r4, "R": 8, "S": 8}):
+        a = online.best("mamba3_mimo_bwd", shape, device="cuda", device_name="NVIDIA H200")
+        b = offline.best("mamba3_mimo_bwd", shape, device="cuda", device_name="NVIDIA H200")
+        assert (a.match, dict(a.config), a.repaired, a.notes, a.source_shape) == (
+            b.match, dict(b.config), b.repaired, b.notes, dict(b.source_shape or {}) or None), shape
+    r8 = offline.best("mamba3_mimo_bwd", {**r4, "R": 8}, device="cuda", device_name="NVIDIA H200")
+    assert r8.match == "nearest" and dict(r8.config) == {**r4_best, "chunk_rows": 64, "num_warps": 4}
+    assert r8.repaired == (ConfigChange("chunk_rows", 32, 64), ConfigChange("num_warps", 2, 4))

@@ -1,11 +1,24 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
+from tuner import registry
 from tuner.distance import DEFAULT_DISTANCE, ShapeDistance, learn_weights
-from tuner.lookup import Difference, Entry, Requester, choose, shape_distance
+from tuner.frozen import Config, Shape
+from tuner.lookup import (
+    REPAIR_CHECKS,
+    ConfigChange,
+    Difference,
+    Domain,
+    Entry,
+    Requester,
+    choose,
+    repair_config,
+    shape_distance,
+)
 
 
 def _entry(S: int, H: int, dtype: str = "float16", config: int = 0, at: str = "2026-01-01T00:00:00", dev: str = "H200"):
@@ -132,3 +145,79 @@ def test_the_size_term_counts_the_product_of_the_integer_dims() -> None:
     assert size({"B": 2, "S": 1024}, {"B": 1, "S": 2048}) == 0.0  # the same number of elements
     assert size({"B": 2, "S": 1024}, {"B": 1, "S": 1024}) == 1.0
     assert DEFAULT_DISTANCE.max_distance == 3.0 and DEFAULT_DISTANCE.learn
+
+
+# -- config repair, over the real Mamba3 MIMO backward search space -------------------------------------------
+# The R=4 best of the H200 store (split2, 32 rows, 2 warps): for R=8, C = 32/8 = 4 steps (fewer than 8), and 64
+# rows need 4 warps' registers. R=8's own best on the H200 is this config with chunk_rows=64, num_warps=4.
+MIMO_R4_BEST = {"variant": "split2", "chunk_rows": 32, "block_n": 16, "prec": "lowp3", "prec_rot": "lowp3",
+                "num_warps": 2, "num_stages": 2, "scan_block": 512, "scan_chunks": 4, "group_chunks": 4}
+
+
+def _mimo() -> tuple[Any, Any]:
+    spec = registry.spec("mamba3_mimo_bwd")
+    return spec, spec.space()
+
+
+def _mimo_shape(spec: Any, **dims: int) -> dict[str, Any]:
+    return dict(spec.make_shape({"B": 4, "S": 2048, "H": 16, "N": 128, "P": 64, "R": 4, **dims}).to_dict())
+
+
+def _mimo_entry(shape: dict[str, Any], config: dict[str, Any], at: str = "2026-01-01") -> Entry:
+    return Entry("mamba3_mimo_bwd", "2", shape, "cuda", "NVIDIA H200", config, 1000.0, published_at=at)
+
+
+def test_an_invalid_nearest_config_is_repaired_with_the_smallest_valid_change() -> None:
+    spec, space = _mimo()
+    r8 = _mimo_shape(spec, R=8)
+    entries = [_mimo_entry(_mimo_shape(spec, N=n), MIMO_R4_BEST) for n in (64, 128, 256)]
+    default = space.default.to_dict()
+    assert not space.constraint_check(MIMO_R4_BEST, r8)
+    # Without domains (as before repairs): every neighbour is skipped and the default is served.
+    skipped = choose(r8, entries, default=default, valid=space.constraint_check)
+    assert skipped is not None and skipped.match == "default" and skipped.repaired == ()
+    a = choose(r8, entries, default=default, valid=space.constraint_check, domains=space.domains)
+    assert a is not None and a.match == "nearest" and a.entry is entries[1] and a.distance is not None
+    assert a.config == {**MIMO_R4_BEST, "chunk_rows": 64, "num_warps": 4}
+    assert a.repaired == (ConfigChange("chunk_rows", 32, 64), ConfigChange("num_warps", 2, 4))
+    assert space.is_valid(Config(a.config), Shape(r8))
+    assert any("repaired" in n and "chunk_rows 32 → 64" in n and "num_warps 2 → 4" in n for n in a.notes)
+    # With 4 warps already, one change does: the cheapest (a doubling of chunk_rows, not a jump to 128).
+    four = {**MIMO_R4_BEST, "num_warps": 4}
+    a = choose(r8, [_mimo_entry(_mimo_shape(spec), four)], default=default, valid=space.constraint_check,
+               domains=space.domains)
+    assert a is not None and a.config == {**four, "chunk_rows": 64}
+    assert a.repaired == (ConfigChange("chunk_rows", 32, 64),)
+    # A valid config is served as it is (no repair), and the exact entry stays exact.
+    a = choose(_mimo_shape(spec), entries, default=default, valid=space.constraint_check, domains=space.domains)
+    assert a is not None and a.match == "exact" and a.config == MIMO_R4_BEST and a.repaired == ()
+
+
+def test_repairs_are_deterministic_cheapest_first_and_bounded() -> None:
+    spec, space = _mimo()
+    r8 = _mimo_shape(spec, R=8)
+    # A plain callable (no constraint names to prune with) finds the same repair, with more checks.
+    plain = lambda c, s: space.is_valid(Config(c), Shape(s))  # noqa: E731
+    pruned_budget, plain_budget = [1000], [1000]
+    pruned = repair_config(MIMO_R4_BEST, r8, space.domains, space.constraint_check, budget=pruned_budget)
+    assert pruned == repair_config(MIMO_R4_BEST, r8, space.domains, plain, budget=plain_budget)
+    assert pruned is not None and 1000 - pruned_budget[0] < 1000 - plain_budget[0]
+    assert 1000 - pruned_budget[0] <= REPAIR_CHECKS
+    # Out of budget: no repair (the lookup then skips the entry, as before repairs, and says so).
+    assert repair_config(MIMO_R4_BEST, r8, space.domains, space.constraint_check, budget=[1]) is None
+    # No change of one parameter or two neighbouring values mends chunk_rows=16 at R=8 with 2 warps (C=2):
+    hopeless = {**MIMO_R4_BEST, "chunk_rows": 16}
+    assert repair_config(hopeless, r8, space.domains, space.constraint_check) is None
+    a = choose(r8, [_mimo_entry(_mimo_shape(spec), hopeless)], default=space.default.to_dict(),
+               valid=space.constraint_check, domains=space.domains)
+    assert a is not None and a.match == "default" and any("invalid for this shape" in n for n in a.notes)
+    # One change when one does, else two; ties go to the domains' order (BLOCK_A before BLOCK_B).
+    domains = (Domain("BLOCK_A", "pow2", (1, 2, 4, 8)), Domain("BLOCK_B", "pow2", (1, 2, 4, 8)),
+               Domain("mode", "categorical", ("x", "y")))
+    fits = lambda c, s: c["BLOCK_A"] + c["BLOCK_B"] <= s["n"] and c["mode"] == "x"  # noqa: E731
+    assert repair_config({"BLOCK_A": 8, "BLOCK_B": 8, "mode": "x"}, {"n": 8}, domains, fits) == (
+        {"BLOCK_A": 4, "BLOCK_B": 4, "mode": "x"}, (ConfigChange("BLOCK_A", 8, 4), ConfigChange("BLOCK_B", 8, 4)))
+    assert repair_config({"BLOCK_A": 4, "BLOCK_B": 4, "mode": "x"}, {"n": 6}, domains, fits) == (
+        {"BLOCK_A": 2, "BLOCK_B": 4, "mode": "x"}, (ConfigChange("BLOCK_A", 4, 2),))
+    assert repair_config({"BLOCK_A": 1, "BLOCK_B": 1, "mode": "y"}, {"n": 6}, domains, fits) == (
+        {"BLOCK_A": 1, "BLOCK_B": 1, "mode": "x"}, (ConfigChange("mode", "y", "x"),))

@@ -88,7 +88,7 @@ def test_leave_one_out_times_the_served_config_from_the_held_out_shapes_records(
     assert (rows[64].config, rows[64].regret, rows[64].basis) == (A, 0.0, "own best")
     # 8192 → 4096 serves C (BLOCK 128 <= 8192): not measured on 8192 either.
     assert rows[8192].config == C and rows[8192].regret is None
-    report = regret_reports(shapes, space_of=lambda v: (D, _valid) if v == "1" else None)[0]
+    report = regret_reports(shapes, space_of=lambda v: (D, _valid, ()) if v == "1" else None)[0]
     assert (report.template, report.template_version, report.device_name) == (NAME, "1", "test-cpu")
     assert report.unmeasured == 2 and report.measured == pytest.approx([0.0, 0.1, 2.4 / 2.1 - 1])
     assert report.median() == pytest.approx(0.1) and report.to_dict()["shapes"] == 5

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from tuner.dims import Dim, ShapeRule, validate_shape
 from tuner.errors import ShapeError
 from tuner.expr import Expression, ExpressionError
-from tuner.lookup import Answer, Difference, Entry, Requester, choose
+from tuner.lookup import Answer, ConfigChange, ConstraintCheck, Difference, Domain, Entry, Requester, choose
 
 if TYPE_CHECKING:
     import httpx
@@ -97,6 +97,7 @@ class BestConfig:
     notes: tuple[str, ...] = field(default_factory=tuple)
     differences: tuple[Difference, ...] = ()  # what differs from the request (empty when exact)
     unchecked: tuple[str, ...] = ()  # fingerprint fields the request did not give (not compared)
+    repaired: tuple[ConfigChange, ...] = ()  # parameters changed from the entry's config, invalid for this shape
 
     def launch_kwargs(self, kernel: object | None = None) -> dict[str, Any]:
         """:func:`triton_launch_kwargs` of this config."""
@@ -131,14 +132,16 @@ class ExportFile:
         self.source = source
         self.templates: dict[str, Mapping[str, Any]] = dict(data.get("templates", {}))
         try:
-            self._constraints = {
-                name: tuple(Expression.parse(c["expr"]) for c in section.get("constraints", ()))
+            self._checks = {
+                name: ConstraintCheck(tuple(Expression.parse(c["expr"]) for c in section.get("constraints", ())))
                 for name, section in self.templates.items()
             }
             self._dims = {name: tuple(Dim.from_dict(d) for d in section["dims"])
                           for name, section in self.templates.items()}
             self._rules = {name: tuple(ShapeRule.from_dict(r) for r in section.get("shape_rules", ()))
                            for name, section in self.templates.items()}
+            self._domains = {name: tuple(Domain.from_dict(d) for d in section["domains"])
+                             for name, section in self.templates.items() if "domains" in section}
         except (ExpressionError, KeyError, TypeError, ValueError) as exc:
             raise ClientError(f"{source}: malformed template section ({exc})") from None
         self._entries: dict[tuple[str, str], list[Entry]] = {}
@@ -169,11 +172,7 @@ class ExportFile:
             raise ClientError(f"{template}: {exc}", 422) from None
 
     def valid(self, template: str, config: Mapping[str, Any], shape: Mapping[str, Any]) -> bool:
-        env = {**shape, **config}
-        try:
-            return all(c.evaluate(env) for c in self._constraints.get(template, ()))
-        except ExpressionError:
-            return False
+        return self._checks[template](config, shape) if template in self._checks else True
 
     def answer(self, template: str, shape: Mapping[str, Any], device_kind: str, device_name: str | None,
                software: Mapping[str, str] | None = None) -> Answer:
@@ -182,7 +181,7 @@ class ExportFile:
         requester = Requester(device_name, dict(software or {}), None, section.get("backend"))
         answer = choose(
             full, self._entries.get((template, device_kind), []), default=section.get("default"),
-            valid=lambda config, s: self.valid(template, config, s), requester=requester,
+            valid=self._checks.get(template), requester=requester, domains=self._domains.get(template),
         )
         if answer is None:
             raise ClientError(f"{self.source} has neither a config nor a default for {template}")
@@ -357,6 +356,8 @@ class Client:
             differences=tuple(Difference(d["what"], d.get("requested"), d.get("entry"))
                               for d in data.get("differences", ())),
             unchecked=tuple(data.get("unchecked", ())),
+            repaired=tuple(ConfigChange(c["param"], c.get("entry"), c.get("served"))
+                           for c in data.get("repaired", ())),
         )
 
     def _enqueue(self, result: BestConfig, device_name: str | None) -> None:
@@ -389,7 +390,7 @@ def _from_answer(template: str, shape: Mapping[str, Any], kind: str, answer: Ans
         p80_us=e.p80_us if e else None, n_samples=e.n_samples if e else None, timer=e.timer if e else None,
         measurement_id=e.measurement_id if e else None, fingerprint=e.fingerprint_hash if e else None,
         published_at=e.published_at if e else None, source_shape=MappingProxyType(dict(e.shape)) if e else None,
-        notes=answer.notes, differences=answer.differences, unchecked=answer.unchecked,
+        notes=answer.notes, differences=answer.differences, unchecked=answer.unchecked, repaired=answer.repaired,
     )
 
 

@@ -11,6 +11,7 @@
           "dims": [{"name": "S", "kind": "int", "default": null, "choices": null, "minimum": 1}, …],
           "shape_rules": [{"expr": "S % Q == 0", "message": "…"}, …],   # tuner.expr expressions over dims
           "parameters": ["BLOCK_H", …],
+          "domains": [{"name": "BLOCK_H", "kind": "pow2", "choices": [1, 2, 4, …]}, …],  # each parameter's values
           "default": {…},                                   # the search space's default config
           "constraints": [{"expr": "BLOCK_H < 2 * H", "reason": "…"}, …]   # tuner.expr expressions
         }
@@ -24,8 +25,9 @@ Entries are those of each template's current version (the version whose constrai
 file). Templates without entries are exported too (their default still answers). The client evaluates the
 constraints with :mod:`tuner.expr` (pure Python), so nearest configs are checked offline as online, and
 validates shapes with the dims and shape rules through :func:`tuner.dims.validate_shape`, as the server does.
-``shape_rules`` and the entries' ``software`` were added within schema version 1: readers ignore fields they
-do not know, and a file without them validates dims only and compares no software.
+``shape_rules``, ``domains`` and the entries' ``software`` were added within schema version 1: readers ignore
+fields they do not know, and a file without them validates dims only, compares no software and repairs no
+config (an entry's config invalid for the shape is skipped, as the server did before repairs).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ def template_section(template: TemplateSpec, space: SearchSpace) -> dict[str, An
         "dims": [d.to_dict() for d in template.dims],
         "shape_rules": [r.to_dict() for r in template.shape_rules],
         "parameters": list(space.names),
+        "domains": [d.to_dict() for d in space.domains],
         "default": space.default.to_dict(),
         "constraints": [{"expr": c.expression.source, "reason": c.reason} for c in space.constraints],
     }

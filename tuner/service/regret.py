@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
-from tuner.lookup import Entry, choose
+from tuner.lookup import ConfigChange, Domain, Entry, choose
 from tuner.service.entries import published_entries
 from tuner.store import TuningStore
 
@@ -82,6 +82,7 @@ class RegretRow:
     best_us: float
     regret: float | None  # fraction: 0.05 = the served config is 5% slower than the shape's own best
     basis: str | None  # 'own best' | 'final round' | 'trials' | None (unmeasured)
+    repaired: tuple[ConfigChange, ...] = ()  # the lookup's repair of the source entry's config, if any
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +90,7 @@ class RegretRow:
             "source_shape": dict(self.source_shape) if self.source_shape is not None else None,
             "distance": self.distance, "config": dict(self.config) if self.config is not None else None,
             "best_us": self.best_us, "regret": self.regret, "basis": self.basis,
+            "repaired": [{"param": c.param, "entry": c.entry, "served": c.served} for c in self.repaired],
         }
 
 
@@ -145,12 +147,14 @@ def leave_one_out(
     default: Mapping[str, Any] | None = None,
     valid: Valid | None = None,
     distance: ShapeDistance = DEFAULT_DISTANCE,
+    domains: Sequence[Domain] | None = None,
 ) -> list[RegretRow]:
     """One row per shape: the lookup's answer without that shape's entries, timed from its records. A shape
     with several bests (published under different fingerprints) is held out once, with its latest best.
 
     ``default``: the template's default config (None: each shape's recorded default candidate);
-    ``valid(config, shape)``: the template's constraint check (None: not checked). Never raises.
+    ``valid(config, shape)``: the template's constraint check (None: not checked); ``domains``: the search
+    space's, for the lookup's repairs of invalid configs (None: none). Never raises.
     """
     rows: list[RegretRow] = []
     latest: dict[str, RecordedShape] = {}  # per shape: its most recent best, the one the lookup serves
@@ -163,14 +167,14 @@ def leave_one_out(
         others = [s.entry for s in shapes if config_key(s.entry.shape) != key]
         fallback = default if default is not None else held.default
         answer = choose(held.entry.shape, others, default=fallback, valid=valid,
-                        device_name=held.entry.device_name, distance=distance)
+                        device_name=held.entry.device_name, distance=distance, domains=domains)
         if answer is None:
             rows.append(RegretRow(held.entry.shape, "none", None, None, None, _best_us(held), None, None))
             continue
         regret, basis = held.time_of(answer.config)
         rows.append(RegretRow(
             held.entry.shape, answer.match, answer.entry.shape if answer.entry else None, answer.distance,
-            answer.config, _best_us(held), regret, basis,
+            answer.config, _best_us(held), regret, basis, answer.repaired,
         ))
     return rows
 
@@ -220,8 +224,9 @@ def recorded_shapes(store: TuningStore, *, template: str, device_kind: str | Non
     return shapes
 
 
-# (default config, constraint check) of a template version, or None when that version is not registered.
-SpaceOf = Callable[[str], "tuple[Mapping[str, Any], Valid] | None"]
+# (default config, constraint check, parameter domains) of a template version, or None when that version is
+# not registered.
+SpaceOf = Callable[[str], "tuple[Mapping[str, Any], Valid, Sequence[Domain]] | None"]
 
 
 def regret_reports(
@@ -229,8 +234,9 @@ def regret_reports(
 ) -> list[RegretReport]:
     """One report per (template, version, device kind, device name) of ``shapes``, in that order.
 
-    ``space_of(version)`` gives the registered version's default and constraint check; for other versions
-    each shape's recorded default is used and constraints are not checked (said in the report's notes)."""
+    ``space_of(version)`` gives the registered version's default, constraint check and parameter domains (the
+    lookup repairs invalid configs within them); for other versions each shape's recorded default is used
+    and constraints are not checked (said in the report's notes)."""
     reports = []
     for (template, version, kind, name), group in sorted(group_entries(shapes).items()):
         space = space_of(version)
@@ -239,7 +245,7 @@ def regret_reports(
             notes = (f"version {version} is not the registered one: constraints not checked, "
                      "default = the default candidate each study measured",)
         rows = leave_one_out(group, default=space[0] if space else None, valid=space[1] if space else None,
-                             distance=distance)
+                             distance=distance, domains=space[2] if space else None)
         reports.append(RegretReport(template, version, kind, name, distance.name, tuple(rows), notes))
     return reports
 
@@ -247,18 +253,11 @@ def regret_reports(
 def registered_space(template: str) -> SpaceOf:
     """``space_of`` from the registry: the registered template's version only (imports the template)."""
     from tuner import registry
-    from tuner.frozen import Config, Shape
 
     t = registry.get(template)
     space = t.space()
-
-    def valid(config: Mapping[str, Any], shape: Mapping[str, Any]) -> bool:
-        try:
-            return space.is_valid(Config(config), Shape(shape))
-        except (TypeError, ValueError):
-            return False
-
-    return lambda version: (space.default.to_dict(), valid) if version == t.version else None
+    checked = (space.default.to_dict(), space.constraint_check, space.domains)
+    return lambda version: checked if version == t.version else None
 
 
 MEASURED_NOW = "measured now"
@@ -335,7 +334,8 @@ def render_markdown(reports: Sequence[RegretReport], *, level: int = 2) -> str:
                 "|---|---|---|---:|---:|---:|---|"]
         for row in r.rows:
             distance = "—" if row.distance is None else f"{row.distance:.3g}"
-            out.append(f"| {_shape_text(row.shape)} | {row.match} | {_shape_text(row.source_shape)} | {distance} | "
+            served = row.match + (f" (repaired: {', '.join(map(str, row.repaired))})" if row.repaired else "")
+            out.append(f"| {_shape_text(row.shape)} | {served} | {_shape_text(row.source_shape)} | {distance} | "
                        f"{row.best_us:.3f} | {_pct(row.regret)} | {row.basis or 'unmeasured'} |")
         out.append("")
     return "\n".join(out)
