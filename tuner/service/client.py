@@ -30,6 +30,9 @@ and compared alike online and offline (:mod:`tuner.lookup`): an entry verified o
 software is answered ``nearest``, never ``exact``, with :attr:`BestConfig.differences` saying what differs.
 ``software=None`` sends none (software is then not compared, as with older clients).
 
+A nearest entry's config invalid for the requested shape is repaired offline as online (the export file
+carries the parameters' domains; :attr:`BestConfig.repaired` lists the changes): see :mod:`tuner.lookup`.
+
 Shapes are validated offline exactly as the server does (:func:`tuner.dims.validate_shape` over the dims
 and shape rules of the export file): a shape the server rejects with 422 raises ClientError(status=422)
 offline too.
