@@ -186,6 +186,27 @@ def test_tuner_regret_measure_times_the_served_configs_the_records_lack(store: d
     assert theirs["unmeasured"] == 2 and any(f"this device is {here}" in n for n in theirs["notes"])
 
 
+def test_regret_measure_compares_with_the_latest_best_of_a_shape_tuned_twice(store: db.Store) -> None:
+    from tuner.measure.devices.cpu import cpu_model_name
+
+    here = cpu_model_name()
+    # 1024 tuned twice on this device: the older best computes wrong results, the later one (served,
+    # held out) is right. --measure must time the served config against the later one.
+    publish(store, TUNABLE, {"n": 1024}, {"mode": "wrong", "BLOCK": 64}, 10.0, device_name=here,
+            libraries={"triton": "3.4"})
+    publish(store, TUNABLE, {"n": 1024}, {"mode": "ok", "BLOCK": 128}, 9.0, device_name=here,
+            libraries={"triton": "3.5"})
+    publish(store, TUNABLE, {"n": 2048}, {"mode": "ok", "BLOCK": 256}, 12.0, device_name=here)
+    run = subprocess.run([sys.executable, "-m", "tuner.cli", "regret", TUNABLE, "--json", "--measure", "--device",
+                          "cpu", "--samples", "3", "--db", store.unmasked_url()],
+                         capture_output=True, text=True, env=env(), cwd=ROOT, timeout=900)
+    assert run.returncode == 0, run.stderr
+    report = next(r for r in json.loads(run.stdout) if r["device_name"] == here)
+    row = next(r for r in report["rows"] if r["shape"]["n"] == 1024)
+    assert row["config"] == {"mode": "ok", "BLOCK": 256} and row["best_us"] == 9.0
+    assert row["basis"] == "measured now" and math.isfinite(row["regret"]), (row, report["notes"])
+
+
 def test_a_shape_with_bests_of_two_fingerprints_is_held_out_once_with_all_its_entries(store: db.Store) -> None:
     # 1024 was tuned twice, under two software versions: two bests of one shape (the later one is served).
     publish(store, TUNABLE, {"n": 1024}, {"mode": "ok", "BLOCK": 64}, 10.0, libraries={"triton": "3.4"})

@@ -275,7 +275,9 @@ def measure_unmeasured(
     from tuner.measure.protocol import Candidate
 
     here = measurer.fingerprint().device_name
-    bests = {(s.entry.template_version, s.entry.device_name, config_key(s.entry.shape)): s.entry for s in shapes}
+    bests: dict[tuple[str, str, str], Entry] = {}  # per shape: its latest best, the one leave_one_out held out
+    for s in sorted(shapes, key=lambda s: s.entry.published_at or ""):
+        bests[(s.entry.template_version, s.entry.device_name, config_key(s.entry.shape))] = s.entry
     out: list[RegretReport] = []
     for report in reports:
         todo = [i for i, r in enumerate(report.rows) if r.regret is None and r.config is not None]
