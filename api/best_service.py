@@ -45,9 +45,10 @@ from tuner.api.catalog import Catalog, CatalogEntry
 from tuner.api.deps import StoreProvider
 from tuner.api.errors import FieldError
 from tuner.api.schemas import BestOut, ConfigChangeOut, DifferenceOut, VerificationOut
+from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
 from tuner.errors import ShapeError, StoreError, UnknownTemplateError
 from tuner.frozen import Shape
-from tuner.lookup import Answer, Entry, Requester, choose, verification_note
+from tuner.lookup import Answer, Entry, Requester, choose, fit_distance, verification_note
 from tuner.service.entries import published_entries
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class EntrySet:
 
     entries: tuple[Entry, ...]
     signature: tuple[tuple[int | None, str | None, str | None], ...]  # measurement, published, verified
+    distance: ShapeDistance = DEFAULT_DISTANCE  # the lookup's distance fitted to ``entries`` (once per set)
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,8 @@ class BestService:
         requester = Requester(request.device_name, dict(request.software), request.template_version,
                               entry.spec.backend)
         answer = choose(shape.to_dict(), entries, default=entry.space.default.to_dict(), requester=requester,
-                        valid=entry.space.constraint_check, domains=entry.space.domains)
+                        valid=entry.space.constraint_check, domains=entry.space.domains,
+                        distance=entry_set.distance)
         assert answer is not None, "a search space always has a default"
         if answer.foreign and self.on_foreign is not None:
             try:
@@ -258,7 +261,7 @@ class BestService:
                                                       version=entry.spec.version))
         signature = tuple((e.measurement_id, e.published_at, (e.verification or {}).get("verified_at"))
                           for e in found)
-        entry_set = EntrySet(found, signature)
+        entry_set = EntrySet(found, signature, fit_distance(DEFAULT_DISTANCE, found))
         self._entries.put(key, entry_set)
         return entry_set
 

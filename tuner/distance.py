@@ -61,6 +61,7 @@ class ShapeDistance:
     learn: bool = False
     weight_floor: float = 0.1
     max_distance: float = math.inf
+    fitted_on: int | None = None  # set by fitted(): how many (shape, config) examples the weights came from
 
     def __call__(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
         """The distance of ``a`` and ``b``; ``math.inf`` when they are not comparable. Never raises."""
@@ -78,11 +79,14 @@ class ShapeDistance:
 
     def fitted(self, examples: Iterable[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> ShapeDistance:
         """This distance with the weights learnt from ``examples`` (shape, best config) when ``learn`` is set
-        (see the module docstring), else itself. Never raises."""
+        (see the module docstring), else itself. The result is fitted for good (``learn`` off, ``fitted_on``
+        the number of examples): fitting it again returns it unchanged, so a caller that answers many lookups
+        over one set of entries fits once and passes the result on. Never raises."""
         if not self.learn:
             return self
-        learnt = learn_weights(examples, floor=self.weight_floor)
-        return replace(self, weights={**self.weights, **learnt}) if learnt else self
+        pairs = list(examples)
+        learnt = learn_weights(pairs, floor=self.weight_floor)
+        return replace(self, weights={**self.weights, **learnt}, learn=False, fitted_on=len(pairs))
 
     def _term(self, name: str, av: Any, bv: Any) -> float:
         if av == bv and type(av) is type(bv):
@@ -99,7 +103,7 @@ class ShapeDistance:
     def describe(self) -> str:
         """One line for reports: what each kind of difference costs."""
         weights = ", ".join(f"{k}×{v:g}" for k, v in sorted(self.weights.items()))
-        learnt = "weights learnt from the bests, " if self.learn else ""
+        learnt = "weights learnt from the bests, " if self.learn or self.fitted_on is not None else ""
         parts = [
             f"Σ {learnt}weight × abs(log2 ratio) over integer dims"
             f"{f' ({weights}, others ×{self.dim_weight:g})' if weights else ''}"
@@ -130,7 +134,7 @@ def learn_weights(
                 rest = tuple(sorted((k, repr(v)) for k, v in shape.items() if k != dim))
                 along[rest].append((value, config))
         for line in along.values():
-            line.sort(key=lambda vc: vc[0])
+            line.sort(key=lambda vc: (vc[0], sorted((k, repr(v)) for k, v in vc[1].items())))
             for (a, ca), (b, cb) in itertools.pairwise(line):
                 if a != b:
                     changes[dim].append(_config_change(ca, cb) / math.log2(b / a))

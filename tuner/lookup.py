@@ -330,6 +330,20 @@ def unchecked_fields(requester: Requester) -> tuple[str, ...]:
     return tuple(missing)
 
 
+def fit_distance(distance: ShapeDistance, entries: Sequence[Entry]) -> ShapeDistance:
+    """``distance`` fitted to ``entries`` (:meth:`ShapeDistance.fitted`; itself when it learns nothing or is
+    fitted already). One example per shape — its most recently published entry, ties by config — taken in
+    shape order, so the weights do not depend on the order of ``entries``. The server and the export-file
+    client fit once per set of entries and pass the result to :func:`choose`, which otherwise fits on every
+    call. Pure; never raises for well-formed entries."""
+    if not distance.learn:
+        return distance
+    latest: dict[str, Entry] = {}
+    for e in sorted(entries, key=lambda e: (e.published_at or "", _key(e.config))):
+        latest[_key(e.shape)] = e
+    return distance.fitted((latest[k].shape, latest[k].config) for k in sorted(latest))
+
+
 def choose(
     shape: Mapping[str, Any],
     entries: Sequence[Entry],
@@ -350,7 +364,7 @@ def choose(
     """
     who = requester if requester is not None else Requester(device_name=device_name)
     software = who.compared_software()
-    distance = distance.fitted((e.shape, e.config) for e in entries)
+    distance = fit_distance(distance, entries)
 
     def rank(e: Entry) -> tuple[bool, bool, float]:
         other_device = who.device_name is not None and e.device_name != who.device_name

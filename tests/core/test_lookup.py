@@ -221,3 +221,25 @@ def test_repairs_are_deterministic_cheapest_first_and_bounded() -> None:
         {"BLOCK_A": 2, "BLOCK_B": 4, "mode": "x"}, (ConfigChange("BLOCK_A", 4, 2),))
     assert repair_config({"BLOCK_A": 1, "BLOCK_B": 1, "mode": "y"}, {"n": 6}, domains, fits) == (
         {"BLOCK_A": 1, "BLOCK_B": 1, "mode": "x"}, (ConfigChange("mode", "y", "x"),))
+
+
+def test_the_fitted_distance_does_not_depend_on_the_order_of_the_entries_and_is_fitted_once() -> None:
+    from tuner.lookup import fit_distance
+
+    def entry(n: int, p: int, rows: int, device: str, at: str) -> Entry:
+        return Entry("t", "1", {"N": n, "P": p}, "cuda", device, {"rows": rows}, published_at=at)
+
+    # One shape (N=64,P=64) has bests on two device names with different configs: which one pairs with its
+    # neighbours along N and P must not depend on the list's order (the latest one does).
+    entries = [entry(64, 64, 32, "H100", "2026-01-01"), entry(64, 64, 64, "H200", "2026-01-02"),
+               entry(128, 64, 64, "H200", "2026-01-01"), entry(64, 128, 32, "H200", "2026-01-01")]
+    learnt = ShapeDistance("learnt", learn=True)
+    forward, backward = fit_distance(learnt, entries), fit_distance(learnt, entries[::-1])
+    assert forward == backward and forward.fitted_on == 3  # one example per shape
+    # The latest N=64,P=64 best (rows 64) equals N=128's and differs from P=128's: only P changed a config.
+    assert forward.weights == pytest.approx({"N": 0.1, "P": 2.0})
+    # Fitted for good: fitting again (e.g. inside choose) changes nothing, whatever the entries.
+    assert fit_distance(forward, entries[:1]) is forward and forward.fitted(entries[:1]) is forward
+    a = choose({"N": 128, "P": 128}, entries, default={"rows": 16}, distance=forward)
+    b = choose({"N": 128, "P": 128}, entries[::-1], default={"rows": 16}, distance=learnt)
+    assert a is not None and b is not None and (a.config, a.distance) == (b.config, b.distance)

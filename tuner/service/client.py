@@ -54,9 +54,20 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from tuner.dims import Dim, ShapeRule, validate_shape
+from tuner.distance import DEFAULT_DISTANCE
 from tuner.errors import ShapeError
 from tuner.expr import Expression, ExpressionError
-from tuner.lookup import Answer, ConfigChange, ConstraintCheck, Difference, Domain, Entry, Requester, choose
+from tuner.lookup import (
+    Answer,
+    ConfigChange,
+    ConstraintCheck,
+    Difference,
+    Domain,
+    Entry,
+    Requester,
+    choose,
+    fit_distance,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -153,6 +164,8 @@ class ExportFile:
             section = self.templates.get(entry.template)
             if section is not None and section.get("version") == entry.template_version:
                 self._entries.setdefault((entry.template, entry.device_kind), []).append(entry)
+        # The lookup's distance fitted once per (template, device kind), over the same entries as the server's.
+        self._distances = {key: fit_distance(DEFAULT_DISTANCE, found) for key, found in self._entries.items()}
 
     @classmethod
     def load(cls, path: str | Path) -> ExportFile:
@@ -185,6 +198,7 @@ class ExportFile:
         answer = choose(
             full, self._entries.get((template, device_kind), []), default=section.get("default"),
             valid=self._checks.get(template), requester=requester, domains=self._domains.get(template),
+            distance=self._distances.get((template, device_kind), DEFAULT_DISTANCE),
         )
         if answer is None:
             raise ClientError(f"{self.source} has neither a config nor a default for {template}")
