@@ -27,6 +27,7 @@ from tuner.api.catalog import Catalog
 from tuner.api.deps import StoreProvider
 from tuner.frozen import Shape
 from tuner.lookup import Answer
+from tuner.settings import engine_settings
 
 log = logging.getLogger(__name__)
 SUBMITTER = "tuner-serve:reverify"  # submitted_by of the jobs it queues
@@ -83,7 +84,7 @@ class Reverifier:
         job = store.create_verify_job(
             template=template, template_version=spec.version, backend=spec.backend, device_kind=device_kind,
             device_name=device_name, tasks=[(f"reverify {shape.key()}", shape.key(), shape.to_json())],
-            processes=self.processes, submitted_by=SUBMITTER,
+            processes=self.processes, submitted_by=SUBMITTER, max_attempts=engine_settings().task_attempts,
         )
         return job.id
 

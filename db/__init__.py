@@ -38,6 +38,7 @@ from tuner.db.jobs import (
     release_task,
     reserve_slot,
     stop_worker,
+    withdraw_template,
 )
 from tuner.db.repository import (
     add_measurement,
@@ -136,4 +137,5 @@ __all__ = [
     "sqlite_url",
     "stop_worker",
     "store_settings",
+    "withdraw_template",
 ]

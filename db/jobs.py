@@ -11,9 +11,11 @@ Protocol (tuner.service.worker drives it):
     the final round; ``finish_task`` closes the task and, with its last task, the job.
   * ``heartbeat`` renews a worker's lease; ``reap_lost_workers`` releases what workers whose lease
     expired held (their reserved slots, a task they were finalising), so others finish the job.
-  * mixed fleets: a worker advertises its templates at registration and claims only tasks of those;
-    ``fail_attempt`` records a worker that cannot run a task (local reason) and leaves it to the others,
-    failing it once ``max_attempts`` distinct workers gave it up.
+  * mixed fleets: a worker advertises its templates at registration and claims only tasks of those; one
+    that cannot load a template stops advertising it (``withdraw_template``, nothing charged to the task);
+    ``fail_attempt`` records a worker that could not run a task (a reason of the task's, on that worker)
+    and leaves it to the others. A task fails by attempts only once its job's ``max_attempts`` workers gave
+    it up and no live worker is on it or may still claim it (``task_may_still_run``).
 Timestamps come from the callers' clocks (UTC); hosts are expected to keep them synchronised.
 """
 
@@ -40,6 +42,7 @@ from tuner.store.records import (
     check_job_kind,
     check_max_attempts,
     check_tasks,
+    task_may_still_run,
 )
 
 ACTIVE_JOB_STATES = ("queued", "running")
@@ -67,18 +70,22 @@ def create_job(
     submitted_by: str | None = None,
     kind: str = "tune",
     processes: int | None = None,
+    max_attempts: int = 3,
 ) -> JobRecord:
     """A queued job with one task per ``(label, shape_key, shape_json)``; ValueError when there is none or
     a shape repeats (callers validate shapes against the template before), or when ``kind`` is unknown,
-    a tuning job has no trials or a verify job has trials or no processes (see :func:`create_verify_job`)."""
+    a tuning job has no trials or a verify job has trials or no processes (see :func:`create_verify_job`),
+    or ``max_attempts`` (see :func:`fail_attempt`) is below 1."""
     check_tasks(tasks)
     check_job_kind(kind, trials, processes)
+    check_max_attempts(max_attempts)
     now = utcnow()
     job = JobRow(
         template=template, template_version=template_version, backend=backend, device_kind=device_kind,
         device_name=device_name, trials=trials, sampler=sampler, seed=seed, samples=samples,
         candidate_timeout_s=candidate_timeout_s, finalists=finalists, comparators=comparators, priority=priority,
         state="queued", submitted_by=submitted_by, created_at=now, updated_at=now, kind=kind, processes=processes,
+        max_attempts=max_attempts,
     )
     session.add(job)
     session.flush()
@@ -107,6 +114,7 @@ def create_verify_job(
     comparators: bool = True,
     priority: int = 0,
     submitted_by: str | None = None,
+    max_attempts: int = 3,
 ) -> JobRecord:
     """A queued verify job: for each ``(label, shape_key, shape_json)``, a worker of the device re-measures the
     published best of that shape (and the comparators) in ``processes`` fresh processes and records a
@@ -116,7 +124,7 @@ def create_verify_job(
         session, template=template, template_version=template_version, backend=backend, device_kind=device_kind,
         device_name=device_name, trials=0, sampler="none", samples=samples, candidate_timeout_s=candidate_timeout_s,
         tasks=tasks, finalists=1, comparators=comparators, priority=priority, submitted_by=submitted_by,
-        kind="verify", processes=processes,
+        kind="verify", processes=processes, max_attempts=max_attempts,
     )
 
 
@@ -234,6 +242,7 @@ def list_workers(session: Session, *, include_stopped: bool = False) -> list[Wor
 def stop_worker(session: Session, *, worker_id: str) -> None:
     """A worker leaving cleanly: its reserved slots go back to their tasks, its lease ends."""
     _release_worker(session, worker_id, new_state="stopped")
+    _settle_given_up(session)
 
 
 def reap_lost_workers(session: Session, *, now: datetime | None = None) -> list[str]:
@@ -245,6 +254,8 @@ def reap_lost_workers(session: Session, *, now: datetime | None = None) -> list[
     ))
     for worker_id in lost:
         _release_worker(session, worker_id, new_state="lost")
+    if lost:
+        _settle_given_up(session)
     return lost
 
 
@@ -396,6 +407,9 @@ def complete_slot(
     slot.state, slot.trial_number, slot.measurement_id = "done", trial_number, measurement_id
     task = session.get(TaskRow, slot.task_id, with_for_update=True)
     assert task is not None
+    if task.state in ("done", "failed", "cancelled"):  # the measurement is kept; the task's counts are final
+        session.flush()
+        return
     task.trials_done += 1
     task.trials_failed += 0 if ok else 1
     if ok and median_us is not None and (task.best_us is None or median_us < task.best_us):
@@ -500,12 +514,28 @@ def release_task(session: Session, *, worker_id: str) -> None:
     )
 
 
-def fail_attempt(session: Session, *, task_id: int, worker_id: str, reason: str, max_attempts: int) -> TaskRecord:
-    """The worker cannot run the task for a reason of its own: record the attempt (once per worker), leave
-    the task as :func:`release_task` does (a final round it held goes back too), and fail the task with
-    every worker's reason once ``max_attempts`` distinct workers gave it up (its job fails with it once no
-    other task runs). A task already finished is left as it is. NotFoundError for an unknown task."""
-    check_max_attempts(max_attempts)
+def withdraw_template(session: Session, *, worker_id: str, template: str, version: str) -> None:
+    """The worker cannot load ``template`` at ``version``: it stops advertising it (it never claims its tasks
+    again) and leaves its current task as :func:`release_task` does; nothing is charged to the task. A
+    worker that advertised nothing (any template) advertises, from now on, nothing at all."""
+    release_task(session, worker_id=worker_id)
+    worker = session.get(WorkerRow, worker_id, with_for_update=True)
+    if worker is None:
+        return
+    has = {} if worker.templates_json is None else dict(json.loads(worker.templates_json))
+    if has.get(template) == version or worker.templates_json is None:
+        has.pop(template, None)
+        worker.templates_json = canonical_json(has, what="templates")
+    session.flush()
+    _settle_given_up(session)
+
+
+def fail_attempt(session: Session, *, task_id: int, worker_id: str, reason: str) -> TaskRecord:
+    """The worker could not run the task, for a reason of the task's on that worker (its device failed on
+    it): record the attempt (once per worker), leave the task as :func:`release_task` does (a final round
+    it held goes back too). The task fails with every worker's reason once its job's ``max_attempts``
+    distinct workers gave it up and no live worker is on it or may still claim it (its job fails with it
+    once no other task runs). A task already finished is left as it is. NotFoundError for an unknown task."""
     task = session.get(TaskRow, task_id, with_for_update=True)
     if task is None:
         raise NotFoundError(f"no task {task_id}")
@@ -521,20 +551,48 @@ def fail_attempt(session: Session, *, task_id: int, worker_id: str, reason: str,
     if known is None:
         session.add(TaskAttemptRow(task_id=task_id, worker_id=worker_id, reason=reason, created_at=now))
         session.flush()
-    attempts = list_attempts(session, task_id=task_id)
-    task.attempts, task.updated_at = len(attempts), now
-    if len(attempts) >= max_attempts and task.state in ("queued", "running"):
-        task.state, task.error = "failed", attempts_error(attempts)
+    task.attempts = int(session.scalar(
+        select(func.count(TaskAttemptRow.id)).where(TaskAttemptRow.task_id == task_id)) or 0)
+    task.updated_at = now
     session.flush()
-    if task.state == "failed":
+    _settle_given_up(session, task_ids=[task_id])
+    session.refresh(task)
+    return to_record(TaskRecord, task)
+
+
+def _settle_given_up(session: Session, *, task_ids: Sequence[int] | None = None) -> None:
+    """Fail the active tasks that their job's ``max_attempts`` workers gave up and that no live worker is on
+    or may still claim (``task_may_still_run``); each job fails with its last such task."""
+    query = (
+        select(TaskRow).join(JobRow, JobRow.id == TaskRow.job_id)
+        .where(TaskRow.state.in_(("queued", "running")), JobRow.state.in_(ACTIVE_JOB_STATES),
+               TaskRow.attempts >= JobRow.max_attempts)
+        .order_by(TaskRow.id)
+    )
+    if task_ids is not None:
+        query = query.where(TaskRow.id.in_(list(task_ids)))
+    exhausted = list(session.scalars(query))
+    if not exhausted:
+        return
+    now = utcnow()
+    workers = [to_record(WorkerRecord, w) for w in session.scalars(
+        select(WorkerRow).where(WorkerRow.state.in_(("idle", "busy"))))]
+    for task in exhausted:
         job = session.get(JobRow, task.job_id, with_for_update=True)
         assert job is not None
+        attempts = list_attempts(session, task_id=task.id)
+        holders = set(session.scalars(
+            select(SlotRow.worker_id).where(SlotRow.task_id == task.id, SlotRow.state == "reserved")))
+        if task_may_still_run(to_record(TaskRecord, task), _job_record(session, job), workers, attempts, holders,
+                              now):
+            continue
+        task.state, task.error, task.updated_at = "failed", attempts_error(attempts), now
+        session.flush()
         tasks = list(session.scalars(select(TaskRow).where(TaskRow.job_id == job.id).order_by(TaskRow.position)))
-        if job.state in ACTIVE_JOB_STATES and all(t.state in ("done", "failed") for t in tasks):
+        if all(t.state in ("done", "failed") for t in tasks):
             job.state, job.updated_at, job.finished_at = "failed", now, now
             job.error = "; ".join(f"{t.label}: {t.error}" for t in tasks if t.state == "failed")
         session.flush()
-    return to_record(TaskRecord, task)
 
 
 def list_attempts(session: Session, *, task_id: int) -> list[TaskAttemptRecord]:

@@ -229,10 +229,13 @@ class StoreMethods:
         with self.session() as s:
             jobs.release_task(s, worker_id=worker_id)
 
-    def fail_attempt(self, *, task_id: int, worker_id: str, reason: str, max_attempts: int) -> TaskRecord:
+    def fail_attempt(self, *, task_id: int, worker_id: str, reason: str) -> TaskRecord:
         with self.session() as s:
-            return jobs.fail_attempt(s, task_id=task_id, worker_id=worker_id, reason=reason,
-                                     max_attempts=max_attempts)
+            return jobs.fail_attempt(s, task_id=task_id, worker_id=worker_id, reason=reason)
+
+    def withdraw_template(self, *, worker_id: str, template: str, version: str) -> None:
+        with self.session() as s:
+            jobs.withdraw_template(s, worker_id=worker_id, template=template, version=version)
 
     def list_attempts(self, *, task_id: int) -> list[TaskAttemptRecord]:
         with self._reading() as s:

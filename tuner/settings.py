@@ -2,8 +2,9 @@
 
 ``TUNER_DB_URL``   SQLAlchemy URL of the store; unset → the embedded SQLite file ``$TUNER_HOME/tuner.db``.
 ``TUNER_HOME``     data directory (default ``$XDG_DATA_HOME/tuner`` or ``~/.local/share/tuner``).
-``TUNER_TASK_ATTEMPTS``  distinct workers that may give a task up for a local reason (a template they lack
-                   or cannot import, a failing device) before it fails (default 3).
+``TUNER_TASK_ATTEMPTS``  distinct workers that must give a task up (their device failed on it) before it may
+                   fail (default 3): read by the server when a job is submitted and stored on the job, so
+                   that every worker applies the same count.
 Command-line options override the environment.
 """
 

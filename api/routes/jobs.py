@@ -16,6 +16,7 @@ from tuner.api.errors import FieldError
 from tuner.api.schemas import MAX_ID, MAX_OFFSET, JobIn, JobOut, JobPage, JobState
 from tuner.errors import UnknownTemplateError, UserInputError
 from tuner.frozen import Shape
+from tuner.settings import engine_settings
 
 router = APIRouter(tags=["jobs"])
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="A job's id.")]
@@ -43,7 +44,7 @@ def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep,
             template=entry.name, template_version=entry.spec.version, backend=entry.spec.backend,
             device_kind=body.device.kind, device_name=body.device.name, tasks=tasks, processes=body.processes,
             samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, comparators=body.comparators,
-            priority=body.priority, submitted_by=who.label,
+            priority=body.priority, submitted_by=who.label, max_attempts=engine_settings().task_attempts,
         )
     else:
         job = store.create_job(
@@ -51,7 +52,7 @@ def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep,
             device_kind=body.device.kind, device_name=body.device.name, trials=body.trials, sampler=body.sampler,
             samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, tasks=tasks, seed=body.seed,
             finalists=body.finalists, comparators=body.comparators, priority=body.priority,
-            submitted_by=who.label,
+            submitted_by=who.label, max_attempts=engine_settings().task_attempts,
         )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     return JobOut.of(job)

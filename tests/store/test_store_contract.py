@@ -399,12 +399,12 @@ def test_a_task_given_up_by_k_distinct_workers_fails_with_every_reason(store: An
         claim = _claim(store, worker)
         assert claim is not None and claim.task.id == task_id
         store.reserve_slot(task_id=task_id, worker_id=worker)
-        task = store.fail_attempt(task_id=task_id, worker_id=worker, reason=reason, max_attempts=3)
+        task = store.fail_attempt(task_id=task_id, worker_id=worker, reason=reason)
         assert task.attempts == n and task.trials_reserved == 0
         assert store.list_workers()[0].state == "idle" and store.get_job(job_id=job.id).workers == ()
         if n < 3:
             assert task.state == "running" and task.error is None and store.job_state(job_id=job.id) == "running"
-            again = store.fail_attempt(task_id=task_id, worker_id=worker, reason="again", max_attempts=3)
+            again = store.fail_attempt(task_id=task_id, worker_id=worker, reason="again")
             assert again.attempts == n, "a worker's second attempt counts once"
             assert _claim(store, worker) is None, "a worker does not claim a task it gave up"
     failed = store.get_job(job_id=job.id)
@@ -414,19 +414,20 @@ def test_a_task_given_up_by_k_distinct_workers_fails_with_every_reason(store: An
     assert [(a.worker_id, a.reason) for a in store.list_attempts(task_id=task_id)] == list(reasons.items())
     assert _claim(store, _worker(store, "w4")) is None
     with pytest.raises(ValueError):
-        store.fail_attempt(task_id=task_id, worker_id="w4", reason="x", max_attempts=0)
+        _job(store, max_attempts=0)
     with pytest.raises(NotFoundError):
-        store.fail_attempt(task_id=task_id + 1000, worker_id="w4", reason="x", max_attempts=3)
+        store.fail_attempt(task_id=task_id + 1000, worker_id="w4", reason="x")
 
 
 def test_a_job_fails_by_attempts_once_none_of_its_tasks_runs(store: Any) -> None:
-    job = _job(store, trials=1, shapes=2)
+    job = _job(store, trials=1, shapes=2, max_attempts=1)
+    assert job.max_attempts == 1 and store.get_job(job_id=job.id).max_attempts == 1
     worker = _worker(store)
     first = _claim(store, worker).task.id
-    assert store.fail_attempt(task_id=first, worker_id=worker, reason="gone", max_attempts=1).state == "failed"
+    assert store.fail_attempt(task_id=first, worker_id=worker, reason="gone").state == "failed"
     assert store.job_state(job_id=job.id) == "running"
     second = _claim(store, worker).task.id
-    store.fail_attempt(task_id=second, worker_id=worker, reason="gone too", max_attempts=1)
+    store.fail_attempt(task_id=second, worker_id=worker, reason="gone too")
     failed = store.get_job(job_id=job.id)
     assert failed.state == "failed" and failed.error == (
         "w0: could not run on 1 worker(s): w1: gone; w1: could not run on 1 worker(s): w1: gone too")
@@ -439,10 +440,65 @@ def test_a_final_round_given_up_goes_back_to_the_others(store: Any) -> None:
     slot = store.reserve_slot(task_id=task_id, worker_id=a)
     store.record_measurement(_m(_study(store).id, trial_number=0), slot_id=slot)
     assert store.begin_finalize(task_id=task_id, worker_id=a) is True
-    task = store.fail_attempt(task_id=task_id, worker_id=a, reason="DeviceError: lost", max_attempts=3)
+    task = store.fail_attempt(task_id=task_id, worker_id=a, reason="DeviceError: lost")
     assert (task.state, task.finalizer_id, task.attempts, task.trials_done) == ("running", None, 1, 1)
     assert _claim(store, b).task.id == task_id and store.begin_finalize(task_id=task_id, worker_id=b) is True
     done = store.finish_task(task_id=task_id, worker_id=b, best_us=1.0, best_config_json="{}")
     assert done.id == job.id and done.state == "done"
-    assert store.fail_attempt(task_id=task_id, worker_id=b, reason="late", max_attempts=1).state == "done"
+    assert store.fail_attempt(task_id=task_id, worker_id=b, reason="late").state == "done"
 
+
+
+def test_workers_giving_a_task_up_do_not_fail_it_while_a_capable_worker_runs_it(store: Any) -> None:
+    """K workers giving a task up fail it only once no live worker is on it: the capable worker keeps
+    reserving its trials; the task fails when that worker leaves (stopped or reaped) and none is left."""
+    job = _job(store, trials=3, max_attempts=2)
+    capable, x, y = _worker(store, "capable"), _worker(store, "x"), _worker(store, "y")
+    task_id = _claim(store, capable).task.id
+    assert store.reserve_slot(task_id=task_id, worker_id=capable) is not None
+    for worker in (x, y):
+        assert _claim(store, worker).task.id == task_id
+        assert store.fail_attempt(task_id=task_id, worker_id=worker, reason="DeviceError: gone").state == "running"
+    assert store.get_task(task_id=task_id).attempts == 2 and store.job_state(job_id=job.id) == "running"
+    assert store.reserve_slot(task_id=task_id, worker_id=capable) is not None
+    store.stop_worker(worker_id=capable)
+    failed = store.get_job(job_id=job.id)
+    assert failed.state == "failed" and failed.tasks[0].trials_reserved == 0, failed
+    assert "could not run on 2 worker(s)" in (failed.error or "")
+
+
+def test_a_live_capable_worker_that_has_not_tried_a_task_keeps_it_open(store: Any) -> None:
+    job = _job(store, trials=2, max_attempts=1)
+    first, untried = _worker(store, "first"), _worker(store, "untried", lease_s=0.5)
+    _worker(store, "other", templates={"u": "1"})  # does not serve the job: not counted
+    task_id = _claim(store, first).task.id
+    assert store.fail_attempt(task_id=task_id, worker_id=first, reason="DeviceError: gone").state == "running"
+    assert _claim(store, untried).task.id == task_id
+    store.release_task(worker_id=untried)
+    store.reap_lost_workers(now=store.list_workers()[0].lease_expires_at + timedelta(seconds=60))
+    assert store.get_job(job_id=job.id).state == "failed"
+
+
+def test_a_worker_that_cannot_load_a_template_withdraws_it_without_charging_the_task(store: Any) -> None:
+    job = _job(store, trials=2, max_attempts=1)
+    broken = _worker(store, "broken", templates={"t": "1", "u": "1"})
+    task_id = _claim(store, broken).task.id
+    store.reserve_slot(task_id=task_id, worker_id=broken)
+    store.withdraw_template(worker_id=broken, template="t", version="1")
+    (worker,) = store.list_workers()
+    assert worker.templates == {"u": "1"} and worker.state == "idle" and worker.current_task_id is None
+    task = store.get_task(task_id=task_id)
+    assert (task.state, task.attempts, task.trials_reserved, task.error) == ("running", 0, 0, None)
+    assert store.list_attempts(task_id=task_id) == [] and _claim(store, broken) is None
+    assert store.job_state(job_id=job.id) == "running"
+
+
+def test_a_measurement_on_a_failed_task_leaves_its_counts(store: Any) -> None:
+    _job(store, trials=3)
+    worker = _worker(store)
+    task_id = _claim(store, worker).task.id
+    slot = store.reserve_slot(task_id=task_id, worker_id=worker)
+    store.fail_task(task_id=task_id, error="gone")
+    store.record_measurement(_m(_study(store).id, trial_number=0), slot_id=slot)
+    task = store.get_task(task_id=task_id)
+    assert (task.state, task.trials_done, task.best_us) == ("failed", 0, None)

@@ -16,10 +16,11 @@ others, so that live workers cut off by the same outage can renew first. SIGTERM
 candidate being measured at once (its process is killed, its config queued again).
 
 Mixed fleets: a worker advertises the templates it has (name → version, from the registry's specs) when it
-registers, and claims only tasks of those. A task it claims and cannot run for a reason of its own (the
-template's implementation does not import, another version, its device fails) is given up
-(``JobQueue.fail_attempt``: the worker and the reason recorded, the task left to the others); once
-``max_attempts`` distinct workers gave it up (``TUNER_TASK_ATTEMPTS``, default 3) it fails with every reason.
+registers, and claims only tasks of those. When it cannot load a template it advertised (the implementation
+does not import, another version), it stops advertising it (``JobQueue.withdraw_template``) and leaves the
+task to the others, charging nothing to it. When its device fails while running a task, it gives the task
+up (``JobQueue.fail_attempt``: the worker and the reason recorded) and stops; the store fails the task only
+once the job's ``max_attempts`` workers gave it up and no live worker is on it or may still take it.
 
 The worker knows the queue and store contracts (:mod:`tuner.store`), the study driver and the measurer; it
 knows nothing of HTTP or SQL. Liveness (the lease and the trials' heartbeats) is one
@@ -50,7 +51,6 @@ from tuner.frozen import Shape
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import MeasureOptions, Measurer
-from tuner.settings import engine_settings
 from tuner.store import Claim, JobQueue, JobRecord, TuningStore
 from tuner.template import KernelTemplate
 
@@ -73,8 +73,6 @@ class WorkerOptions:
     compile_workers: int = 0  # parallel compile processes for slow-compiling templates (0: the host's cores)
     device_index: int | None = None  # the index it registers and records (default device.index); a worker
     # pinned to one GPU (tuner.service.fleet) sees it as cuda:0 but registers the GPU's index on the host
-    max_attempts: int = field(default_factory=lambda: engine_settings().task_attempts)  # distinct workers
-    # that may give a task up for a local reason before it fails (TUNER_TASK_ATTEMPTS)
 
 
 class QueueStore(TuningStore, JobQueue, Protocol):
@@ -209,7 +207,9 @@ class Worker:
         try:
             template = self._template_of(job)
             if isinstance(template, str):  # another worker of the fleet may have it: leave the task to it
-                self._give_up(task.id, template)
+                key = (job.template, job.template_version)
+                self._durable(lambda: self.store.withdraw_template(worker_id=self.id, template=key[0],
+                                                                   version=key[1]))
                 return
             shape = template.make_shape(json.loads(task.shape_json))
             if job.kind == "verify":
@@ -230,7 +230,7 @@ class Worker:
             if isinstance(exc, STORAGE_ERRORS):
                 self.health.failed(exc)
             log.info("task %s of job %s interrupted: %s: %s", task.id, job.id, type(exc).__name__, exc)
-        except DeviceError as exc:  # this device cannot run anything: give the task up, then stop
+        except DeviceError as exc:  # the device failed on this task: give the task up, then stop
             self._give_up(task.id, f"{type(exc).__name__}: {exc}")
             raise
         except TunerError as exc:
@@ -246,8 +246,8 @@ class Worker:
 
     def _template_of(self, job: JobRecord) -> KernelTemplate | str:
         """The job's template at the job's version, or why this worker lacks it (not registered here,
-        another version, its module does not import): a local reason, logged once per template; the task
-        is then given up, left to the workers that have it (mixed fleets)."""
+        another version, its module does not import): logged once per template; the worker then stops
+        advertising it and leaves its tasks to the workers that have it (mixed fleets)."""
         key = (job.template, job.template_version)
         if key in self._lacking:
             return self._lacking[key]
@@ -263,15 +263,13 @@ class Worker:
         return reason
 
     def _give_up(self, task_id: int, reason: str) -> None:
-        """Leave a task this worker cannot run for a reason of its own; the store fails it once
-        ``max_attempts`` distinct workers have given it up."""
-        task = self._durable(lambda: self.store.fail_attempt(
-            task_id=task_id, worker_id=self.id, reason=reason, max_attempts=self.options.max_attempts))
+        """Leave a task this worker could not run (its device failed on it); the store fails the task once
+        its job's ``max_attempts`` workers gave it up and no live worker is on it or may still take it."""
+        task = self._durable(lambda: self.store.fail_attempt(task_id=task_id, worker_id=self.id, reason=reason))
         if task.state == "failed":
             log.error("task %s failed: %s", task_id, task.error)
         else:
-            log.info("gave up task %s (attempt %d of %d): %s", task_id, task.attempts, self.options.max_attempts,
-                     reason)
+            log.info("gave up task %s (%d worker(s) gave it up): %s", task_id, task.attempts, reason)
 
     def _compile_pool(self, template: KernelTemplate) -> CompilePool | None:
         """The worker's compile pool (kept warm across tasks) when the template compiles slowly."""

@@ -39,6 +39,7 @@ from tuner.store.records import (
     check_max_attempts,
     check_role,
     check_tasks,
+    task_may_still_run,
 )
 
 if TYPE_CHECKING:
@@ -157,6 +158,8 @@ class MemoryStore:
     def _spend(self, slot: _Slot, record: MeasurementRecord) -> None:
         slot.state = "done"
         task = self._tasks[slot.task_id]
+        if task.state in ("done", "failed", "cancelled"):  # the measurement is kept; the task's counts are final
+            return
         changes: dict[str, Any] = {"trials_done": task.trials_done + 1,
                                    "trials_failed": task.trials_failed + (0 if record.ok else 1), "updated_at": _now()}
         if record.ok and record.median_us is not None and (task.best_us is None or record.median_us < task.best_us):
@@ -325,23 +328,25 @@ class MemoryStore:
         self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
         tasks: Sequence[tuple[str, str, str]], processes: int = 5, samples: int = 100,
         candidate_timeout_s: float = 120.0, comparators: bool = True, priority: int = 0,
-        submitted_by: str | None = None,
+        submitted_by: str | None = None, max_attempts: int = 3,
     ) -> JobRecord:
         return self.create_job(
             template=template, template_version=template_version, backend=backend, device_kind=device_kind,
             device_name=device_name, trials=0, sampler="none", samples=samples,
             candidate_timeout_s=candidate_timeout_s, tasks=tasks, finalists=1, comparators=comparators,
             priority=priority, submitted_by=submitted_by, kind="verify", processes=processes,
+            max_attempts=max_attempts,
         )
 
     def create_job(
         self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
         trials: int, sampler: str, samples: int, candidate_timeout_s: float, tasks: Sequence[tuple[str, str, str]],
         seed: int | None = None, finalists: int = 3, comparators: bool = True, priority: int = 0,
-        submitted_by: str | None = None, kind: str = "tune", processes: int | None = None,
+        submitted_by: str | None = None, kind: str = "tune", processes: int | None = None, max_attempts: int = 3,
     ) -> JobRecord:
         check_tasks(tasks)
         check_job_kind(kind, trials, processes)
+        check_max_attempts(max_attempts)
         now = _now()
         with self._lock:
             job = JobRecord(
@@ -350,6 +355,7 @@ class MemoryStore:
                 samples=samples, candidate_timeout_s=candidate_timeout_s, finalists=finalists,
                 comparators=comparators, priority=priority, state="queued", error=None, submitted_by=submitted_by,
                 created_at=now, updated_at=now, finished_at=None, kind=kind, processes=processes,
+                max_attempts=max_attempts,
             )
             self._jobs[job.id] = job
             for position, (label, shape_key, shape_json) in enumerate(tasks):
@@ -443,6 +449,7 @@ class MemoryStore:
     def stop_worker(self, *, worker_id: str) -> None:
         with self._lock:
             self._release_worker(worker_id, "stopped")
+            self._settle_given_up()
 
     def reap_lost_workers(self, *, now: datetime | None = None) -> list[str]:
         now = now or _now()
@@ -451,6 +458,8 @@ class MemoryStore:
                     if w.state in ("idle", "busy") and w.lease_expires_at < now]
             for worker_id in lost:
                 self._release_worker(worker_id, "lost")
+            if lost:
+                self._settle_given_up()
         return lost
 
     def _release_worker(self, worker_id: str, new_state: str) -> None:
@@ -590,8 +599,22 @@ class MemoryStore:
             if worker is not None and worker.state == "busy":
                 self._workers[worker_id] = dataclasses.replace(worker, state="idle", current_task_id=None)
 
-    def fail_attempt(self, *, task_id: int, worker_id: str, reason: str, max_attempts: int) -> TaskRecord:
-        check_max_attempts(max_attempts)
+    def withdraw_template(self, *, worker_id: str, template: str, version: str) -> None:
+        with self._lock:
+            self._free_slots(worker_id, _now())
+            worker = self._workers.get(worker_id)
+            if worker is None:
+                return
+            has = worker.templates
+            if has is None or has.get(template) == version:
+                rest = {k: v for k, v in (has or {}).items() if k != template}
+                worker = dataclasses.replace(worker, templates_json=canonical_json(rest, what="templates"))
+            if worker.state == "busy":
+                worker = dataclasses.replace(worker, state="idle", current_task_id=None)
+            self._workers[worker_id] = worker
+            self._settle_given_up()
+
+    def fail_attempt(self, *, task_id: int, worker_id: str, reason: str) -> TaskRecord:
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None:
@@ -609,13 +632,26 @@ class MemoryStore:
             if not any(a.task_id == task_id and a.worker_id == worker_id for a in self._attempts):
                 self._attempts.append(TaskAttemptRecord(task_id, worker_id, reason, now))
             attempts = [a for a in self._attempts if a.task_id == task_id]
-            task = dataclasses.replace(task, attempts=len(attempts), updated_at=now)
-            if len(attempts) >= max_attempts and task.state in ("queued", "running"):
-                task = dataclasses.replace(task, state="failed", error=attempts_error(attempts))
-            self._tasks[task_id] = task
-            if task.state == "failed":
-                self._close_failed_job(task.job_id, now)
-            return task
+            self._tasks[task_id] = dataclasses.replace(task, attempts=len(attempts), updated_at=now)
+            self._settle_given_up()
+            return self._tasks[task_id]
+
+    def _settle_given_up(self) -> None:
+        """Fail the active tasks their job's ``max_attempts`` workers gave up that no live worker is on or may
+        still claim (as the SQL store does)."""
+        now = _now()
+        for task in sorted(self._tasks.values(), key=lambda t: t.id):
+            job = self._jobs[task.job_id]
+            if (task.state not in ("queued", "running") or job.state not in ACTIVE_JOB_STATES
+                    or task.attempts < job.max_attempts):
+                continue
+            attempts = [a for a in self._attempts if a.task_id == task.id]
+            holders = {s.worker_id for s in self._slots.values() if s.task_id == task.id and s.state == "reserved"}
+            if task_may_still_run(task, job, list(self._workers.values()), attempts, holders, now):
+                continue
+            self._tasks[task.id] = dataclasses.replace(task, state="failed", error=attempts_error(attempts),
+                                                       updated_at=now)
+            self._close_failed_job(task.job_id, now)
 
     def _close_failed_job(self, job_id: int, now: datetime) -> None:
         """Fail the job of a failed task once none of its tasks runs, listing each failed task's error."""

@@ -87,7 +87,8 @@ class TuningStore(Protocol):
         measurement is stored if and only if its slot is spent. NotFoundError for an unknown study;
         SlotLostError (a RecordConflictError) when the slot no longer exists (its worker was declared lost
         and the slot given back), RecordConflictError when it is already spent: then nothing is stored;
-        ValueError for an invalid role, candidate, status, timer or JSON."""
+        ValueError for an invalid role, candidate, status, timer or JSON. A slot of a task that has finished
+        meanwhile (failed, cancelled) is spent, its measurement kept, and the task's counts stay as they are."""
 
     def get_measurement(self, *, measurement_id: int) -> MeasurementRecord | None: ...
 
@@ -171,17 +172,18 @@ class JobQueue(Protocol):
         self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
         trials: int, sampler: str, samples: int, candidate_timeout_s: float, tasks: Sequence[tuple[str, str, str]],
         seed: int | None = None, finalists: int = 3, comparators: bool = True, priority: int = 0,
-        submitted_by: str | None = None, kind: str = "tune", processes: int | None = None,
+        submitted_by: str | None = None, kind: str = "tune", processes: int | None = None, max_attempts: int = 3,
     ) -> JobRecord:
-        """A queued job with one task per ``(label, shape_key, shape_json)``; ValueError when there is none
-        or a shape repeats, or the kind is unknown, a tuning job has no trials, a verify job has trials or no
-        processes."""
+        """A queued job with one task per ``(label, shape_key, shape_json)``; ``max_attempts``: the distinct
+        workers that must give a task up before it may fail (:meth:`fail_attempt`; the server's setting,
+        ``TUNER_TASK_ATTEMPTS``). ValueError when there is no task or a shape repeats, or the kind is unknown,
+        a tuning job has no trials, a verify job has trials or no processes, or ``max_attempts`` < 1."""
 
     def create_verify_job(
         self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
         tasks: Sequence[tuple[str, str, str]], processes: int = 5, samples: int = 100,
         candidate_timeout_s: float = 120.0, comparators: bool = True, priority: int = 0,
-        submitted_by: str | None = None,
+        submitted_by: str | None = None, max_attempts: int = 3,
     ) -> JobRecord:
         """A queued verify job: per shape, a worker of the device re-measures its published best (and the
         comparators) in ``processes`` fresh processes and records a verification (no trials; one worker takes
@@ -226,8 +228,8 @@ class JobQueue(Protocol):
         self, *, worker_id: str, device_kind: str, device_name: str, backends: Sequence[str]
     ) -> Claim | None:
         """The next task this worker can serve (highest priority, oldest job, first shape), or None: of its
-        device and a backend it runs, of a template and version it advertised (when it advertised any),
-        and not one it already gave up (:meth:`fail_attempt`)."""
+        device and a backend it runs, of a template and version it advertises (when it advertised any; see
+        :meth:`withdraw_template`), and not one it already gave up (:meth:`fail_attempt`)."""
 
     def attach_study(self, *, task_id: int, study_id: int) -> None: ...
 
@@ -258,15 +260,25 @@ class JobQueue(Protocol):
         """The worker leaves its current task (it stays claimable by others) and becomes idle; the trial
         slots it still holds reserved go back to their tasks."""
 
-    def fail_attempt(self, *, task_id: int, worker_id: str, reason: str, max_attempts: int) -> TaskRecord:
-        """The worker cannot run the task for a reason of its own (its template missing or not importable,
-        another version, its device failing): the attempt is recorded with the worker and the reason, and
-        the worker leaves the task as :meth:`release_task` does (its reserved slots and a final round it
-        held go back), never to claim it again. Attempts count distinct workers (a worker's second attempt
-        counts once). Once ``max_attempts`` workers have given it up, the task fails with every worker's
-        reason (:func:`tuner.store.records.attempts_error`) and its job fails with it once no other task
-        runs; until then it stays claimable by the others. A task already finished is left as it is.
-        Returns the task as left; NotFoundError for an unknown task, ValueError for ``max_attempts`` < 1."""
+    def withdraw_template(self, *, worker_id: str, template: str, version: str) -> None:
+        """The worker cannot load ``template`` at ``version`` (not importable, another version): it stops
+        advertising it, so it never claims its tasks again, and leaves its current task as
+        :meth:`release_task` does. Nothing is charged to the task (no attempt): a template a worker lacks
+        says nothing about the task. A worker that advertised nothing (any template) advertises nothing at
+        all from then on."""
+
+    def fail_attempt(self, *, task_id: int, worker_id: str, reason: str) -> TaskRecord:
+        """The worker could not run the task for a reason of the task's on this worker (its device failed
+        while running it): the attempt is recorded with the worker and the reason, and the worker leaves the
+        task as :meth:`release_task` does (its reserved slots and a final round it held go back), never to
+        claim it again. Attempts count distinct workers (a worker's second attempt counts once). The task
+        fails, with every worker's reason (:func:`tuner.store.records.attempts_error`), only once its job's
+        ``max_attempts`` workers (set at submission, the same for the whole fleet) have given it up and no
+        live worker is on it (holds a slot, works on it, finalises it) or may still claim it (serves the job
+        and has not given it up): :func:`tuner.store.records.task_may_still_run`. That is checked again
+        whenever a worker stops, is reaped or withdraws a template. Its job fails with it once no other task
+        runs. A task already finished is left as it is. Returns the task as left; NotFoundError for an
+        unknown task."""
 
     def list_attempts(self, *, task_id: int) -> list[TaskAttemptRecord]:
         """The workers that gave the task up (:meth:`fail_attempt`), oldest first."""

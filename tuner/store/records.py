@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,7 +21,7 @@ __all__ = [
     "ROLES", "BestRecord", "Claim", "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord",
     "TaskAttemptRecord", "TaskRecord", "Timer", "WorkerRecord", "attempts_error", "canonical_json", "check_candidate",
     "check_max_attempts", "check_role",
-    "check_tasks",
+    "check_tasks", "is_live", "serves", "task_may_still_run", "waiting_reason",
 ]
 
 ROLES = ("trial", "final")  # a sweep trial, or a re-measurement in a final interleaved round
@@ -70,6 +70,62 @@ def attempts_error(attempts: Sequence[TaskAttemptRecord]) -> str:
 def check_max_attempts(max_attempts: int) -> None:
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+
+
+def is_live(worker: WorkerRecord, now: datetime) -> bool:
+    """Registered, not stopped or declared lost, and within its lease."""
+    return worker.state in ("idle", "busy") and worker.lease_expires_at >= now
+
+
+def serves(worker: WorkerRecord, job: JobRecord) -> bool:
+    """The worker may claim the job's tasks: its device and a backend of the job's, and the job's template at
+    its version among those it advertises (a worker that advertised none takes any template)."""
+    has = worker.templates
+    return (worker.device_kind == job.device_kind and job.device_name in (None, worker.device_name)
+            and job.backend in worker.backends and (has is None or has.get(job.template) == job.template_version))
+
+
+def task_may_still_run(
+    task: TaskRecord, job: JobRecord, workers: Sequence[WorkerRecord], attempts: Sequence[TaskAttemptRecord],
+    slot_holders: Collection[str], now: datetime,
+) -> bool:
+    """Some live worker is on the task (holds a trial slot of it, works on it, finalises it) or may still
+    claim it (it serves the job and has not given this task up)."""
+    tried = {a.worker_id for a in attempts}
+    for worker in workers:
+        if not is_live(worker, now):
+            continue
+        on_it = worker.id in slot_holders or worker.id == task.finalizer_id or (
+            worker.state == "busy" and worker.current_task_id == task.id)
+        if on_it or (worker.id not in tried and serves(worker, job)):
+            return True
+    return False
+
+
+def waiting_reason(
+    job: JobRecord, workers: Sequence[WorkerRecord], attempts: Mapping[int, Sequence[TaskAttemptRecord]],
+    now: datetime,
+) -> str | None:
+    """Why an active job waits with no worker on it, for its user; None when it does not (finished, or a
+    live worker is on it or may take it). ``attempts`` lists the attempts of each task by task id."""
+    if job.state not in ("queued", "running") or job.workers:
+        return None
+    live = [w for w in workers if is_live(w, now)]
+    wanted = f"{job.template} version {job.template_version}"
+    if not any((w.templates is None or w.templates.get(job.template) == job.template_version) for w in live):
+        return f"no live worker advertises {wanted}"
+    capable = [w for w in live if serves(w, job)]
+    if not capable:
+        name = job.device_name or "any"
+        return (f"no live worker of device {job.device_kind}:{name} with backend {job.backend} "
+                f"advertises {wanted}")
+    open_tasks = [t for t in job.tasks if t.state in ("queued", "running")]
+    for task in open_tasks:
+        tried = {a.worker_id for a in attempts.get(task.id, ())}
+        if all(w.id in tried for w in capable):
+            reasons = "; ".join(f"{a.worker_id}: {a.reason}" for a in attempts.get(task.id, ()))
+            return f"every live worker gave {task.label} up: {reasons}"
+    return None
 
 
 JOB_KINDS = ("tune", "verify")
@@ -264,6 +320,7 @@ class JobRecord:
     workers: tuple[str, ...] = ()
     kind: str = "tune"  # 'tune' | 'verify'
     processes: int | None = None  # fresh processes per shape of a verify job
+    max_attempts: int = 3  # distinct workers that may give a task up before it may fail (set at submission)
 
     @property
     def trials_done(self) -> int:
