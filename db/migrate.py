@@ -19,6 +19,8 @@ then review the generated file (SQLite needs ``batch_alter_table`` for ALTERs; e
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,13 +88,68 @@ def upgrade_to_head(engine: Engine) -> None:
     if current == head:
         return
     _check_known(current)
+    migrate_to(engine, head)
+
+
+def migrate_to(engine: Engine, revision: str) -> None:
+    """Upgrade or downgrade our tables to ``revision`` (a known revision, or "head"), in one transaction,
+    serialised as :func:`upgrade_to_head` is.
+
+    On SQLite, foreign keys are switched off for the migration (the store switches them on for every
+    connection): Alembic's batch mode rebuilds a table by copying it and dropping the original, and with
+    foreign keys on, dropping ``tuner_tasks`` would delete every row of ``tuner_slots`` (ON DELETE CASCADE)
+    and null the workers' ``current_task_id``. ``PRAGMA foreign_keys`` does nothing inside a transaction,
+    so it is set on the connection before the transaction begins and restored after it ends;
+    ``PRAGMA foreign_key_check`` must find our tables consistent before the transaction commits.
+    MigrationError for an unknown revision, or when a foreign key is left dangling (nothing is changed).
+    """
+    target = head_revision() if revision == "head" else revision
+    _check_known(target)
+    order = [script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()][::-1]
     with _IN_PROCESS, engine.connect() as conn:
         conn = conn.execution_options(**{sqlite.BEGIN_OPTION: "IMMEDIATE"})
-        with conn.begin():
+        with _sqlite_foreign_keys_off(conn), conn.begin():
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
-            _check_known(current_revision(conn))  # another migrator may have run meanwhile
-            command.upgrade(alembic_config(conn), "head")
+            current = current_revision(conn)  # another migrator may have run meanwhile
+            _check_known(current)
+            if current == target:
+                return
+            if current is None or order.index(target) > order.index(current):
+                command.upgrade(alembic_config(conn), target)
+            else:
+                command.downgrade(alembic_config(conn), target)
+            _check_foreign_keys(conn)
+
+
+@contextmanager
+def _sqlite_foreign_keys_off(conn: Connection) -> Iterator[None]:
+    """SQLite: foreign keys off on this connection while the block runs (it must begin and end the
+    transaction itself), then as they were. Other databases: nothing."""
+    if conn.dialect.name != "sqlite":
+        yield
+        return
+    if conn.in_transaction():
+        raise MigrationError("SQLite migrations must start outside a transaction (PRAGMA foreign_keys)")
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    before = raw.execute("PRAGMA foreign_keys").fetchone()[0]
+    raw.execute("PRAGMA foreign_keys = OFF")
+    try:
+        if raw.execute("PRAGMA foreign_keys").fetchone()[0]:
+            raise MigrationError("could not switch SQLite foreign keys off for the migration")
+        yield
+    finally:
+        raw.execute(f"PRAGMA foreign_keys = {'ON' if before else 'OFF'}")
+
+
+def _check_foreign_keys(conn: Connection) -> None:
+    """SQLite: MigrationError when a row of our tables refers to a missing row (checked before commit)."""
+    if conn.dialect.name != "sqlite":
+        return
+    bad = [row for row in conn.exec_driver_sql("PRAGMA foreign_key_check") if str(row[0]).startswith(TABLE_PREFIX)]
+    if bad:
+        raise MigrationError(f"the migration would leave {len(bad)} dangling foreign key(s), e.g. {tuple(bad[0])}")
 
 
 def schema_drift(connection: Connection) -> list[Any]:
@@ -110,7 +167,15 @@ def schema_drift(connection: Connection) -> list[Any]:
         "include_object": include_object,
         "compare_type": True,
     }
-    return list(compare_metadata(MigrationContext.configure(connection, opts=opts), Base.metadata))
+    drift = list(compare_metadata(MigrationContext.configure(connection, opts=opts), Base.metadata))
+    if connection.dialect.name == "sqlite":  # autogenerate does not compare AUTOINCREMENT
+        for table in Base.metadata.sorted_tables:
+            wanted = bool(table.dialect_options["sqlite"]["autoincrement"])
+            sql = connection.exec_driver_sql(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table.name,)).scalar()
+            if sql is not None and ("AUTOINCREMENT" in sql.upper()) != wanted:
+                drift.append(("sqlite_autoincrement", table.name, wanted))
+    return drift
 
 
 def _check_known(revision: str | None) -> None:

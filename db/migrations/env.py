@@ -34,6 +34,11 @@ def _run_offline() -> None:
 
 
 def _run_on(connection: Connection) -> None:
+    if connection.dialect.name == "sqlite" and connection.exec_driver_sql("PRAGMA foreign_keys").scalar():
+        # Batch mode rebuilds tables by dropping them: with foreign keys on, that deletes or nulls the rows
+        # referring to them. PRAGMA foreign_keys cannot change inside a transaction: tuner.db.migrate.migrate_to
+        # switches them off before it begins one.
+        raise RuntimeError("SQLite foreign keys are on: migrate with tuner.db.migrate.migrate_to")
     context.configure(connection=connection, **_OPTIONS)
     with context.begin_transaction():
         context.run_migrations()

@@ -26,10 +26,19 @@ _TS = sa.DateTime(timezone=True)
 
 
 def _rebuild_slots(*, autoincrement: bool) -> None:
-    if op.get_bind().dialect.name != "sqlite":  # PostgreSQL sequences never hand out an id twice
+    """SQLite only (PostgreSQL sequences never hand out an id twice). Run with foreign keys off
+    (tuner.db.migrate.migrate_to; env.py refuses otherwise): the rebuild drops the table."""
+    bind = op.get_bind()
+    if bind.dialect.name != "sqlite":
         return
     with op.batch_alter_table("tuner_slots", recreate="always", table_kwargs={"sqlite_autoincrement": autoincrement}):
         pass
+    # One sqlite_sequence row per table (it has no unique key): the copy's row is dropped with it, and
+    # AUTOINCREMENT starts above the largest id kept.
+    bind.exec_driver_sql("DELETE FROM sqlite_sequence WHERE name IN ('tuner_slots', '_alembic_tmp_tuner_slots')")
+    if autoincrement:
+        bind.exec_driver_sql(
+            "INSERT INTO sqlite_sequence (name, seq) SELECT 'tuner_slots', COALESCE(MAX(id), 0) FROM tuner_slots")
 
 
 def upgrade() -> None:

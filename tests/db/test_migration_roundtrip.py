@@ -1,0 +1,100 @@
+"""Migrations down and up again with data, through the store's own engine (on SQLite: foreign keys on)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from tuner.db import Store
+from tuner.db.migrate import current_revision, head_revision, migrate_to, schema_drift
+
+
+def _rows(store: Store) -> dict[str, list[tuple[object, ...]]]:
+    queries = {
+        "jobs": "SELECT id, state FROM tuner_jobs ORDER BY id",
+        "tasks": "SELECT id, job_id, state, trials_reserved FROM tuner_tasks ORDER BY id",
+        "slots": "SELECT id, task_id, worker_id, state FROM tuner_slots ORDER BY id",
+        "workers": "SELECT id, state, current_task_id FROM tuner_workers ORDER BY id",
+    }
+    with store.engine.connect() as conn:
+        return {name: [tuple(r) for r in conn.execute(text(q))] for name, q in queries.items()}
+
+
+def _fill(store: Store) -> int:
+    """A running job whose task has two reserved slots of a busy worker and one worker's attempt."""
+    job = store.create_job(
+        template="t",
+        template_version="1",
+        backend="triton",
+        device_kind="cpu",
+        device_name=None,
+        trials=4,
+        sampler="tpe",
+        samples=3,
+        candidate_timeout_s=10.0,
+        tasks=[("n=1", "n=1", '{"n": 1}')],
+    )
+    for worker_id in ("busy", "gave-up"):
+        store.register_worker(
+            worker_id=worker_id,
+            host="h",
+            pid=1,
+            device_kind="cpu",
+            device_name="CPU",
+            device_index=0,
+            backends=["triton"],
+            fingerprint_hash="f",
+            fingerprint_json="{}",
+            lease_s=600.0,
+            templates={"t": "1"},
+        )
+    claim = store.claim_task(worker_id="gave-up", device_kind="cpu", device_name="CPU", backends=["triton"])
+    assert claim is not None
+    store.fail_attempt(task_id=claim.task.id, worker_id="gave-up", reason="DeviceError: gone")
+    assert store.claim_task(worker_id="busy", device_kind="cpu", device_name="CPU", backends=["triton"])
+    for _ in range(2):
+        assert store.reserve_slot(task_id=claim.task.id, worker_id="busy") is not None
+    return job.tasks[0].id
+
+
+def test_down_to_0005_and_up_again_keeps_every_row(db_url: str) -> None:
+    """0007 and 0006 rebuild tuner_jobs, tuner_tasks and tuner_slots on SQLite on the way down: with the store's
+    foreign keys on, that used to delete every slot and task and null the workers' current task."""
+    with Store.open(db_url) as store:
+        task_id = _fill(store)
+        before = _rows(store)
+        assert len(before["slots"]) == 2 and ("busy", "busy", task_id) in before["workers"]
+        migrate_to(store.engine, "0005")
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == "0005"
+            if conn.dialect.name == "sqlite":
+                assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1, "the store's setting is restored"
+                slots_sql = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = 'tuner_slots'").scalar()
+                assert "AUTOINCREMENT" not in str(slots_sql).upper()
+                assert ("sqlite_autoincrement", "tuner_slots", True) in schema_drift(conn)
+        assert _rows(store) == before
+        migrate_to(store.engine, "head")
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == head_revision() and schema_drift(conn) == []
+            if conn.dialect.name == "sqlite":
+                seq = conn.exec_driver_sql("SELECT name, seq FROM sqlite_sequence WHERE name LIKE '%tuner_slots'").all()
+                assert seq == [("tuner_slots", max(s[0] for s in before["slots"]))], seq
+        assert _rows(store) == before
+        assert [a.worker_id for a in store.list_attempts(task_id=task_id)] == []  # dropped with 0006's table
+        slot = store.reserve_slot(task_id=task_id, worker_id="busy")
+        assert slot is not None and slot > max(s[0] for s in before["slots"])
+
+
+def test_alembic_on_a_store_connection_with_sqlite_foreign_keys_on_is_refused(db_url: str) -> None:
+    from alembic import command
+
+    from tuner.db.migrate import alembic_config
+
+    with Store.open(db_url) as store:
+        _fill(store)
+        before = _rows(store)
+        if store.engine.dialect.name != "sqlite":
+            pytest.skip("SQLite only")
+        with pytest.raises(RuntimeError, match="foreign keys are on"), store.engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0005")
+        assert _rows(store) == before
