@@ -10,13 +10,14 @@ typed by the template (its ``make_shape``), so a dim value may be a number, a bo
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from tuner.driver.sampler_names import SamplerName
-from tuner.store import JobRecord, MeasurementRecord, TaskRecord
+from tuner.store import JobRecord, MeasurementRecord, TaskAttemptRecord, TaskRecord
 
 DeviceKind = Literal["cuda", "npu", "cpu"]
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
@@ -84,6 +85,14 @@ class JobIn(_Request):
     processes: int = Field(default=5, ge=1, le=50, description="verify jobs: fresh processes per shape.")
 
 
+class AttemptOut(BaseModel):
+    """A worker that gave the task up (its device failed on it), and why."""
+
+    worker_id: str
+    reason: str
+    at: datetime
+
+
 class TaskOut(BaseModel):
     id: int
     label: str
@@ -96,14 +105,20 @@ class TaskOut(BaseModel):
     best_config: dict[str, Any] | None
     study_id: int | None
     error: str | None
+    attempts: int = Field(default=0, description="Distinct workers that gave the task up (their device failed "
+                                                 "on it); it fails once the job's max_attempts did and no live "
+                                                 "worker is on it or may still take it.")
+    attempt_reasons: list[AttemptOut] = Field(default_factory=list, description="Who gave it up and why, "
+                                                                                "oldest first.")
 
     @classmethod
-    def of(cls, task: TaskRecord) -> TaskOut:
+    def of(cls, task: TaskRecord, attempts: Sequence[TaskAttemptRecord] = ()) -> TaskOut:
         return cls(
             id=task.id, label=task.label, shape=task.shape, state=task.state, trials_done=task.trials_done,
             trials_failed=task.trials_failed, trials_total=task.trials_target, best_us=task.best_us,
             best_config=json.loads(task.best_config_json) if task.best_config_json else None,
-            study_id=task.study_id, error=task.error,
+            study_id=task.study_id, error=task.error, attempts=task.attempts,
+            attempt_reasons=[AttemptOut(worker_id=a.worker_id, reason=a.reason, at=a.created_at) for a in attempts],
         )
 
 
@@ -137,9 +152,20 @@ class JobOut(BaseModel):
     progress: Progress
     tasks: list[TaskOut] = Field(description="One per shape, with its progress and best so far.")
     workers: list[str] = Field(description="Ids of the workers on the job now.")
+    max_attempts: int = Field(default=3, description="Distinct workers that must give a task up before it may "
+                                                     "fail (the server's TUNER_TASK_ATTEMPTS at submission).")
+    waiting: str | None = Field(default=None, description="Why a queued or running job waits with no worker on "
+                                                          "it: no live worker advertises its template and "
+                                                          "version (or none of its device and backend does), or "
+                                                          "every live worker that could gave a task up (with "
+                                                          "their reasons). Null otherwise.")
 
     @classmethod
-    def of(cls, job: JobRecord) -> JobOut:
+    def of(
+        cls, job: JobRecord, attempts: Mapping[int, Sequence[TaskAttemptRecord]] | None = None,
+        waiting: str | None = None,
+    ) -> JobOut:
+        attempts = attempts or {}
         return cls(
             id=job.id, kind=job.kind, processes=job.processes,  # type: ignore[arg-type]
             state=job.state, template=job.template,  # type: ignore[arg-type]
@@ -150,7 +176,8 @@ class JobOut(BaseModel):
             priority=job.priority, error=job.error, submitted_by=job.submitted_by, created_at=job.created_at,
             updated_at=job.updated_at, finished_at=job.finished_at,
             progress=Progress(trials_done=job.trials_done, trials_total=job.trials_total),
-            tasks=[TaskOut.of(t) for t in job.tasks], workers=list(job.workers),
+            tasks=[TaskOut.of(t, attempts.get(t.id, ())) for t in job.tasks], workers=list(job.workers),
+            max_attempts=job.max_attempts, waiting=waiting,
         )
 
 
@@ -337,6 +364,10 @@ class WorkerOut(BaseModel):
     started_at: datetime
     current_task_id: int | None
     current_job_id: int | None
+    templates: dict[str, str] | None = Field(default=None, description="The templates it advertises, name → "
+                                                                       "version: it claims only jobs of those "
+                                                                       "(null: a worker of an older tuner, any "
+                                                                       "template).")
 
 
 class RegretRowOut(BaseModel):

@@ -6,6 +6,8 @@ whose device and backends match claim its tasks (one per shape) from the databas
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
@@ -17,6 +19,8 @@ from tuner.api.schemas import MAX_ID, MAX_OFFSET, JobIn, JobOut, JobPage, JobSta
 from tuner.errors import UnknownTemplateError, UserInputError
 from tuner.frozen import Shape
 from tuner.settings import engine_settings
+from tuner.store import JobQueue, JobRecord, WorkerRecord
+from tuner.store.records import waiting_reason
 
 router = APIRouter(tags=["jobs"])
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="A job's id.")]
@@ -55,7 +59,7 @@ def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep,
             submitted_by=who.label, max_attempts=engine_settings().task_attempts,
         )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
-    return JobOut.of(job)
+    return job_out(store, job)
 
 
 def _shapes(entry: CatalogEntry, body: JobIn) -> list[tuple[str, Shape]]:
@@ -94,7 +98,8 @@ def list_jobs(
 ) -> JobPage:
     jobs = store.list_jobs(state=state, limit=limit, offset=offset)
     total = store.count_jobs(state=state)
-    return JobPage(items=[JobOut.of(j) for j in jobs], total=total, limit=limit, offset=offset)
+    workers = store.list_workers() if any(j.state in ("queued", "running") for j in jobs) else []
+    return JobPage(items=[job_out(store, j, workers) for j in jobs], total=total, limit=limit, offset=offset)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="One job: state, progress per shape, best so far",
@@ -103,11 +108,21 @@ def get_job(job_id: JobId, _: Reader, store: StoreDep) -> JobOut:
     job = store.get_job(job_id=job_id)
     if job is None:
         raise FieldError(f"no job {job_id}", ("path", "job_id"), status=404, kind="not_found")
-    return JobOut.of(job)
+    return job_out(store, job)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued or running job",
              responses={**_ERRORS, 404: {"description": "No such job"}, 409: {"description": "Already finished"}})
 def cancel(job_id: JobId, _: Submitter, store: StoreDep) -> JobOut:
     job = store.cancel_job(job_id=job_id)
-    return JobOut.of(job)
+    return job_out(store, job)
+
+
+def job_out(store: JobQueue, job: JobRecord, workers: Sequence[WorkerRecord] | None = None) -> JobOut:
+    """The job as served: each task's attempts with their reasons, and why the job waits (when it does)."""
+    attempts = {t.id: store.list_attempts(task_id=t.id) for t in job.tasks if t.attempts}
+    waiting = None
+    if job.state in ("queued", "running") and not job.workers:
+        live = store.list_workers() if workers is None else workers
+        waiting = waiting_reason(job, live, attempts, datetime.now(timezone.utc))
+    return JobOut.of(job, attempts, waiting)

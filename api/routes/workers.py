@@ -30,5 +30,6 @@ def list_workers(_: Reader, store: StoreDep, include_stopped: bool = False) -> l
             lease_expired=expired or w.state == "lost", last_heartbeat=w.last_heartbeat,
             lease_expires_at=w.lease_expires_at, started_at=w.started_at, current_task_id=w.current_task_id,
             current_job_id=jobs.get(w.current_task_id) if w.current_task_id is not None else None,
+            templates=w.templates,
         ))
     return out

@@ -177,3 +177,37 @@ def test_workers_whose_lease_expired_are_flagged_lost(tmp_path: Path) -> None:
     assert workers["alive"]["state"] == "idle" and not workers["alive"]["lease_expired"]
     assert workers["silent"]["state"] == "lost" and workers["silent"]["lease_expired"]
     assert workers["silent"]["device_name"] == "NVIDIA H200" and workers["silent"]["backends"] == ["triton"]
+
+
+def test_a_job_no_live_worker_can_take_says_why_it_waits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing is silent about a job that waits: the API says no live worker advertises its template and
+    version, then (a worker advertising it having given its task up) who gave it up and why; /v1/workers
+    shows what each worker advertises; ``tuner status`` prints the same."""
+    from tuner.cli.app import _print_job
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
+        job = http.post("/v1/jobs", json=JOB, headers=auth(SUBMIT)).json()
+        version = job["template_version"]
+        assert job["waiting"] == f"no live worker advertises {NAME} version {version}", job
+        assert job["max_attempts"] == 3 and job["tasks"][0]["attempts"] == 0
+        store.register_worker(worker_id="w", host="h", pid=1, device_kind="cpu", device_name="CPU", device_index=0,
+                              backends=["triton"], fingerprint_hash="f", fingerprint_json="{}", lease_s=60.0,
+                              templates={NAME: version})
+        assert http.get(f"/v1/jobs/{job['id']}").json()["waiting"] is None
+        (worker,) = http.get("/v1/workers").json()
+        assert worker["templates"] == {NAME: version}
+        claim = store.claim_task(worker_id="w", device_kind="cpu", device_name="CPU", backends=["triton"])
+        assert claim is not None
+        store.fail_attempt(task_id=claim.task.id, worker_id="w", reason="DeviceError: gone")
+        got = http.get(f"/v1/jobs/{job['id']}").json()
+        listed = http.get("/v1/jobs").json()["items"][0]
+    label = got["tasks"][0]["label"]
+    assert got["state"] == "running" and got["error"] is None and listed["waiting"] == got["waiting"]
+    assert got["waiting"] == f"every live worker gave {label} up: w: DeviceError: gone", got["waiting"]
+    (attempt,) = got["tasks"][0]["attempt_reasons"]
+    assert got["tasks"][0]["attempts"] == 1 and (attempt["worker_id"], attempt["reason"]) == ("w", "DeviceError: gone")
+    _print_job(got, as_json=False)
+    printed = capsys.readouterr().out
+    assert f"waiting: every live worker gave {label} up" in printed and "given up by w: DeviceError: gone" in printed
+    store.close()

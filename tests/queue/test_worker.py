@@ -6,8 +6,10 @@ invalid and failing configs, so slots are released and failures counted as in re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import optuna
@@ -20,6 +22,7 @@ from tuner.frozen import Shape
 from tuner.measure.devices.base import DeviceSpec
 from tuner.results import Status
 from tuner.service.worker import Worker, WorkerOptions
+from tuner.store.records import waiting_reason
 
 NAME = "fault_vector_scale_tunable"
 
@@ -81,10 +84,17 @@ def test_cancelled_jobs_are_not_claimed_and_a_template_the_worker_lacks_is_left_
         )
     Worker(store, WorkerOptions(DeviceSpec("cpu"))).run(exit_when_idle=True)
     assert _job(store, cancelled).state == "cancelled"
-    # A worker without the template (a mixed fleet) does not advertise it, so never claims the job.
+    # A worker without the template (a mixed fleet) does not advertise it, so never claims the job; the job
+    # waits, and says why (the API's and `tuner status`'s "waiting").
     left = _job(store, bad.id)
     assert left.state == "queued" and left.tasks[0].state == "queued" and left.workers == ()
     assert left.tasks[0].trials_reserved == 0 and left.tasks[0].attempts == 0 and left.error is None
+    (worker,) = store.list_workers(include_stopped=True)
+    assert worker.templates is not None and "no_such_template" not in worker.templates
+    now = datetime.now(timezone.utc)
+    live = dataclasses.replace(worker, state="idle", lease_expires_at=now + timedelta(seconds=60))
+    assert waiting_reason(left, [live], {}, now) == (
+        "no live worker advertises no_such_template version 1")
 
 
 @pytest.mark.postgres

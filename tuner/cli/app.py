@@ -725,11 +725,17 @@ def _print_job(job: dict[str, Any], as_json: bool) -> None:
                   f"{job['device']['kind']}, {progress['trials_done']}/{progress['trials_total']} trials"
                   + (f"; workers: {', '.join(job['workers'])}" if job["workers"] else "")
                   + (f"; error: {job['error']}" if job["error"] else ""), highlight=False)
-    table = Table("shape", "state", "trials", "failed", "best µs", "best config")
+    if job.get("waiting"):
+        console.print(f"waiting: {job['waiting']}", highlight=False)
+    table = Table("shape", "state", "trials", "failed", "gave up", "best µs", "best config")
     for t in job["tasks"]:
         table.add_row(t["label"], t["state"], f"{t['trials_done']}/{t['trials_total']}", str(t["trials_failed"]),
+                      f"{t.get('attempts', 0)}/{job.get('max_attempts', 3)}",
                       "" if t["best_us"] is None else f"{t['best_us']:.2f}",
                       json.dumps(t["best_config"]) if t["best_config"] else "")
     console.print(table)
+    for t in job["tasks"]:
+        for a in t.get("attempt_reasons", []):
+            console.print(f"{t['label']}: given up by {a['worker_id']}: {a['reason']}", highlight=False)
 
 
