@@ -219,3 +219,22 @@ def test_new_studies_start_from_default_seeds_and_neighbours_best(tmp_path, meas
     records = run_trials(second, CountBudget(2))
     assert records[0].config == Config(mode="ok", BLOCK=64)  # the default, first
     assert records[1].config == winner.result.config or winner.result.config == records[0].config
+
+
+def test_a_neighbours_config_invalid_for_the_shape_is_repaired_into_the_warm_starts() -> None:
+    from tuner import registry
+    from tuner.driver.study import order_warm_starts
+    from tuner.frozen import Config
+
+    spec = registry.spec("mamba3_mimo_bwd")
+    space = spec.space()
+    r4, r8 = spec.workload("mimo-n128-p64-r4"), spec.workload("mimo-n128-p64-r8")
+    # R=1's winner: 32 rows hold 32 steps at R=1, 4 at R=8 (fewer than the 8 a chunk needs): invalid there.
+    winner = Config({"variant": "split2", "chunk_rows": 32, "block_n": 64, "prec": "lowp3", "prec_rot": "lowp3",
+                     "num_warps": 4, "num_stages": 3, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4})
+    r1 = spec.workload("mimo-n128-p64-r1")
+    assert space.is_valid(winner, r1) and not space.is_valid(winner, r8)
+    starts = order_warm_starts(space, r8, [(r1.to_dict(), winner), (r4.to_dict(), space.default)], limit=4)
+    repaired = [c for c in starts if c not in (space.default, *space.seeds)]
+    # The lookup's repair: 64 rows (8 steps) and, for the registers that 64 rows need, block_n 64 -> 32.
+    assert repaired == [winner.replace(chunk_rows=64, block_n=32)] and space.is_valid(repaired[0], r8)

@@ -232,15 +232,23 @@ def order_warm_starts(
 ) -> list[Config]:
     """The default, the space's seeds, then the configs of the ``limit`` nearest ``neighbours`` (other shapes'
     best configs, by the lookup's distance fitted over them, however far), each once, keeping only configs of
-    the space's domain that are valid for ``shape``: invalid ones are left out rather than wasted as trials.
-    Pure."""
+    the space's domain that are valid for ``shape``. A neighbour's config that is invalid for ``shape`` is
+    repaired as the lookup repairs it (:func:`tuner.lookup.repair_config`: the smallest valid change), else
+    left out rather than wasted as a trial. Pure."""
     from tuner.distance import DEFAULT_DISTANCE
+    from tuner.lookup import repair_config
 
     here = shape.to_dict()
     distance = DEFAULT_DISTANCE.fitted((s, c.to_dict()) for s, c in neighbours)
     nearest = sorted(neighbours, key=lambda n: distance(here, n[0]))[:limit]
+    repaired: list[Config] = []
+    for _, config in nearest:
+        if not space.is_valid(config, shape):
+            fixed = repair_config(config.to_dict(), here, space.domains, space.constraint_check)
+            config = Config(fixed[0]) if fixed is not None else config
+        repaired.append(config)
     chosen: list[Config] = []
-    for config in [space.default, *space.seeds, *(c for _, c in nearest)]:
+    for config in [space.default, *space.seeds, *repaired]:
         in_domain = set(config) == set(space.names) and all(space.param(n).contains(v) for n, v in config.items())
         if config not in chosen and in_domain and space.is_valid(config, shape):
             chosen.append(config)
