@@ -211,3 +211,22 @@ def test_a_job_no_live_worker_can_take_says_why_it_waits(tmp_path: Path, capsys:
     printed = capsys.readouterr().out
     assert f"waiting: every live worker gave {label} up" in printed and "given up by w: DeviceError: gone" in printed
     store.close()
+
+
+def test_the_servers_task_attempts_setting_is_stored_on_each_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """K is the server's (TUNER_TASK_ATTEMPTS when the job is submitted), not each worker's."""
+    from tuner.settings import engine_settings
+
+    monkeypatch.setenv("TUNER_TASK_ATTEMPTS", "5")
+    engine_settings.cache_clear()
+    try:
+        store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+        with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
+            job = http.post("/v1/jobs", json=JOB, headers=auth(SUBMIT)).json()
+        stored = store.get_job(job_id=job["id"])
+        assert job["max_attempts"] == 5 and stored is not None and stored.max_attempts == 5
+        store.close()
+    finally:
+        engine_settings.cache_clear()
