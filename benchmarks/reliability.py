@@ -10,7 +10,8 @@ workers (``--heartbeat 2 --lease 10``), and a fault while the job runs:
 * ``partition``: the workers reach the database through a TCP proxy on 127.0.0.1 that holds every byte for
   20 s; an API server behind the same proxy is asked ``GET /v1/jobs`` meanwhile (how long until it answers);
 * ``mixed-fleet``: a worker without the template and one whose template does not import start first (the
-  first never claims the job, the second claims it and gives it up: one attempt recorded), then a capable one;
+  first never claims the job, the second withdraws the template it cannot load: no attempt charged to the
+  task), then a capable one;
 * ``sigkill-1``, ``sigkill-2``: one or two workers killed with SIGKILL mid-job;
 * ``sigterm-hang``: one worker on a template whose every candidate hangs, sent SIGTERM inside a candidate
   (how long until it exits; the interrupted config must be queued again);
@@ -193,13 +194,20 @@ def mixed_fleet(logs: Path, trials: int) -> Row:
         assert found is not None
         return found.tasks[0]
 
-    processes.wait_for(lambda: task().attempts >= 1, 300, "the worker that cannot import the template to give up")
+    template = run.store.get_job(job_id=job).template  # type: ignore[union-attr]
+
+    def withdrawn() -> bool:  # both registered, neither advertising the job's template any more
+        live = run.store.list_workers()
+        return len(live) >= 2 and all(w.templates is not None and template not in w.templates for w in live)
+
+    processes.wait_for(withdrawn, 300, "the worker that cannot import the template to withdraw it")
     before = Outcome.of(run.store, job)
     run.start_workers(1)
     wait_job(run.store, job, 900)
     attempts = run.store.list_attempts(task_id=task().id)
-    row.notes.append(f"before the capable worker started: job {before.state}, {before.measured} measured; "
-                     f"attempts recorded: {len(attempts)} ({'; '.join(a.reason for a in attempts)})")
+    row.notes.append(f"before the capable worker started: job {before.state}, {before.measured} measured, neither "
+                     f"worker advertising {template} (the one that cannot import it withdrew it); attempts charged "
+                     f"to the task: {len(attempts)}")
     return run.finish(row, job, trials)
 
 
