@@ -128,8 +128,17 @@ def test_best_repairs_a_nearest_config_invalid_for_the_requested_shape(tmp_path:
 
 
 def test_best_answers_are_cached_then_refreshed_in_the_background(tmp_path: Path) -> None:
+    from tuner.api.main import create_app
+
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
-    with thread_server(_settings(store.unmasked_url(), best_cache_ttl_s=0.5), store) as base:
+    settings = _settings(store.unmasked_url(), best_cache_ttl_s=0.5)
+    app = create_app(settings, store)
+    # The caches' clock, moved by the test: what is fresh, stale or gone never depends on how fast this machine
+    # answers (real time only bounds the wait for the background refresh).
+    now = [0.0]
+    service = app.state.best
+    service.answers.clock = service._entries.clock = lambda: now[0]
+    with thread_server(settings, store, app=app) as base:
         query = {"template": NAME, "device": "cpu", "n": 512}
 
         def get() -> httpx.Response:
@@ -138,16 +147,16 @@ def test_best_answers_are_cached_then_refreshed_in_the_background(tmp_path: Path
         first = get()
         assert first.json()["match"] == "default" and first.headers["x-cache"] == "miss"
         publish(store, NAME, {"n": 512}, {"mode": "ok", "BLOCK": 128}, 3.0)
-        again = get()
+        again = get()  # fresh for the TTL: the cached answer, although the store changed
         assert again.headers["x-cache"] == "hit" and again.content == first.content
-        time.sleep(0.6)
+        now[0] += 0.6
         stale = get()  # expired: still served at once, while a background refresh recomputes it
         assert stale.headers["x-cache"] == "hit" and stale.content == first.content
-        deadline = time.monotonic() + 0.4
+        deadline = time.monotonic() + 30
         while (fresh := get()).json()["match"] != "exact" and time.monotonic() < deadline:
             time.sleep(0.02)
         assert fresh.headers["x-cache"] == "hit" and fresh.json()["config"]["BLOCK"] == 128
-        time.sleep(1.1)  # unasked for twice the TTL: no longer served, recomputed on the request
+        now[0] += 1.1  # unasked for twice the TTL: no longer served, recomputed on the request
         assert get().headers["x-cache"] == "miss"
 
 
