@@ -256,37 +256,32 @@ def render(doc: dict[str, Any]) -> str:
 
 def answers(doc: dict[str, Any], db_url: str) -> str:
     """What the lookup of this checkout answers for each shape of ``doc`` (a measured run), over the store
-    ``db_url`` through an export file and the offline client, and whether that config was measured in the run."""
-    import tempfile
-
+    ``db_url`` through its export document and the offline client (the same lookup as the server), and
+    whether that config was measured in the run."""
     from tuner import db as tuner_db
-    from tuner.service.client import Client
-    from tuner.service.export import build_export, write_export
+    from tuner.service.client import Client, ExportFile
+    from tuner.service.export import build_export
 
     store = tuner_db.Store.open(db_url)
     try:
         document = build_export(store, templates=[TEMPLATE], device_kind="cuda")
     finally:
         store.close()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "best.json"
-        write_export(document, path)
-        client = Client.from_file(path, ttl_s=0, software=None)
-        out = [
-            "| shape | answered then | answered now | config now was measured as | speedup now |",
-            "|---|---|---|---|---|",
-        ]
-        for row in doc["rows"]:
-            now = client.best(TEMPLATE, row["dims"], device="cuda", device_name=doc["fingerprint"].get("device_name"))
-            config = dict(now.config)
-            f = row["figures"]
-            _, user = _user_best(f)
-            measured = "served" if config == row["config"] else "default" if now.match == "default" else None
-            served = f.get(measured) if measured else None
-            speedup = user / served if user and served else None
-            out.append(
-                f"| {row['name']} | {row['match']} | {now.match} | {measured or 'not measured'} | {_fmt(speedup, 3)}x |"
-            )
+    client = Client(None, ttl_s=0, file=ExportFile(document, db_url), software=None)
+    out = [
+        "| shape | answered then | answered now | config now was measured as | speedup now |",
+        "|---|---|---|---|---|",
+    ]
+    for row in doc["rows"]:
+        now = client.best(TEMPLATE, row["dims"], device="cuda", device_name=doc["fingerprint"].get("device_name"))
+        f = row["figures"]
+        _, user = _user_best(f)
+        measured = "served" if dict(now.config) == row["config"] else "default" if now.match == "default" else None
+        served = f.get(measured) if measured else None
+        speedup = user / served if user and served else None
+        out.append(
+            f"| {row['name']} | {row['match']} | {now.match} | {measured or 'not measured'} | {_fmt(speedup, 3)}x |"
+        )
     return "\n".join(out) + "\n"
 
 
