@@ -12,11 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 from tuner import registry
 from tuner.errors import TunerError
-from tuner.frozen import Shape
 from tuner.space import SearchSpace
 from tuner.spec import TemplateSpec
 
@@ -33,15 +31,6 @@ class CatalogEntry:
     @property
     def name(self) -> str:
         return self.spec.name
-
-    def is_valid(self, config: Any, shape: Any) -> bool:
-        """Whether a stored config satisfies the space's constraints for ``shape`` (False if malformed): as
-        :meth:`SearchSpace.is_valid`, over plain mappings (no Config nor Shape built: the lookup's repairs
-        may check many configs per request)."""
-        try:
-            return self.space.constraint_check(config, shape.to_dict() if isinstance(shape, Shape) else dict(shape))
-        except (TypeError, ValueError):
-            return False
 
 
 class Catalog:
