@@ -28,7 +28,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -157,9 +157,7 @@ def leave_one_out(
     space's, for the lookup's repairs of invalid configs (None: none). Never raises.
     """
     rows: list[RegretRow] = []
-    latest: dict[str, RecordedShape] = {}  # per shape: its most recent best, the one the lookup serves
-    for s in sorted(shapes, key=lambda s: s.entry.published_at or ""):
-        latest[config_key(s.entry.shape)] = s
+    latest = latest_bests(shapes, key=lambda e: config_key(e.shape))
     for held in shapes:
         key = config_key(held.entry.shape)
         if latest[key] is not held:
@@ -177,6 +175,22 @@ def leave_one_out(
             answer.config, _best_us(held), regret, basis, answer.repaired,
         ))
     return rows
+
+
+def _own_key(entry: Entry) -> tuple[str, str, str]:
+    return entry.template_version, entry.device_name, config_key(entry.shape)
+
+
+def latest_bests(
+    shapes: Sequence[RecordedShape], key: Callable[[Entry], Hashable] = _own_key
+) -> dict[Hashable, RecordedShape]:
+    """Per ``key`` of its entry (default: template version, device name and shape): the most recently
+    published best — the one the lookup serves, held out by :func:`leave_one_out` (per shape, within one
+    group) and measured against by :func:`measure_unmeasured`."""
+    latest: dict[Hashable, RecordedShape] = {}
+    for s in sorted(shapes, key=lambda s: s.entry.published_at or ""):
+        latest[key(s.entry)] = s
+    return latest
 
 
 def _best_us(shape: RecordedShape) -> float:
@@ -275,9 +289,7 @@ def measure_unmeasured(
     from tuner.measure.protocol import Candidate
 
     here = measurer.fingerprint().device_name
-    bests: dict[tuple[str, str, str], Entry] = {}  # per shape: its latest best, the one leave_one_out held out
-    for s in sorted(shapes, key=lambda s: s.entry.published_at or ""):
-        bests[(s.entry.template_version, s.entry.device_name, config_key(s.entry.shape))] = s.entry
+    bests = latest_bests(shapes)
     out: list[RegretReport] = []
     for report in reports:
         todo = [i for i, r in enumerate(report.rows) if r.regret is None and r.config is not None]
@@ -293,7 +305,7 @@ def measure_unmeasured(
         ref = registry.ref_of(report.template)
         for i in todo:
             row = rows[i]
-            own = bests[(report.template_version, report.device_name, config_key(row.shape))]
+            own = bests[(report.template_version, report.device_name, config_key(row.shape))].entry
             assert row.config is not None
             pair = [Candidate(config=Config(dict(own.config))), Candidate(config=Config(dict(row.config)))]
             best, served = measurer.measure_interleaved(ref, Shape(dict(row.shape)), pair)
