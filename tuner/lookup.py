@@ -366,10 +366,12 @@ def choose(
     software = who.compared_software()
     distance = fit_distance(distance, entries)
 
+    far = {id(e): distance(shape, e.shape) for e in entries}  # each entry's distance, computed once
+
     def rank(e: Entry) -> tuple[bool, bool, float]:
         other_device = who.device_name is not None and e.device_name != who.device_name
         other_software = any((e.software or {}).get(k) != v for k, v in software.items())
-        return other_device, other_software, distance(shape, e.shape)
+        return other_device, other_software, far[id(e)]
 
     # Two stable sorts: most recent first, then by rank, so that ties go to the most recent entry.
     recent_first = sorted(entries, key=lambda e: e.published_at or "", reverse=True)
@@ -377,7 +379,7 @@ def choose(
     too_far = 0
     budget = [REPAIR_CHECKS]
     for e in sorted(recent_first, key=rank):
-        d = distance(shape, e.shape)
+        d = far[id(e)]
         if math.isinf(d):
             continue
         if d > distance.max_distance:
