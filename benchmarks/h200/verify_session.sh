@@ -10,11 +10,14 @@
 #   verify   OUTDIR  `tuner verify` of the served chunk-cumsum bests (TileLang) on the five workloads, 5 fresh
 #                    processes each, then exhaustive subspaces (issue 17) as far as EXH_TIMEOUT allows
 #   mimo     OUTDIR  `tuner verify` of the MIMO backward bests (bundle --tilelang mamba) on WORKLOADS
-#                    (default: all 11), 5 fresh processes each, after warming the compile caches
-#   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 17's MIMO exhaustive subspace (variant × chunk_rows ×
-#                    num_warps × num_stages × prec) on two shapes into exhaustive_mimo_bwd.db, after issue 16's
-#                    40-trial sweep of the shape below 1x (N128 P64 R2) in the committed MIMO store (first, while
-#                    the `mimo` phase's compile caches are warm)
+#                    (default: all 11), 5 fresh processes each (the comparator in the first COMPARATOR_PROCESSES,
+#                    default all), after warming the compile caches with each shape's published best and the
+#                    comparator (WARM=0 skips that), and timing a fresh process's comparator build (cache probe)
+#   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 16's sweeps in the committed MIMO store: TRIALS (40) more
+#                    trials and a final round with the TileLang line on each of SWEEP_WORKLOADS (default
+#                    N128 P64 R2), TUNE_TIMEOUT seconds each; then issue 17's MIMO exhaustive subspace
+#                    (variant × chunk_rows × num_warps × num_stages × prec) on two shapes into
+#                    exhaustive_mimo_bwd.db for EXH_TIMEOUT seconds (1: skip)
 #   unseen   OUTDIR  issue 16's shapes nobody tuned (benchmarks/unseen_shapes.py): tune its "tune" part in the
 #                    committed chunk-cumsum store, then measure every shape's served config against mamba_ssm
 #                    as users call it; and issue 18's single-GPU run of `tuner serve --workers auto`
@@ -25,6 +28,10 @@ PHASE=${1:?phase}; OUT=${2:?outdir}
 cd "$(dirname "$0")/../.."
 W=$(mktemp -d); H=benchmarks/h200
 export COLUMNS=200 PYTHONUNBUFFERED=1 TL_LOG_LEVEL=${TL_LOG_LEVEL:-WARNING}
+# Compile caches in the (git-ignored) checkout: the device tool keeps ignored paths between calls on a warm
+# machine, which it does not promise for $HOME.
+mkdir -p .cache/tilelang .cache/triton
+export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-$PWD/.cache/tilelang} TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.cache/triton}
 TUNER="python3 -m tuner.cli"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$W/gpu.txt"
 date -u +"%Y-%m-%dT%H:%M:%SZ" | tee -a "$W/gpu.txt"
@@ -45,7 +52,7 @@ step() {  # name timeout command...: run, log to $W/name.log, print the log's su
   local name=$1 limit=$2; shift 2
   echo "== $name ($(date -u +%H:%M:%S))"
   timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$?" >> "$W/$name.log"
-  grep -E "measured trials|best config for|drift|valid configs|rc=|error|Error" "$W/$name.log" | cut -c1-220 | tail -14
+  grep -E "measured trials|best config for|drift|valid configs|cache probe|rc=|error|Error" "$W/$name.log" | cut -c1-220 | tail -14
 }
 case $PHASE in
   cumsum)
@@ -79,19 +86,38 @@ case $PHASE in
   mimo)
     SELECT=(); for w in ${WORKLOADS:-}; do SELECT+=(-w "$w"); done
     [[ ${#SELECT[@]} -eq 0 ]] && SELECT=(--all-workloads)
-    step warm "${WARM_TIMEOUT:-240}" python3 "$H/warm_mimo.py" --workers 16 --timeout "$(( ${WARM_TIMEOUT:-240} - 10 ))" \
-      ${WORKLOADS:+--workloads $WORKLOADS}
+    MIMO_DB="sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
+    if [[ ${WARM:-1} == 1 ]]; then
+      step warm "${WARM_TIMEOUT:-240}" python3 "$H/warm_mimo.py" --workers 16 --timeout "$(( ${WARM_TIMEOUT:-240} - 10 ))" \
+        --best-db "$MIMO_DB" ${WORKLOADS:+--workloads $WORKLOADS}
+    fi
+    # Cache probe: a fresh process builds and runs the comparator of the first shape; with TileLang's disk
+    # cache working this takes seconds, not the minutes of a compile.
+    FIRST=${WORKLOADS:-mimo-n16-p64-r4}; FIRST=${FIRST%% *}
+    TL_LOG_LEVEL=INFO step cache_probe 300 python3 -c "
+import sys, time; sys.path.insert(0, '$H'); t0 = time.perf_counter()
+import torch; from mimo_probe import build_candidate; from tuner import registry
+t = registry.get('mamba3_mimo_bwd'); shape = t.workload('$FIRST'); inputs = t.make_inputs(shape, 'cuda', 0)
+out = t.allocate_outputs(shape, inputs); t1 = time.perf_counter(); k = build_candidate(t, shape, 'tilelang')
+k(inputs, out); torch.cuda.synchronize(); t2 = time.perf_counter()
+for _ in range(5): k(inputs, out)
+torch.cuda.synchronize(); t3 = time.perf_counter()
+print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1:.1f}s, 5 more calls {t3-t2:.1f}s')"
+    ls "$TILELANG_CACHE_DIR" | wc -l | sed 's/^/tilelang cache entries: /' | tee -a "$W/cache_probe.log"
     step verify_mimo "${VERIFY_TIMEOUT:-300}" $TUNER verify mamba3_mimo_bwd "${SELECT[@]}" --processes 5 --samples 30 \
-      --timeout 240 --device cuda --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db" --json
+      ${COMPARATOR_PROCESSES:+--comparator-processes $COMPARATOR_PROCESSES} --timeout 240 --device cuda \
+      --db "$MIMO_DB" --json
     cp "$H/mamba3_mimo_bwd.db" "$OUT/"
     ;;
   mimo-sweep)
     MIMO_ONLY=(--only variant=split,split2 --only chunk_rows=16,32,64 --only num_warps=2,4,8 --only num_stages=1,2
                --only prec=lowp3,tf32 --only prec_rot=lowp3 --only block_n=16 --only scan_block=512
                --only scan_chunks=4 --only group_chunks=4)
-    step tune_mimo_r2 "${TUNE_TIMEOUT:-240}" $TUNER tune mamba3_mimo_bwd -w mimo-n128-p64-r2 --trials "${TRIALS:-40}" \
-      --samples 30 --finalists 3 --timeout 240 --device cuda --seed 1 --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
-    cp "$H/mamba3_mimo_bwd.db" "$OUT/"
+    for w in ${SWEEP_WORKLOADS:-mimo-n128-p64-r2}; do
+      step "tune_$w" "${TUNE_TIMEOUT:-240}" $TUNER tune mamba3_mimo_bwd -w "$w" --trials "${TRIALS:-40}" \
+        --samples 30 --finalists 3 --timeout 240 --device cuda --seed 1 --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
+      cp "$H/mamba3_mimo_bwd.db" "$OUT/"
+    done
     step exhaustive_mimo "${EXH_TIMEOUT:-300}" $TUNER tune mamba3_mimo_bwd -w mimo-n128-p64-r2 -w mimo-n64-p64-r4 \
       --exhaustive "${MIMO_ONLY[@]}" --samples 30 --timeout 240 --device cuda --no-comparators \
       --db "sqlite:///$PWD/$H/exhaustive_mimo_bwd.db"

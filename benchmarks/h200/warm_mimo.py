@@ -6,7 +6,10 @@ once, in a pool of spawned processes (one GPU context each), every candidate the
 the TileLang comparator and the template's default and seed configs, for every official workload. The
 sweep (`tuner tune mamba3_mimo_bwd …`) then loads them from TileLang's and Triton's on-disk caches.
 
-usage: python benchmarks/h200/warm_mimo.py [--workers 16] [--timeout 420] [--workloads NAME ...]
+With ``--best-db URL`` it builds, instead of the default and seeds, each shape's published best config in
+that store (what ``tuner verify`` re-measures), beside the TileLang comparator.
+
+usage: python benchmarks/h200/warm_mimo.py [--workers 16] [--timeout 420] [--workloads NAME ...] [--best-db URL]
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=420.0)
     ap.add_argument("--workloads", nargs="*", default=None, help="default: every official workload")
+    ap.add_argument("--best-db", default=None, help="warm each shape's published best in this store instead")
     args = ap.parse_args()
-    from tuner import registry
+    from tuner import db, registry
 
     template = registry.get("mamba3_mimo_bwd")
     space = template.space()
@@ -55,8 +59,14 @@ def main() -> None:
     # Every TileLang build first (150-250 s each): queued behind the Triton builds (15-60 s each) they would
     # start late and finish last.
     jobs = [(name, "tilelang") for name in names]
+    store = db.Store.open(args.best_db) if args.best_db else None
     for name in names:
         shape = template.workload(name)
+        if store is not None:
+            best = store.get_best(template=template.name, shape_key=shape.key(), device_kind="cuda",
+                                  template_version=template.version)
+            jobs += [(name, best.config_json)] if best is not None else []
+            continue
         jobs += [(name, c.to_json()) for c in (space.default, *space.seeds) if space.is_valid(c, shape)]
     started = time.perf_counter()
     context = multiprocessing.get_context("spawn")

@@ -88,6 +88,23 @@ def test_a_steady_template_is_within_tolerance(tmp_path: Path) -> None:
     assert "| steady_spin | n=64 |" in text and "| ok (±50%) |" in text
 
 
+def test_comparators_can_be_limited_to_the_first_processes(tmp_path: Path) -> None:
+    """A comparator that compiles for minutes in each new process is re-measured in the first process only;
+    the best config is still re-measured in every process and the verdict is on all of them."""
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    _publish(store, "steady_spin")
+    outcome = verify_best(store, "steady_spin", SHAPE, device=CPU, processes=2, comparator_processes=1,
+                          options=OPTIONS, tolerance=0.5)
+    first, second = outcome.processes
+    assert [c.label for c in first.candidates] == [BEST_LABEL, "comparator:library"]
+    assert [c.label for c in second.candidates] == [BEST_LABEL]
+    assert all(p.best.status == "OK" for p in outcome.processes) and not outcome.verdict.flagged
+    text = render_verifications([collect(store, "steady_spin")])
+    assert "library " in text  # the comparator's ratio, from the one process that measured it
+    with pytest.raises(UserInputError, match="--comparator-processes must be between 1 and --processes"):
+        verify_best(store, "steady_spin", SHAPE, device=CPU, processes=2, comparator_processes=3, options=OPTIONS)
+
+
 def test_verify_without_a_published_best_says_so(tmp_path: Path) -> None:
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     with pytest.raises(UserInputError, match=r"no best config .* run `tuner tune` first"):

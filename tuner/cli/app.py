@@ -203,6 +203,8 @@ def verify(
     samples: Annotated[int, typer.Option(min=1, max=100_000, help="Timed samples per candidate.")] = 100,
     timeout: Annotated[float, typer.Option(min=1.0, help="Seconds per candidate before TIMEOUT.")] = 120.0,
     comparators: Annotated[bool, typer.Option(help="Re-measure the template's comparators too.")] = True,
+    comparator_processes: Annotated[int | None, typer.Option(
+        min=1, help="Re-measure the comparators in only the first N processes (default: all).")] = None,
     tolerance: Annotated[float, typer.Option(min=0.001, max=1.0, help="Drift flagged beyond ± this fraction.")] = 0.03,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per shape.")] = False,
 ) -> None:
@@ -226,7 +228,8 @@ def verify(
     flagged = 0
     for label, the_shape in selected:
         outcome = verify_best(store, t.name, the_shape, device=spec, processes=processes, options=options,
-                              comparators=comparators, tolerance=tolerance)
+                              comparators=comparators, comparator_processes=comparator_processes,
+                              tolerance=tolerance)
         flagged += outcome.verdict.flagged
         if as_json:
             print(json.dumps(_verification_json(label, outcome)), flush=True)

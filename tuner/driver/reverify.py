@@ -135,15 +135,22 @@ def verify_best(
     processes: int = 5,
     options: MeasureOptions | None = None,
     comparators: bool = True,
+    comparator_processes: int | None = None,
     tolerance: float = DRIFT_TOLERANCE,
     worker: str | None = None,
     measurer_factory: MeasurerFactory = Measurer,
     on_process: Callable[[ProcessFigures], None] | None = None,
 ) -> Verification:
     """Re-measure the published best of (template, shape) in ``processes`` fresh processes and record the
-    verification (see the module doc). ``on_process`` sees each process's figures as they come."""
+    verification (see the module doc). ``comparator_processes`` (default: every process) limits the comparators
+    to the first that many processes: a comparator whose compiled kernels no disk cache keeps (mamba_ssm's
+    TileLang 0.1.8 MIMO backward compiles for minutes in each new process) is then built once, while the best
+    config is still re-measured in every process. ``on_process`` sees each process's figures as they come."""
     if processes < 1:
         raise UserInputError(f"--processes must be at least 1, got {processes}")
+    if comparator_processes is not None and not 1 <= comparator_processes <= processes:
+        raise UserInputError(
+            f"--comparator-processes must be between 1 and --processes ({processes}), got {comparator_processes}")
     if not tolerance > 0:
         raise UserInputError(f"the drift tolerance must be positive, got {tolerance}")
     template = registry.get(template_name)
@@ -164,9 +171,10 @@ def verify_best(
                 labelled += [(COMPARATOR_PREFIX + n, Candidate(comparator=n)) for n in names]
                 stored = _stored_figures(store, best)
             assert labelled is not None
-            results = measurer.measure_interleaved(ref, shape, [c for _, c in labelled])
+            these = labelled if comparator_processes is None or number <= comparator_processes else labelled[:1]
+            results = measurer.measure_interleaved(ref, shape, [c for _, c in these])
         process = ProcessFigures(number, tuple(
-            CandidateFigures.of(label, r, stored.get(label)) for (label, _), r in zip(labelled, results, strict=True)
+            CandidateFigures.of(label, r, stored.get(label)) for (label, _), r in zip(these, results, strict=True)
         ))
         figures.append(process)
         if on_process is not None:
