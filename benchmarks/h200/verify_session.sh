@@ -10,7 +10,7 @@
 #   verify   OUTDIR  `tuner verify` of the served chunk-cumsum bests (TileLang) on the five workloads, 5 fresh
 #                    processes each, then exhaustive subspaces (issue 17) as far as EXH_TIMEOUT allows
 #   mimo     OUTDIR  `tuner verify` of the MIMO backward bests (bundle --tilelang mamba) on WORKLOADS
-#                    (default: all 11), 5 fresh processes each (the comparator in the first COMPARATOR_PROCESSES,
+#                    (default: all 11; VERIFY_WORKLOADS narrows the verify), 5 fresh processes each (the comparator in the first COMPARATOR_PROCESSES,
 #                    default all), after warming the compile caches with each shape's published best and the
 #                    comparator (WARM=0 skips that), and timing a fresh process's comparator build (cache probe)
 #   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 16's sweeps in the committed MIMO store: TRIALS (40) more
@@ -26,7 +26,8 @@
 set -uo pipefail
 PHASE=${1:?phase}; OUT=${2:?outdir}
 cd "$(dirname "$0")/../.."
-W=$(mktemp -d); H=benchmarks/h200
+W=$(mktemp -d); H=benchmarks/h200; START=$(date +%s)
+left() { echo $(( ${BUDGET:-570} - ($(date +%s) - START) - 25 )); }  # seconds left of the call's BUDGET
 export COLUMNS=200 PYTHONUNBUFFERED=1 TL_LOG_LEVEL=${TL_LOG_LEVEL:-WARNING}
 # Compile caches in the (git-ignored) checkout: the device tool keeps ignored paths between calls on a warm
 # machine, which it does not promise for $HOME.
@@ -84,7 +85,7 @@ case $PHASE in
     cp "$H/exhaustive_chunk_cumsum.db" "$OUT/"
     ;;
   mimo)
-    SELECT=(); for w in ${WORKLOADS:-}; do SELECT+=(-w "$w"); done
+    SELECT=(); for w in ${VERIFY_WORKLOADS:-${WORKLOADS:-}}; do SELECT+=(-w "$w"); done
     [[ ${#SELECT[@]} -eq 0 ]] && SELECT=(--all-workloads)
     MIMO_DB="sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
     if [[ ${WARM:-1} == 1 ]]; then
@@ -94,7 +95,7 @@ case $PHASE in
     # Cache probe: a fresh process builds and runs the comparator of the first shape; with TileLang's disk
     # cache working this takes seconds, not the minutes of a compile.
     FIRST=${WORKLOADS:-mimo-n16-p64-r4}; FIRST=${FIRST%% *}
-    TL_LOG_LEVEL=INFO step cache_probe 300 python3 -c "
+    TL_LOG_LEVEL=INFO step cache_probe "${PROBE_TIMEOUT:-200}" python3 -c "
 import sys, time; sys.path.insert(0, '$H'); t0 = time.perf_counter()
 import torch; from mimo_probe import build_candidate; from tuner import registry
 t = registry.get('mamba3_mimo_bwd'); shape = t.workload('$FIRST'); inputs = t.make_inputs(shape, 'cuda', 0)
@@ -104,7 +105,7 @@ for _ in range(5): k(inputs, out)
 torch.cuda.synchronize(); t3 = time.perf_counter()
 print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1:.1f}s, 5 more calls {t3-t2:.1f}s')"
     ls "$TILELANG_CACHE_DIR" | wc -l | sed 's/^/tilelang cache entries: /' | tee -a "$W/cache_probe.log"
-    step verify_mimo "${VERIFY_TIMEOUT:-300}" $TUNER verify mamba3_mimo_bwd "${SELECT[@]}" --processes 5 --samples 30 \
+    step verify_mimo "${VERIFY_TIMEOUT:-$(left)}" $TUNER verify mamba3_mimo_bwd "${SELECT[@]}" --processes 5 --samples 30 \
       ${COMPARATOR_PROCESSES:+--comparator-processes $COMPARATOR_PROCESSES} --timeout 240 --device cuda \
       --db "$MIMO_DB" --json
     cp "$H/mamba3_mimo_bwd.db" "$OUT/"
