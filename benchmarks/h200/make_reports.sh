@@ -16,8 +16,11 @@ if [[ -f $H/chunk_cumsum.db ]]; then
       --title "Mamba2 chunk cumsum forward on the H200: Triton and TileLang templates vs mamba_ssm"
   } > $H/chunk_cumsum.md
   { cat $H/verify.head.md
-    $TUNER report mamba2_chunk_cumsum_tilelang mamba3_mimo_bwd --verifications --device cuda --db "$DB" \
-      --title "Verifications (latest per workload)"
+    $TUNER report mamba2_chunk_cumsum_tilelang --verifications --device cuda --db "$DB" \
+      --title "Chunk cumsum verifications (latest per workload; store chunk_cumsum.db)"
+    echo
+    $TUNER report mamba3_mimo_bwd --verifications --device cuda --db "sqlite:///$H/mamba3_mimo_bwd.db" \
+      --title "MIMO backward verifications (latest per workload; store mamba3_mimo_bwd.db)"
   } > $H/verify.md
 else
   echo "skipped chunk_cumsum reports: $H/chunk_cumsum.db is missing" >&2

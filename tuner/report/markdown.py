@@ -538,36 +538,47 @@ def render_verifications(reports: Sequence[Report], *, title: str | None = None)
         return "\n".join([*out, "No verification recorded for these templates yet."]) + "\n"
     out += ["| template | workload | verified (UTC) | processes | stored µs | re-measured µs, median (low–high) | "
             "drift | verdict | per process: median (p20–p80) µs | comparators, re-measured / stored (median over "
-            "processes) |", "|" + "---|" * 10]
+            "processes) | comparator / best, same process (median over processes) |", "|" + "---|" * 11]
     for template, r in rows:
         v = r.verification
         assert v is not None
-        per_process, ratios = _process_cells(v.figures)
+        per_process, ratios, speedups = _process_cells(v.figures)
         verdict = ("**flagged**" if v.flagged else "ok") + f" (±{100 * v.tolerance:g}%)"
         drift = f"{100 * v.drift:+.1f}%" if v.drift is not None else "–"
         out.append(
             f"| {template} | {r.workload} | {v.created_at.strftime('%Y-%m-%d %H:%M')} | {v.processes} | "
             f"{_us(v.stored_us)} | {_us(v.median_us)} ({_us(v.low_us)}–{_us(v.high_us)}) | {drift} | {verdict} | "
-            f"{per_process} | {ratios} |"
+            f"{per_process} | {ratios} | {speedups} |"
         )
     fingerprints = [json.loads(r.verification.fingerprint_json) for _, r in rows if r.verification is not None]
     return "\n".join([*out, "", *_environment(fingerprints)]) + "\n"
 
 
-def _process_cells(figures: Sequence[dict[str, object]]) -> tuple[str, str]:
-    """The best config's figures per process, and each comparator's median ratio to its stored figure."""
+def _process_cells(figures: Sequence[dict[str, object]]) -> tuple[str, str, str]:
+    """The best config's figures per process; each comparator's median ratio to its stored figure; and each
+    comparator's median over the best config in the same process (the speed-up measured in one run, over the
+    processes that measured both)."""
     best: list[str] = []
     ratios: dict[str, list[float]] = {}
+    speedups: dict[str, list[float]] = {}
     for process in figures:
-        for c in process.get("candidates", []):  # type: ignore[attr-defined]
+        candidates = list(process.get("candidates", []))  # type: ignore[call-overload]
+        best_us = next((c.get("median_us") for c in candidates if c.get("label") == "best"), None)
+        for c in candidates:
             median, stored = c.get("median_us"), c.get("stored_us")
             if c.get("label") == "best":
                 best.append(f"{_us(median)} ({_us(c.get('p20_us'))}–{_us(c.get('p80_us'))})" if median
                             else str(c.get("status")))
-            elif median and stored:
-                ratios.setdefault(str(c["label"]).removeprefix(COMPARATOR_PREFIX), []).append(median / stored)
+                continue
+            name = str(c["label"]).removeprefix(COMPARATOR_PREFIX)
+            if median and stored:
+                ratios.setdefault(name, []).append(median / stored)
+            if median and best_us:
+                speedups.setdefault(name, []).append(median / best_us)
     ratio_cell = "; ".join(f"{name} {statistics.median(values):.3f}" for name, values in sorted(ratios.items()))
-    return " / ".join(best), ratio_cell or "–"
+    speedup_cell = "; ".join(f"{name} {statistics.median(values):.2f}x ({len(values)})"
+                             for name, values in sorted(speedups.items()))
+    return " / ".join(best), ratio_cell or "–", speedup_cell or "–"
 
 
 def _environment(fingerprints: Sequence[dict[str, object]]) -> list[str]:
