@@ -61,6 +61,19 @@ class Fingerprint:
         return cls(**data)
 
 
+def software_of(fingerprint_json: str) -> dict[str, str] | None:
+    """``driver``, ``runtime`` and the library versions of a stored fingerprint (:meth:`Fingerprint.to_json`):
+    the software fields the best-config lookup compares. None if the text cannot be read. Pure."""
+    try:
+        data = json.loads(fingerprint_json)
+        libraries = data.get("libraries") or {}
+        software = {"driver": str(data.get("driver", "")), "runtime": str(data.get("runtime", ""))}
+        software.update({str(k): str(v) for k, v in libraries.items()})
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return software
+
+
 @dataclass(frozen=True)
 class StudyKey:
     template: str

@@ -15,13 +15,14 @@ import httpx
 import pytest
 
 from tests.fixtures.drift_templates import DIR_ENV, DRIFTING_REF, STEADY_REF
-from tests.fixtures.servers import SUBMIT, TOKENS, auth, thread_server
+from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
 from tuner import db, registry
 from tuner.api.settings import ApiSettings
-from tuner.driver.reverify import BEST_LABEL, verify_best
+from tuner.driver.reverify import BEST_LABEL, _published_best, verify_best
 from tuner.driver.tuning import tune_shapes
 from tuner.errors import UserInputError
 from tuner.frozen import Shape
+from tuner.keys import Fingerprint
 from tuner.measure.devices.base import DeviceSpec
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.report.markdown import collect, render_markdown, render_verifications
@@ -106,6 +107,28 @@ def test_comparators_can_be_limited_to_the_first_processes(tmp_path: Path) -> No
     assert re.search(r"library \d\.\d{3} \|", text) and re.search(r"library \d+\.\d\dx \(1\) \|", text)
     with pytest.raises(UserInputError, match="--comparator-processes must be between 1 and --processes"):
         verify_best(store, "steady_spin", SHAPE, device=CPU, processes=2, comparator_processes=3, options=OPTIONS)
+
+
+def test_verify_picks_the_best_the_lookup_serves_this_host(db_url: str) -> None:
+    """The best re-measured is the one GET /v1/best serves the re-measuring host: its device name first, then
+    its software as the lookup compares it (a Triton template ignores tilelang, a TileLang one does not),
+    then the most recently published."""
+    store = db.Store.open(db_url)
+    libs = {"torch": "2.11.0", "triton": "3.6.0", "tilelang": "0.1.8"}
+    shape = {"n": 64}
+    old = publish(store, "picky", shape, {"x": 1}, 10.0, device_kind="cuda", device_name="H200", libraries=libs)
+    other_tilelang = publish(store, "picky", shape, {"x": 2}, 5.0, device_kind="cuda", device_name="H200",
+                             libraries={**libs, "tilelang": "0.1.15"})
+    publish(store, "picky", shape, {"x": 3}, 4.0, device_kind="cuda", device_name="H200",
+            libraries={**libs, "torch": "2.10.0"})  # newer, but another torch
+    publish(store, "picky", shape, {"x": 4}, 3.0, device_kind="cuda", device_name="H100", libraries=libs)
+    host = Fingerprint(kind="cuda", device_name="H200", driver="test", libraries=libs)
+    triton = _published_best(store, "picky", "1", "triton", Shape(shape), host)
+    assert triton.id == other_tilelang.id  # tilelang is not compared for a Triton template: the newest wins
+    tilelang = _published_best(store, "picky", "1", "tilelang", Shape(shape), host)
+    assert tilelang.id == old.id  # the only H200 entry under this host's tilelang and torch
+    with pytest.raises(UserInputError, match="no best config of picky@2"):
+        _published_best(store, "picky", "2", "triton", Shape(shape), host)
 
 
 def test_verify_without_a_published_best_says_so(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """``tuner verify``: a published best re-measured in fresh processes, beside the comparators, against the store.
 
 A served number must be one a user gets. :func:`verify_best` finds the published best of (template, shape)
-— preferring the entry measured under the re-measuring device's fingerprint, then its device name, then any
-device of its kind, always of the current template version — and re-measures it together with the
+that ``GET /v1/best`` serves the re-measuring host — of its device name first, then of its software (the
+libraries the template's backend uses), then the most recent; always of the current template version and
+the host's device kind — and re-measures it together with the
 template's comparators in ``processes`` fresh measurement processes (a new :class:`~tuner.measure.Measurer`,
 hence a new worker process, each: nothing warm carries over but the compile caches on disk). Each process
 measures every candidate interleaved (the measurement contract: same flush, same samples) on its own fresh
@@ -31,6 +32,8 @@ from tuner import registry
 from tuner.driver.study import COMPARATOR_PREFIX, process_label
 from tuner.errors import UserInputError
 from tuner.frozen import Config, Shape
+from tuner.keys import software_of
+from tuner.lookup import Requester
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
 from tuner.results import MeasureResult
@@ -165,7 +168,8 @@ def verify_best(
         with measurer_factory(spec, options) as measurer:
             if best is None:
                 fingerprint = measurer.fingerprint()
-                best = _published_best(store, template.name, template.version, shape, fingerprint)
+                best = _published_best(store, template.name, template.version, template.backend, shape,
+                                       fingerprint)
                 names = [c.name for c in template.comparators()] if comparators else []
                 labelled = [(BEST_LABEL, Candidate(config=Config.from_json(best.config_json)))]
                 labelled += [(COMPARATOR_PREFIX + n, Candidate(comparator=n)) for n in names]
@@ -192,23 +196,31 @@ def verify_best(
 
 
 def _published_best(
-    store: TuningStore, template: str, version: str, shape: Shape, fingerprint: Fingerprint
+    store: TuningStore, template: str, version: str, backend: str, shape: Shape, fingerprint: Fingerprint
 ) -> BestRecord:
-    """The best to verify: of this fingerprint, else of this device name, else of this device kind."""
-    narrowing: tuple[dict[str, str], ...] = (
-        {"device_name": fingerprint.device_name, "fingerprint_hash": fingerprint.hash()},
-        {"device_name": fingerprint.device_name},
-        {},
-    )
-    for extra in narrowing:
-        found = store.get_best(template=template, shape_key=shape.key(), device_kind=fingerprint.kind,
-                               template_version=version, **extra)
-        if found is not None:
-            return found
-    raise UserInputError(
-        f"no best config of {template}@{version} is published for {shape.key()} on {fingerprint.kind}; "
-        "run `tuner tune` first"
-    )
+    """The best to verify: the one ``GET /v1/best`` serves this re-measuring host for the shape. Among the
+    bests of the current version and this device kind, those of this device name first, then those whose
+    compared software (driver, runtime, torch and the template's own backend library: a Triton template
+    ignores tilelang, as :mod:`tuner.lookup` does) is this host's, then the most recently published."""
+    mine = software_of(fingerprint.to_json()) or {}
+    compared = Requester(fingerprint.device_name, mine, version, backend).compared_software()
+    key = shape.key()
+    found = [r for r in store.list_best(template=template, device_kind=fingerprint.kind)
+             if r.shape_key == key and r.template_version == version]
+    if not found:
+        raise UserInputError(
+            f"no best config of {template}@{version} is published for {key} on {fingerprint.kind}; "
+            "run `tuner tune` first"
+        )
+    studies = {s.id: s for s in store.list_studies(template=template, device_kind=fingerprint.kind)}
+
+    def rank(record: BestRecord) -> tuple[bool, bool]:
+        study = studies.get(record.study_id)
+        software = (software_of(study.fingerprint_json) if study is not None else None) or {}
+        return record.device_name != fingerprint.device_name, any(software.get(k) != v for k, v in compared.items())
+
+    newest_first = sorted(found, key=lambda r: (r.published_at, r.id), reverse=True)
+    return min(newest_first, key=rank)  # min keeps the first (the newest) of equal rank
 
 
 def _stored_figures(store: TuningStore, best: BestRecord) -> dict[str, float | None]:

@@ -8,23 +8,11 @@ runtime and library versions.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
+from tuner.keys import software_of
 from tuner.lookup import Entry, verification_summary
 from tuner.store import BestRecord, TuningStore, VerificationRecord
-
-
-def software_of(fingerprint_json: str) -> dict[str, str] | None:
-    """``driver``, ``runtime`` and the libraries of a stored fingerprint (None if it cannot be read)."""
-    try:
-        data = json.loads(fingerprint_json)
-        libraries = data.get("libraries") or {}
-        software = {"driver": str(data.get("driver", "")), "runtime": str(data.get("runtime", ""))}
-        software.update({str(k): str(v) for k, v in libraries.items()})
-    except (ValueError, AttributeError, TypeError):
-        return None
-    return software
 
 
 def as_entry(
