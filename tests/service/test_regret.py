@@ -207,6 +207,35 @@ def test_regret_measure_compares_with_the_latest_best_of_a_shape_tuned_twice(sto
     assert row["basis"] == "measured now" and math.isfinite(row["regret"]), (row, report["notes"])
 
 
+def test_regret_measure_says_how_many_were_measured_and_how_many_failed(store: db.Store) -> None:
+    from tuner.measure.devices.base import DeviceSpec
+    from tuner.measure.devices.cpu import cpu_model_name
+    from tuner.measure.measurer import MeasureOptions, Measurer
+    from tuner.service.regret import MEASURED_NOW, measure_unmeasured, registered_space
+
+    registry.register(TUNABLE, TUNABLE_REF)
+    here = cpu_model_name()
+    # Each shape measured only its own best. 1024 and 2048 serve each other's configs (both right); 8192 is
+    # served 2048's config but its own best computes wrong results: that pair fails.
+    publish(store, TUNABLE, {"n": 1024}, {"mode": "ok", "BLOCK": 512}, 10.0, device_name=here)
+    publish(store, TUNABLE, {"n": 2048}, {"mode": "ok", "BLOCK": 256}, 12.0, device_name=here)
+    publish(store, TUNABLE, {"n": 8192}, {"mode": "wrong", "BLOCK": 128}, 14.0, device_name=here)
+    shapes = recorded_shapes(store, template=TUNABLE)
+    (report,) = regret_reports(shapes, space_of=registered_space(TUNABLE))
+    assert report.unmeasured == 3
+    with Measurer(DeviceSpec("cpu"), MeasureOptions(n_samples=2, warmup=1, timeout_s=60)) as measurer:
+        (measured,) = measure_unmeasured([report], shapes, measurer, version="1")
+    rows = {r.shape["n"]: r for r in measured.rows}
+    assert [n for n, r in sorted(rows.items()) if r.basis == MEASURED_NOW] == [1024, 2048]
+    assert rows[8192].regret is None and rows[8192].basis is None
+    # The summary counts the pairs measured and the pairs that failed, with their statuses; it does not say
+    # that the failed one was measured.
+    summary = [n for n in measured.notes if "served config(s) the records lacked" in n]
+    assert summary == [f"3 served config(s) the records lacked tried on {here}, each interleaved with the shape's "
+                       "own best: 2 measured OK, 1 failed (WRONG_RESULT: 1) and stays unmeasured"], measured.notes
+    assert any(n.startswith("n=8192: not measured now (WRONG_RESULT") for n in measured.notes)
+
+
 def test_a_shape_with_bests_of_two_fingerprints_is_held_out_once_with_all_its_entries(store: db.Store) -> None:
     # 1024 was tuned twice, under two software versions: two bests of one shape (the later one is served).
     publish(store, TUNABLE, {"n": 1024}, {"mode": "ok", "BLOCK": 64}, 10.0, libraries={"triton": "3.4"})

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -283,7 +283,8 @@ def measure_unmeasured(
     """``reports`` with their unmeasured rows measured: the served config and the shape's own best, interleaved
     in one run of ``measurer`` (its device name must be the one the shape's records come from, the template
     version the registered ``version``; other rows stay unmeasured, said in the notes). Raises DeviceError /
-    MeasureSetupError from the measurer; a candidate that fails leaves its row unmeasured, with a note."""
+    MeasureSetupError from the measurer; a candidate that fails leaves its row unmeasured, with a note, and a
+    note per report says how many rows were measured and how many failed, by status."""
     from tuner import registry
     from tuner.frozen import Config, Shape
     from tuner.measure.protocol import Candidate
@@ -303,21 +304,34 @@ def measure_unmeasured(
             continue
         rows, notes = list(report.rows), list(report.notes)
         ref = registry.ref_of(report.template)
+        failures: Counter[str] = Counter()
         for i in todo:
             row = rows[i]
             own = bests[(report.template_version, report.device_name, config_key(row.shape))].entry
             assert row.config is not None
             pair = [Candidate(config=Config(dict(own.config))), Candidate(config=Config(dict(row.config)))]
             best, served = measurer.measure_interleaved(ref, Shape(dict(row.shape)), pair)
-            if best.median_us and served.median_us:
+            if best.ok and served.ok and best.median_us and served.median_us:
                 rows[i] = replace(row, regret=served.median_us / best.median_us - 1.0, basis=MEASURED_NOW)
             else:
-                failed = best if not best.median_us else served
+                failed = served if best.ok and best.median_us else best
+                failures[failed.status.value] += 1
                 notes.append(f"{_shape_text(row.shape)}: not measured now ({failed.status.value}: {failed.reason})")
-        notes.append(f"{len(todo)} served config(s) the records lacked measured now on {here}, each interleaved "
-                     "with the shape's own best")
+        notes.append(_tried_note(len(todo), failures, here))
         out.append(replace(report, rows=tuple(rows), notes=tuple(notes)))
     return out
+
+
+def _tried_note(tried: int, failures: Counter[str], here: str) -> str:
+    """How many of the ``tried`` rows were measured now and how many failed (by status): a failed pair is not
+    reported as measured."""
+    failed = sum(failures.values())
+    text = (f"{tried} served config(s) the records lacked tried on {here}, each interleaved with the shape's own "
+            f"best: {tried - failed} measured OK")
+    if failed:
+        statuses = ", ".join(f"{status}: {n}" for status, n in sorted(failures.items()))
+        text += f", {failed} failed ({statuses}) and {'stays' if failed == 1 else 'stay'} unmeasured"
+    return text
 
 
 def _pct(value: float | None) -> str:
