@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -28,11 +29,12 @@ import db  # noqa: E402
 from tuner import registry  # noqa: E402
 from tuner.distance import CANDIDATES, DEFAULT_DISTANCE, ShapeDistance  # noqa: E402
 from tuner.errors import TunerError  # noqa: E402
-from tuner.lookup import repair_config  # noqa: E402
+from tuner.lookup import Domain, repair_config  # noqa: E402
 from tuner.service.regret import (  # noqa: E402
     RecordedShape,
     RegretReport,
     SpaceOf,
+    Valid,
     config_key,
     quantile,
     recorded_shapes,
@@ -153,44 +155,62 @@ def sensitivity(data: Data) -> list[str]:
 def oracle(data: Data) -> list[str]:
     """What no distance can beat: per held-out shape, the best timed choice among the other shapes' configs
     (valid for it, or repaired as the lookup repairs them) and the default (current versions); the shapes
-    where even that loses more than 5%."""
+    where even that loses more than 5%. A shape none of whose choices was timed (never measured on it, or
+    every measurement of them failed) is skipped with a line saying so."""
     best: list[float] = []
     lines: list[str] = []
+    skipped: list[str] = []
     for (store, _), (shapes, space_of, version) in sorted(data.items()):
         current = [s for s in shapes if s.entry.template_version == version]
         space = space_of(version) if version is not None else None
         if space is None:
             continue
-        default, valid, domains = space
         latest = {config_key(s.entry.shape): s for s in sorted(current, key=lambda s: s.entry.published_at or "")}
         for held in latest.values():  # a shape's latest best, as tuner.service.regret.leave_one_out holds out
             here = held.entry.shape
             others = [s for s in current if config_key(s.entry.shape) != config_key(here)]
-            choices_of = {f"{_shape(s.entry.shape)}'s": s.entry.config for s in others if valid(s.entry.config, here)}
-            invalid = [s for s in others if not valid(s.entry.config, here)]
-            for s in invalid:
-                repaired = repair_config(s.entry.config, here, domains, valid)
-                if repaired is not None:
-                    choices_of[f"{_shape(s.entry.shape)}'s, repaired"] = repaired[0]
-            choices_of["the default"] = default
-            timed = {k: held.time_of(c)[0] for k, c in choices_of.items()}
+            timed, invalid = _timed_choices(held, others, space)
             choices = {k: v for k, v in timed.items() if v is not None}
+            if not choices:
+                skipped.append(f"- {store}, {held.entry.template} {_shape(here)}: skipped, no choice timed on it "
+                               f"({len(timed)} choices: {', '.join(timed)}; none has an OK measurement in its "
+                               "records)")
+                continue
             value, source = min((v, k) for k, v in choices.items())
             best.append(value)
             if value > GOAL_P90:
                 lines.append(f"| {store} | {held.entry.template} | {_shape(here)} | {_pct(value)} ({source}) | "
-                             f"{len(invalid)} of {len(others)} | {len(timed) - len(choices)} |")
+                             f"{invalid} of {len(others)} | {len(timed) - len(choices)} |")
     best.sort()
     return ["## What no distance can do: the best of every choice, per shape (current versions)", "",
             "For each held-out shape, the best timed choice among every other shape's config that is valid for it "
             "or repaired (as the lookup repairs an invalid one, each on its own budget) and the default: median "
-            f"{_pct(quantile(best, 0.5))}, p90 {_pct(quantile(best, 0.9))} over {len(best)} shapes, "
+            f"{_pct(quantile(best, 0.5))}, p90 {_pct(quantile(best, 0.9))} over {len(best)} shapes"
+            f"{f' ({len(skipped)} skipped: no choice timed)' if skipped else ''}, "
             f"{sum(1 for v in best if v > GOAL_P90)} above 5%. A distance only picks among these, so on no shape "
-            "does a distance do better; this p90 is over every shape (the default always has a time), the "
-            "lookup's figures above only over the shapes whose served config was timed, hence can be lower. "
-            "Shapes where even the best choice loses more than 5%:", "",
+            "does a distance do better; this p90 is over every shape "
+            f"{'with a timed choice' if skipped else '(the default always has a time)'}, the lookup's figures "
+            "above only over the shapes whose served config was timed, hence can be lower. Shapes where even the "
+            "best choice loses more than 5%:", "",
             "| store | template | shape | best choice | neighbours' configs invalid for it | choices (valid, repaired "
-            "or default) never measured on it |", "|---|---|---|---:|---:|---:|", *lines, ""]
+            "or default) never measured on it |", "|---|---|---|---:|---:|---:|", *lines, "",
+            *(["Shapes left out (none of their choices timed):", "", *skipped, ""] if skipped else [])]
+
+
+def _timed_choices(held: RecordedShape, others: Sequence[RecordedShape],
+                   space: tuple[Mapping[str, Any], Valid, Sequence[Domain]]) -> tuple[dict[str, float | None], int]:
+    """Every choice for ``held`` (the other shapes' configs, valid or repaired, and the default) with its
+    time from ``held``'s records (None: never timed), and how many of the others' configs are invalid for it."""
+    default, valid, domains = space
+    here = held.entry.shape
+    choices_of = {f"{_shape(s.entry.shape)}'s": s.entry.config for s in others if valid(s.entry.config, here)}
+    invalid = [s for s in others if not valid(s.entry.config, here)]
+    for s in invalid:
+        repaired = repair_config(s.entry.config, here, domains, valid)
+        if repaired is not None:
+            choices_of[f"{_shape(s.entry.shape)}'s, repaired"] = repaired[0]
+    choices_of["the default"] = default
+    return {k: held.time_of(c)[0] for k, c in choices_of.items()}, len(invalid)
 
 
 def _shape(shape: Mapping[str, object]) -> str:
