@@ -42,7 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +56,7 @@ from tuner import db, registry  # noqa: E402
 from tuner.driver.samplers import TPE_STARTUP_TRIALS, exhausted, make_sampler  # noqa: E402
 from tuner.driver.study import order_warm_starts  # noqa: E402
 from tuner.frozen import Config, Shape  # noqa: E402
+from tuner.lookup import Entry  # noqa: E402
 from tuner.measure.devices.replay import Record, ReplayMeasurer  # noqa: E402
 from tuner.measure.protocol import Candidate, MeasureOptions  # noqa: E402
 from tuner.space import SearchSpace  # noqa: E402
@@ -109,7 +110,7 @@ class Case:
     valid: tuple[Config, ...]
     recorded: int  # valid configs with a recorded outcome
     best_us: float
-    neighbours: tuple[tuple[Mapping[str, object], Config], ...]
+    neighbours: tuple[Entry, ...]  # the other shapes' recorded bests
 
     @property
     def exhaustive(self) -> bool:
@@ -162,7 +163,9 @@ def load_cases(paths: Sequence[Path], workdir: Path) -> tuple[list[Case], list[s
                     notes.append(f"{path.name}: {template} {label} skipped (its recorded configs span a subspace of "
                                  f"more than {MAX_VALID} valid configs, {len(outcomes)} recorded: not exhaustive)")
                     continue
-                neighbours = tuple((o.to_dict(), b[0]) for o, b in bests.items() if o != shape and b is not None)
+                neighbours = tuple(Entry(template, record.version, o.to_dict(), record.fingerprint.kind,
+                                         record.fingerprint.device_name, b[0].to_dict())
+                                   for o, b in bests.items() if o != shape and b is not None)
                 cases.append(Case(path.name, template, label, shape, space, record, valid,
                                   sum(1 for c in valid if c in outcomes), best[1], neighbours))
     return cases, notes

@@ -338,10 +338,17 @@ def fit_distance(distance: ShapeDistance, entries: Sequence[Entry]) -> ShapeDist
     call. Pure; never raises for well-formed entries."""
     if not distance.learn:
         return distance
+    return distance.fitted((e.shape, e.config) for e in latest_per_shape(entries))
+
+
+def latest_per_shape(entries: Sequence[Entry]) -> list[Entry]:
+    """One entry per shape of ``entries`` — its most recently published, ties by config — in shape order (the
+    examples :func:`fit_distance` fits on; the warm starts' neighbours). Independent of the order of
+    ``entries``. Pure."""
     latest: dict[str, Entry] = {}
     for e in sorted(entries, key=lambda e: (e.published_at or "", _key(e.config))):
         latest[_key(e.shape)] = e
-    return distance.fitted((latest[k].shape, latest[k].config) for k in sorted(latest))
+    return [latest[k] for k in sorted(latest)]
 
 
 def choose(

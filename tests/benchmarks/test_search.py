@@ -25,7 +25,8 @@ def test_every_strategy_reaches_the_exhaustive_best_of_a_small_record(recorded_s
     assert [(c.label, len(c.valid), c.exhaustive) for c in cases] == [("n=64", 12, True), ("n=128", 16, True)]
     case = cases[1]
     best64 = cases[0].record.best(cases[0].shape)
-    assert best64 is not None and case.neighbours == ((cases[0].shape.to_dict(), best64[0]),)
+    assert best64 is not None and [(e.shape, e.config) for e in case.neighbours] == [
+        (cases[0].shape.to_dict(), best64[0].to_dict())]
     assert case.budget == 16
     for _, sampler, startup, warm in STRATEGIES:
         run = simulate(case, sampler, startup, warm, seed=1)

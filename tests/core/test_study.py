@@ -225,6 +225,7 @@ def test_a_neighbours_config_invalid_for_the_shape_is_repaired_into_the_warm_sta
     from tuner import registry
     from tuner.driver.study import order_warm_starts
     from tuner.frozen import Config
+    from tuner.lookup import Entry
 
     spec = registry.spec("mamba3_mimo_bwd")
     space = spec.space()
@@ -234,7 +235,33 @@ def test_a_neighbours_config_invalid_for_the_shape_is_repaired_into_the_warm_sta
                      "num_warps": 4, "num_stages": 3, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4})
     r1 = spec.workload("mimo-n128-p64-r1")
     assert space.is_valid(winner, r1) and not space.is_valid(winner, r8)
-    starts = order_warm_starts(space, r8, [(r1.to_dict(), winner), (r4.to_dict(), space.default)], limit=4)
+    def entry(shape: Shape, config: Config) -> Entry:
+        return Entry("mamba3_mimo_bwd", spec.version, shape.to_dict(), "cuda", "H200", config.to_dict())
+
+    starts = order_warm_starts(space, r8, [entry(r1, winner), entry(r4, space.default)], limit=4)
     repaired = [c for c in starts if c not in (space.default, *space.seeds)]
     # The lookup's repair: 64 rows (8 steps) and, for the registers that 64 rows need, block_n 64 -> 32.
     assert repaired == [winner.replace(chunk_rows=64, block_n=32)] and space.is_valid(repaired[0], r8)
+
+
+def test_warm_starts_take_each_neighbour_shape_once_its_latest_best_nearest_first(db_url: str) -> None:
+    from tests.fixtures.fault_templates import TunableFaultVectorScale
+    from tests.fixtures.servers import publish
+    from tuner.driver.study import warm_starts
+    from tuner.measure.devices.base import Fingerprint
+
+    space = TunableFaultVectorScale().space()
+    with db.Store.open(db_url) as store:
+        # 512 was tuned twice (two software versions): only its latest best is a neighbour, once.
+        publish(store, NAME, {"n": 512}, {"mode": "raise", "BLOCK": 256}, 5.0, libraries={"triton": "3.4"})
+        publish(store, NAME, {"n": 512}, {"mode": "ok", "BLOCK": 256}, 4.0, libraries={"triton": "3.5"})
+        publish(store, NAME, {"n": 128}, {"mode": "wrong", "BLOCK": 128}, 1.0)
+        publish(store, NAME, {"n": 1024}, {"mode": "nan", "BLOCK": 512}, 8.0)  # BLOCK > 256: repaired
+        publish(store, NAME, {"n": 2048}, {"mode": "ok", "BLOCK": 64}, 9.0)  # the default: once
+        publish(store, NAME, {"n": 16}, {"mode": "unwritten", "BLOCK": 16}, 0.5)  # fifth nearest: beyond limit 4
+        key = StudyKey.of(NAME, "1", Shape(n=256), Fingerprint(kind="cpu", device_name="test-cpu", driver="test"))
+        starts = warm_starts(store, space, key, limit=4)
+    # The default, then the four nearest shapes' configs (distance 1: 128 and 512, in shape order; 1024 at 2;
+    # 2048 at 3), each valid for n=256 (1024's repaired: BLOCK 512 -> 256), each config once.
+    assert starts == [Config(mode="ok", BLOCK=64), Config(mode="wrong", BLOCK=128), Config(mode="ok", BLOCK=256),
+                      Config(mode="nan", BLOCK=256)], starts

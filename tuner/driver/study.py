@@ -27,11 +27,13 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner import registry
+from tuner.distance import DEFAULT_DISTANCE
 from tuner.driver import optuna_access
 from tuner.driver.heartbeat import InFlight
 from tuner.driver.samplers import make_sampler
 from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
+from tuner.lookup import Entry, fit_distance, latest_per_shape, repair_config
 from tuner.measure.contract import Measuring
 from tuner.measure.measurer import Candidate
 from tuner.results import COMPARATOR_PREFIX, CONFIG_LABEL, DEFAULT_LABEL, MeasureResult, Status
@@ -219,40 +221,49 @@ def queue_in_order(study: optuna.Study, store: TuningStore, wanted: Sequence[Map
 
 def warm_starts(store: TuningStore, space: SearchSpace, key: StudyKey, limit: int = 4) -> list[Config]:
     """Configs a new study measures first: the default (the incumbent), the space's expert seeds, then the
-    best configs published for other shapes of this template on this device (nearest shapes first), each
-    once and only if valid for this shape (:func:`order_warm_starts`)."""
+    best configs published for other shapes of this template on this device (nearest shapes first, each
+    shape's latest best), each once and only if valid for this shape (:func:`order_warm_starts`)."""
     published = store.list_best(template=key.template, device_kind=key.device_kind, device_name=key.device_name)
-    others = [(b.shape, Config.from_json(b.config_json)) for b in published
-              if b.template_version == key.template_version and b.shape_key != key.shape_key]
+    others = [Entry(template=b.template, template_version=b.template_version, shape=b.shape,
+                    device_kind=b.device_kind, device_name=b.device_name, config=b.config,
+                    published_at=b.published_at.isoformat())
+              for b in published if b.template_version == key.template_version and b.shape_key != key.shape_key]
     return order_warm_starts(space, key.shape, others, limit)
 
 
-def order_warm_starts(
-    space: SearchSpace, shape: Shape, neighbours: Sequence[tuple[Mapping[str, object], Config]], limit: int = 4
-) -> list[Config]:
+def order_warm_starts(space: SearchSpace, shape: Shape, neighbours: Sequence[Entry], limit: int = 4) -> list[Config]:
     """The default, the space's seeds, then the configs of the ``limit`` nearest ``neighbours`` (other shapes'
-    best configs, by the lookup's distance fitted over them, however far), each once, keeping only configs of
-    the space's domain that are valid for ``shape``. A neighbour's config that is invalid for ``shape`` is
-    repaired as the lookup repairs it (:func:`tuner.lookup.repair_config`: the smallest valid change), else
-    left out rather than wasted as a trial. Pure."""
-    from tuner.distance import DEFAULT_DISTANCE
-    from tuner.lookup import repair_config
-
+    best configs, by the lookup's distance fitted over them, however far; ties in shape order), each once,
+    keeping only configs of the space's domain that are valid for ``shape``. A shape with several entries
+    counts once, with its latest (:func:`tuner.lookup.latest_per_shape`, the examples the lookup's
+    :func:`tuner.lookup.fit_distance` fits on). A neighbour's config that is invalid for ``shape`` is repaired
+    as the lookup repairs it (:func:`tuner.lookup.repair_config`: the smallest valid change), else left out
+    rather than wasted as a trial. Each candidate's validity is checked once. Pure."""
     here = shape.to_dict()
-    distance = DEFAULT_DISTANCE.fitted((s, c.to_dict()) for s, c in neighbours)
-    nearest = sorted(neighbours, key=lambda n: distance(here, n[0]))[:limit]
-    repaired: list[Config] = []
-    for _, config in nearest:
-        if not space.is_valid(config, shape):
-            fixed = repair_config(config.to_dict(), here, space.domains, space.constraint_check)
-            config = Config(fixed[0]) if fixed is not None else config
-        repaired.append(config)
+    examples = latest_per_shape(neighbours)
+    distance = fit_distance(DEFAULT_DISTANCE, examples)
+    nearest = sorted(examples, key=lambda e: distance(here, e.shape))[:limit]  # stable: ties in shape order
     chosen: list[Config] = []
-    for config in [space.default, *space.seeds, *repaired]:
-        in_domain = set(config) == set(space.names) and all(space.param(n).contains(v) for n, v in config.items())
-        if config not in chosen and in_domain and space.is_valid(config, shape):
+    for config in [space.default, *space.seeds]:
+        if config not in chosen and _in_domain(space, config) and space.is_valid(config, shape):
+            chosen.append(config)
+    for entry in nearest:
+        config = Config(dict(entry.config))
+        if config in chosen:  # chosen configs are valid: nothing to check
+            continue
+        if not space.is_valid(config, shape):
+            fixed = repair_config(entry.config, here, space.domains, space.constraint_check)
+            if fixed is None:
+                continue
+            config = Config(fixed[0])  # valid: repair_config returns only configs that pass the check
+        if config not in chosen and _in_domain(space, config):
             chosen.append(config)
     return chosen
+
+
+def _in_domain(space: SearchSpace, config: Config) -> bool:
+    """Whether ``config`` sets exactly the space's parameters, each to a value of its domain."""
+    return set(config) == set(space.names) and all(space.param(n).contains(v) for n, v in config.items())
 
 
 def new_measurement(
