@@ -183,10 +183,39 @@ def test_postgres_optuna_url_keeps_the_password_and_adds_a_timeout(
         optuna_url = make_url(store.optuna_url)
     assert optuna_url.password == "pw"
     # The store's timeouts (db.settings defaults), the URL's own options kept.
-    options = f"{url.query['options']} -c statement_timeout=3000"
+    options = f"{url.query['options']} -c statement_timeout=10000"
     assert optuna_url.query == {**url.query, "connect_timeout": "2", "options": options}
     with Store.open(url.render_as_string(hide_password=False)) as store, store.session() as session:
-        assert session.execute(text("SHOW statement_timeout")).scalar() == "3s"
+        assert session.execute(text("SHOW statement_timeout")).scalar() == "10s"
+
+
+def test_the_statement_timeout_is_a_typed_setting_of_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from tuner.db.settings import StoreSettings
+
+    monkeypatch.delenv("TUNER_DB_STATEMENT_TIMEOUT_S", raising=False)
+    default = StoreSettings()
+    assert (default.statement_timeout_s, default.statement_deadline_s) == (10.0, 11.0)
+    monkeypatch.setenv("TUNER_DB_STATEMENT_TIMEOUT_S", "2.5")
+    assert StoreSettings().statement_timeout_s == 2.5 and StoreSettings().statement_deadline_s == 3.5
+    for bad in ("0", "-1", "ten"):
+        monkeypatch.setenv("TUNER_DB_STATEMENT_TIMEOUT_S", bad)
+        with pytest.raises(ValidationError):
+            StoreSettings()
+
+
+@pytest.mark.postgres
+def test_the_server_applies_the_statement_timeout_from_the_environment(
+    postgres_sandbox: PostgresSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.db.settings import StoreSettings
+
+    monkeypatch.setenv("TUNER_DB_STATEMENT_TIMEOUT_S", "2.5")
+    with Store.open(postgres_sandbox.new_url(), settings=StoreSettings()) as store:
+        assert "statement_timeout=2500" in make_url(store.optuna_url).query["options"]
+        with store.session() as session:
+            assert session.execute(text("SHOW statement_timeout")).scalar() == "2500ms"
 
 
 def test_default_location_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
