@@ -47,6 +47,16 @@ Match = Literal["exact", "nearest", "default"]
 # is compared for templates of that backend only.
 COMMON_SOFTWARE = ("driver", "runtime", "torch", "torch_npu")
 BACKEND_LIBRARIES = ("triton", "tilelang")
+# The CUDA driver and runtime say nothing about another kind of device: not sent for those.
+CUDA_ONLY_SOFTWARE = ("driver", "runtime")
+
+
+def requester_software(device_kind: str, software: Mapping[str, str]) -> dict[str, str]:
+    """The software a requester on a device of ``device_kind`` sends (the runtime client does, and ``tuner
+    verify`` asks as a fully informed client would): the fields the lookup knows (:data:`COMMON_SOFTWARE`,
+    :data:`BACKEND_LIBRARIES`) of ``software``, less the CUDA driver and runtime off CUDA. Pure."""
+    return {k: v for k, v in software.items() if (k in COMMON_SOFTWARE or k in BACKEND_LIBRARIES)
+            and (device_kind == "cuda" or k not in CUDA_ONLY_SOFTWARE)}
 
 
 @dataclass(frozen=True)

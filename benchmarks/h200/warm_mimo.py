@@ -6,8 +6,9 @@ once, in a pool of spawned processes (one GPU context each), every candidate the
 the TileLang comparator and the template's default and seed configs, for every official workload. The
 sweep (`tuner tune mamba3_mimo_bwd …`) then loads them from TileLang's and Triton's on-disk caches.
 
-With ``--best-db URL`` it builds, instead of the default and seeds, each shape's published best config in
-that store (what ``tuner verify`` re-measures), beside the TileLang comparator.
+With ``--best-db URL`` it builds, instead of the default and seeds, every best config published for each shape
+in that store at the current template version (``tuner verify`` re-measures one of them, which one depends on
+the host's fingerprint), beside the TileLang comparator.
 
 usage: python benchmarks/h200/warm_mimo.py [--workers 16] [--timeout 420] [--workloads NAME ...] [--best-db URL]
 """
@@ -62,10 +63,10 @@ def main() -> None:
     store = db.Store.open(args.best_db) if args.best_db else None
     for name in names:
         shape = template.workload(name)
-        if store is not None:
-            best = store.get_best(template=template.name, shape_key=shape.key(), device_kind="cuda",
-                                  template_version=template.version)
-            jobs += [(name, best.config_json)] if best is not None else []
+        if store is not None:  # every best of the shape (few): which one verify picks depends on the host
+            bests = {b.config_json for b in store.list_best(template=template.name, device_kind="cuda")
+                     if b.shape_key == shape.key() and b.template_version == template.version}
+            jobs += [(name, config) for config in sorted(bests)]
             continue
         jobs += [(name, c.to_json()) for c in (space.default, *space.seeds) if space.is_valid(c, shape)]
     started = time.perf_counter()

@@ -22,10 +22,12 @@ from tuner.driver.reverify import BEST_LABEL, _published_best, verify_best
 from tuner.driver.tuning import tune_shapes
 from tuner.errors import UserInputError
 from tuner.frozen import Shape
-from tuner.keys import Fingerprint
+from tuner.keys import Fingerprint, software_of
+from tuner.lookup import Requester, choose, requester_software
 from tuner.measure.devices.base import DeviceSpec
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.report.markdown import collect, render_markdown, render_verifications
+from tuner.service.entries import published_entries
 from tuner.service.worker import Worker, WorkerOptions
 
 CPU = DeviceSpec("cpu")
@@ -109,24 +111,46 @@ def test_comparators_can_be_limited_to_the_first_processes(tmp_path: Path) -> No
         verify_best(store, "steady_spin", SHAPE, device=CPU, processes=2, comparator_processes=3, options=OPTIONS)
 
 
+def _served(store: db.Store, template: str, shape: dict[str, int], host: Fingerprint, backend: str) -> int | None:
+    """The measurement GET /v1/best serves for the shape to a client on ``host`` (entries of that shape only)."""
+    entries = [e for r, e in published_entries(store, template=template, device_kind=host.kind, version="1")
+               if r.shape_key == Shape(shape).key()]
+    software = requester_software(host.kind, software_of(host.to_json()) or {})
+    answer = choose(shape, entries, default=None, requester=Requester(host.device_name, software, "1", backend))
+    assert answer is not None and answer.entry is not None
+    return answer.entry.measurement_id
+
+
 def test_verify_picks_the_best_the_lookup_serves_this_host(db_url: str) -> None:
-    """The best re-measured is the one GET /v1/best serves the re-measuring host: its device name first, then
-    its software as the lookup compares it (a Triton template ignores tilelang, a TileLang one does not),
-    then the most recently published."""
+    """The best re-measured is the one the lookup serves the re-measuring host among the shape's bests: its
+    device name first, then its software as a client sends it and the lookup compares it (a Triton template
+    ignores tilelang, a TileLang one does not; python is not compared; off CUDA neither the driver nor the
+    runtime), then the most recently published."""
     store = db.Store.open(db_url)
-    libs = {"torch": "2.11.0", "triton": "3.6.0", "tilelang": "0.1.8"}
+    libs = {"python": "3.12.3", "torch": "2.11.0", "triton": "3.6.0", "tilelang": "0.1.8"}
     shape = {"n": 64}
-    old = publish(store, "picky", shape, {"x": 1}, 10.0, device_kind="cuda", device_name="H200", libraries=libs)
-    other_tilelang = publish(store, "picky", shape, {"x": 2}, 5.0, device_kind="cuda", device_name="H200",
-                             libraries={**libs, "tilelang": "0.1.15"})
-    publish(store, "picky", shape, {"x": 3}, 4.0, device_kind="cuda", device_name="H200",
-            libraries={**libs, "torch": "2.10.0"})  # newer, but another torch
-    publish(store, "picky", shape, {"x": 4}, 3.0, device_kind="cuda", device_name="H100", libraries=libs)
+
+    def put(config: int, *, kind: str = "cuda", name: str = "H200", **changed: str) -> db.BestRecord:
+        return publish(store, "picky", shape, {"x": config}, 10.0 - config, device_kind=kind, device_name=name,
+                       libraries={**libs, **changed})
+
+    old = put(1)
+    other_tilelang = put(2, tilelang="0.1.15")
+    put(3, torch="2.10.0")  # newer, but another torch
+    put(4, name="H100")  # newest, another device name
     host = Fingerprint(kind="cuda", device_name="H200", driver="test", libraries=libs)
-    triton = _published_best(store, "picky", "1", "triton", Shape(shape), host)
-    assert triton.id == other_tilelang.id  # tilelang is not compared for a Triton template: the newest wins
-    tilelang = _published_best(store, "picky", "1", "tilelang", Shape(shape), host)
-    assert tilelang.id == old.id  # the only H200 entry under this host's tilelang and torch
+    for backend, expected in (("triton", other_tilelang), ("tilelang", old)):
+        chosen = _published_best(store, "picky", "1", backend, Shape(shape), host)
+        assert chosen.id == expected.id and chosen.measurement_id == _served(store, "picky", shape, host, backend)
+    newer_python = put(5, python="3.11.9")  # python is not compared: this one is now the newest match
+    chosen = _published_best(store, "picky", "1", "triton", Shape(shape), host)
+    assert chosen.id == newer_python.id and chosen.measurement_id == _served(store, "picky", shape, host, "triton")
+    # an NPU host: its driver and runtime are not compared; torch is
+    npu_torch = put(6, kind="npu", name="910B")
+    put(7, kind="npu", name="910B", torch="2.10.0")
+    npu = Fingerprint(kind="npu", device_name="910B", driver="other", runtime="8.0", libraries=libs)
+    chosen = _published_best(store, "picky", "1", "triton", Shape(shape), npu)
+    assert chosen.id == npu_torch.id and chosen.measurement_id == _served(store, "picky", shape, npu, "triton")
     with pytest.raises(UserInputError, match="no best config of picky@2"):
         _published_best(store, "picky", "2", "triton", Shape(shape), host)
 

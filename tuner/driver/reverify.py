@@ -1,9 +1,9 @@
 """``tuner verify``: a published best re-measured in fresh processes, beside the comparators, against the store.
 
-A served number must be one a user gets. :func:`verify_best` finds the published best of (template, shape)
-that ``GET /v1/best`` serves the re-measuring host — of its device name first, then of its software (the
-libraries the template's backend uses), then the most recent; always of the current template version and
-the host's device kind — and re-measures it together with the
+A served number must be one a user gets. :func:`verify_best` finds, among the bests published for
+(template, shape) at the current template version on the host's device kind, the one the lookup prefers for
+the re-measuring host — of its device name first, then of its software as the lookup compares it, then the
+most recent — and re-measures it together with the
 template's comparators in ``processes`` fresh measurement processes (a new :class:`~tuner.measure.Measurer`,
 hence a new worker process, each: nothing warm carries over but the compile caches on disk). Each process
 measures every candidate interleaved (the measurement contract: same flush, same samples) on its own fresh
@@ -33,7 +33,7 @@ from tuner.driver.study import COMPARATOR_PREFIX, process_label
 from tuner.errors import UserInputError
 from tuner.frozen import Config, Shape
 from tuner.keys import software_of
-from tuner.lookup import Requester
+from tuner.lookup import Requester, requester_software
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
 from tuner.results import MeasureResult
@@ -198,11 +198,14 @@ def verify_best(
 def _published_best(
     store: TuningStore, template: str, version: str, backend: str, shape: Shape, fingerprint: Fingerprint
 ) -> BestRecord:
-    """The best to verify: the one ``GET /v1/best`` serves this re-measuring host for the shape. Among the
-    bests of the current version and this device kind, those of this device name first, then those whose
-    compared software (driver, runtime, torch and the template's own backend library: a Triton template
-    ignores tilelang, as :mod:`tuner.lookup` does) is this host's, then the most recently published."""
-    mine = software_of(fingerprint.to_json()) or {}
+    """The best to verify: among the bests published for this exact shape (current version, this device
+    kind), the one the lookup would prefer for this host asking as a fully informed client
+    (:func:`tuner.lookup.requester_software` of its fingerprint): those of its device name first, then those
+    whose compared software (driver and runtime on CUDA, torch and the template's own backend library: a
+    Triton template ignores tilelang) is its, then the most recently published. ``GET /v1/best`` may serve a
+    nearer shape's entry of this device name where this shape has only foreign ones; verify keeps to the
+    shape's own bests."""
+    mine = requester_software(fingerprint.kind, software_of(fingerprint.to_json()) or {})
     compared = Requester(fingerprint.device_name, mine, version, backend).compared_software()
     key = shape.key()
     found = [r for r in store.list_best(template=template, device_kind=fingerprint.kind)

@@ -58,6 +58,7 @@ from tuner.distance import DEFAULT_DISTANCE
 from tuner.errors import ShapeError
 from tuner.expr import Expression, ExpressionError
 from tuner.lookup import (
+    CUDA_ONLY_SOFTWARE,
     Answer,
     ConfigChange,
     ConstraintCheck,
@@ -305,10 +306,8 @@ class Client:
         if self._software == "auto":
             self._software = detect_software()
         found = dict(self._software or {})
-        if device_kind != "cuda":  # the CUDA driver and runtime say nothing about other devices
-            found.pop("driver", None)
-            found.pop("runtime", None)
-        return found
+        # the CUDA driver and runtime say nothing about other devices
+        return {k: v for k, v in found.items() if device_kind == "cuda" or k not in CUDA_ONLY_SOFTWARE}
 
     def _from_file(self, template: str, shape: Mapping[str, Any], kind: str, name: str | None,
                    software: Mapping[str, str], has_fallback: bool) -> BestConfig | None:
