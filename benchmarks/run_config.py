@@ -1,6 +1,9 @@
 """Run one config of a template on one workload a few times: a target for profilers (Nsight Compute, nsys).
 
 usage: python benchmarks/run_config.py TEMPLATE --workload NAME --config JSON [--iters 5] [--device cuda]
+       [--nvtx-last RANGE]
+``--nvtx-last RANGE`` wraps the last iteration in an NVTX range of that name (CUDA), so that a profiler
+filtering on it (``ncu --nvtx --nvtx-include RANGE/``) sees the kernels of one warm call only.
 The config is checked against the template's search space; outputs are compared with the reference once
 (the relative L2 error of each output is printed) so that a profile is never taken of a wrong kernel.
 """
@@ -18,6 +21,7 @@ def main() -> None:
     ap.add_argument("--config", required=True, help="JSON object; missing parameters take the default")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--nvtx-last", default=None, help="NVTX range around the last iteration (CUDA)")
     args = ap.parse_args()
 
     import torch
@@ -34,8 +38,13 @@ def main() -> None:
     kernel = template.build(config, shape)
     inputs = template.make_inputs(shape, args.device, 0)
     outputs = template.allocate_outputs(shape, inputs)
-    for _ in range(args.iters):
-        kernel(inputs, outputs)
+    for i in range(args.iters):
+        if args.nvtx_last and args.device == "cuda" and i == args.iters - 1:
+            torch.cuda.synchronize()
+            with torch.cuda.nvtx.range(args.nvtx_last):
+                kernel(inputs, outputs)
+        else:
+            kernel(inputs, outputs)
     if args.device == "cuda":
         torch.cuda.synchronize()
     reference = template.reference(shape, inputs)

@@ -18,6 +18,10 @@
 #                    N128 P64 R2), TUNE_TIMEOUT seconds each; then issue 17's MIMO exhaustive subspace
 #                    (variant × chunk_rows × num_warps × num_stages × prec) on two shapes into
 #                    exhaustive_mimo_bwd.db for EXH_TIMEOUT seconds (1: skip)
+#   mimo-profile OUTDIR (bundle --tilelang mamba) issue 16's profiles: Nsight Compute (`--set full`, one launch
+#                    of each kernel after a warm-up call) of the served best of each of PROFILE_WORKLOADS (default
+#                    the two shapes nearest 1x: N128 P64 R8 and R1), kernel by kernel; a table of duration, DRAM
+#                    and L2 throughput, occupancy, registers, eligible warps and the top stall reason per kernel
 #   unseen   OUTDIR  issue 16's shapes nobody tuned (benchmarks/unseen_shapes.py): tune its "tune" part in the
 #                    committed chunk-cumsum store, then measure every shape's served config against mamba_ssm
 #                    as users call it; and issue 18's single-GPU run of `tuner serve --workers auto`
@@ -129,6 +133,49 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       --exhaustive "${MIMO_ONLY[@]}" --samples 30 --timeout 240 --device cuda --no-comparators \
       --db "sqlite:///$PWD/$H/exhaustive_mimo_bwd.db"
     cp "$H/exhaustive_mimo_bwd.db" "$OUT/"
+    ;;
+  mimo-profile)
+    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1)
+    [[ -n $NCU ]] || { echo "error: ncu not found" >&2; exit 2; }
+    for w in ${PROFILE_WORKLOADS:-mimo-n128-p64-r8 mimo-n128-p64-r1}; do
+      CONFIG=$(python3 - "$w" "sqlite:///$PWD/$H/mamba3_mimo_bwd.db" <<'PY'
+import sys
+from tuner import db, registry
+t = registry.get("mamba3_mimo_bwd")
+best = db.Store.open(sys.argv[2]).get_best(template=t.name, shape_key=t.workload(sys.argv[1]).key(),
+                                           device_kind="cuda", template_version=t.version)
+print(best.config_json if best else "")
+PY
+)
+      [[ -n $CONFIG ]] || { echo "no best for $w"; continue; }
+      echo "== profile $w $CONFIG ($(date -u +%H:%M:%S))"
+      # run_config.py calls the kernel twice: the first call compiles (and is skipped), the second is profiled
+      timeout "${PROFILE_TIMEOUT:-240}" "$NCU" --clock-control none --target-processes all --set full \
+        --kernel-name regex:. --replay-mode kernel \
+        --nvtx --nvtx-include "profiled/" -o "$W/mimo_$w" python3 benchmarks/run_config.py mamba3_mimo_bwd \
+        --workload "$w" --config "$CONFIG" --iters 2 --nvtx-last profiled > "$W/ncu_run_$w.log" 2>&1
+      echo "rc=$?" >> "$W/ncu_run_$w.log"; tail -3 "$W/ncu_run_$w.log"
+      "$NCU" --import "$W/mimo_$w.ncu-rep" --page raw --csv --metrics \
+        gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,smsp__warps_eligible.avg.per_cycle_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,launch__grid_size \
+        > "$W/profile_$w.csv" 2>&1
+      "$NCU" --import "$W/mimo_$w.ncu-rep" --page details > "$W/profile_$w.txt" 2>&1
+      python3 - "$W/profile_$w.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+if head is None:
+    print("".join(open(sys.argv[1]).read().splitlines(True)[-5:])); sys.exit()
+cols = rows[head]; units = rows[head + 1]
+want = ["Kernel Name", "gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+        "lts__throughput.avg.pct_of_peak_sustained_elapsed", "sm__warps_active.avg.pct_of_peak_sustained_active",
+        "launch__registers_per_thread", "smsp__warps_eligible.avg.per_cycle_active",
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "launch__grid_size"]
+idx = [cols.index(c) for c in want if c in cols]
+print(" | ".join(["kernel", "time", "dram%", "l2%", "occupancy%", "regs", "eligible/cycle", "tensor%", "grid"]))
+for r in rows[head + 2:]:
+    print(" | ".join(r[i][:40] for i in idx))
+PY
+    done
     ;;
   unseen)
     # shellcheck disable=SC2046
