@@ -4,23 +4,23 @@
                                   minimum is 2).
 ``TUNER_DB_STATEMENT_TIMEOUT_S``  seconds one statement may run: the server cancels it then (``statement_timeout``)
                                   and, one second later, the client gives up on a connection that does not
-                                  answer at all (a partition) by shutting its socket down (default 10).
+                                  answer at all (a partition) by shutting its socket down (default 3).
 ``TUNER_DB_POOL_TIMEOUT_S``       seconds to wait for a free pooled connection (default 2).
 
 With the defaults a request that starts while its database is partitioned away fails within about 4 s (a
 pooled connection's liveness check runs under the connect timeout, then a new connection is tried), so the
 API answers 503 within 5 s; a statement already in flight when the partition begins is given up after the
-statement timeout plus one second (11 s). The next request after the partition heals reconnects by itself.
+statement timeout plus one second (4 s). The next request after the partition heals reconnects by itself.
 SQLite files ignore these settings (their lock waits are ``busy_timeout``, see :mod:`tuner.db.sqlite`).
 
-Why 10 s for the statement timeout (it was 3 s): it only bounds statements that run slowly on a live
-server (new requests during a partition are bounded by the connect timeout above), and on a loaded host —
-CPUs shared with measurements, fsync and checkpoint stalls, a lock wait behind another worker's claim, a
-report reading a large store — legitimate statements can take seconds; a cancelled one is a
-:class:`tuner.errors.StoreError` (an API 503, a worker retry) for work that would have succeeded. 10 s
-leaves that margin while keeping a stuck statement's deadline (11 s) well inside the default worker lease
-(30 s, heartbeat every 5 s), so a heartbeat cut at its deadline is retried at the next beat (16 s after
-it began) before the lease runs out. Retries themselves are unchanged (:mod:`tuner.db.retry`).
+Why 3 s for the statement timeout (and not more): a worker's heartbeat thread renews its lease and then
+records its Optuna trials' heartbeats in one beat, every ``heartbeat_s`` (5 s); a trial silent for its grace
+(4 beats, 20 s: :func:`tuner.driver.study.trial_heartbeats`) is failed as stale by the next worker that asks
+for a trial, and its config measured again. A beat stuck in a statement until the deadline delays the trial
+heartbeats by up to two intervals plus the deadline: 2 × 5 + 4 = 14 s, inside the 20 s grace and the 30 s
+lease. A 10 s timeout (11 s deadline: 21 s) would let one slow statement get a live trial failed
+(tests/db/test_store_engine.py pins the inequality for the defaults). A slower statement is a
+:class:`tuner.errors.StoreError`: an API 503 or a worker retry. Retries are :mod:`tuner.db.retry`'s.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class StoreSettings(BaseSettings):
 
     connect_timeout_s: float = Field(default=2.0, ge=2.0, le=600.0)
     # Bounded: a value that is not a positive number of seconds fails when the settings are read (once).
-    statement_timeout_s: float = Field(default=10.0, gt=0.0, le=86_400.0)
+    statement_timeout_s: float = Field(default=3.0, gt=0.0, le=86_400.0)
     pool_timeout_s: float = Field(default=2.0, gt=0.0, le=600.0)
 
     @property

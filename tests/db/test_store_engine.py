@@ -183,10 +183,10 @@ def test_postgres_optuna_url_keeps_the_password_and_adds_a_timeout(
         optuna_url = make_url(store.optuna_url)
     assert optuna_url.password == "pw"
     # The store's timeouts (db.settings defaults), the URL's own options kept.
-    options = f"{url.query['options']} -c statement_timeout=10000"
+    options = f"{url.query['options']} -c statement_timeout=3000"
     assert optuna_url.query == {**url.query, "connect_timeout": "2", "options": options}
     with Store.open(url.render_as_string(hide_password=False)) as store, store.session() as session:
-        assert session.execute(text("SHOW statement_timeout")).scalar() == "10s"
+        assert session.execute(text("SHOW statement_timeout")).scalar() == "3s"
 
 
 def test_the_statement_timeout_is_a_typed_setting_of_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,13 +196,28 @@ def test_the_statement_timeout_is_a_typed_setting_of_the_environment(monkeypatch
 
     monkeypatch.delenv("TUNER_DB_STATEMENT_TIMEOUT_S", raising=False)
     default = StoreSettings()
-    assert (default.statement_timeout_s, default.statement_deadline_s) == (10.0, 11.0)
+    assert (default.statement_timeout_s, default.statement_deadline_s) == (3.0, 4.0)
     monkeypatch.setenv("TUNER_DB_STATEMENT_TIMEOUT_S", "2.5")
     assert StoreSettings().statement_timeout_s == 2.5 and StoreSettings().statement_deadline_s == 3.5
     for bad in ("0", "-1", "ten"):
         monkeypatch.setenv("TUNER_DB_STATEMENT_TIMEOUT_S", bad)
         with pytest.raises(ValidationError):
             StoreSettings()
+
+
+def test_a_stuck_statement_cannot_outlast_a_live_trials_heartbeat_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat beat stuck in a statement until its deadline delays the trial heartbeats by up to two
+    intervals plus the deadline: with the default worker options that must stay inside the Optuna grace (else
+    another worker fails a live trial as stale and measures its config again) and inside the lease."""
+    from tuner.db.settings import StoreSettings
+    from tuner.driver.study import trial_heartbeats
+    from tuner.service.worker import WorkerOptions
+
+    monkeypatch.delenv("TUNER_DB_STATEMENT_TIMEOUT_S", raising=False)
+    options = WorkerOptions()  # the defaults `tuner worker` and `tuner serve` use
+    beats = trial_heartbeats(options.heartbeat_s)
+    worst = 2 * options.heartbeat_s + StoreSettings().statement_deadline_s
+    assert worst < beats.grace_s and worst < options.lease_s
 
 
 @pytest.mark.postgres
