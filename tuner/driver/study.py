@@ -222,7 +222,9 @@ def queue_in_order(study: optuna.Study, store: TuningStore, wanted: Sequence[Map
 def warm_starts(store: TuningStore, space: SearchSpace, key: StudyKey, limit: int = 4) -> list[Config]:
     """Configs a new study measures first: the default (the incumbent), the space's expert seeds, then the
     best configs published for other shapes of this template on this device (nearest shapes first, each
-    shape's latest best), each once and only if valid for this shape (:func:`order_warm_starts`)."""
+    shape's latest best, whatever software it was tuned under: where a shape has bests under several
+    fingerprints the lookup would serve this worker the one of its own software, the warm start takes the
+    latest), each once and only if valid for this shape (:func:`order_warm_starts`)."""
     published = store.list_best(template=key.template, device_kind=key.device_kind, device_name=key.device_name)
     others = [Entry(template=b.template, template_version=b.template_version, shape=b.shape,
                     device_kind=b.device_kind, device_name=b.device_name, config=b.config,
