@@ -20,12 +20,14 @@ from tuner import db
 from tuner.api import explore
 from tuner.api.best_service import BestRequest, BestService
 from tuner.api.catalog import Catalog, CatalogEntry
+from tuner.api.routes.jobs import job_out
 from tuner.api.schemas import JobOut
 from tuner.api.ui import plots
 from tuner.db.explore import StudyOutcome
 from tuner.errors import NotFoundError, TunerError, UnknownTemplateError
 from tuner.frozen import Shape
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status
+from tuner.store.records import advertises, is_live, serves
 
 log = logging.getLogger(__name__)
 ACTIVE = ("queued", "running")
@@ -200,14 +202,40 @@ def study_page(store: db.Store, catalog: Catalog, study_id: int) -> dict[str, An
     }
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A live worker that advertises a job's template at its version, as the job page lists it: whether it
+    may claim the job's tasks (:func:`tuner.store.records.serves`: its device and backend match too), and
+    the labels of the job's tasks it gave up."""
+
+    worker: db.WorkerRecord
+    heartbeat_s: float
+    serves: bool
+    gave_up: tuple[str, ...]
+
+
 def job_page(store: db.Store, catalog: Catalog, job_id: int) -> dict[str, Any]:
+    """The job as ``GET /v1/jobs/{id}`` serves it (:func:`tuner.api.routes.jobs.job_out`: why it waits,
+    each task's attempts and their reasons), the workers on it, and the live workers that advertise its
+    template at its version (:class:`Candidate`), with the number of live workers."""
     now = datetime.now(timezone.utc)
     record = store.get_job(job_id=job_id)
     if record is None:
         raise NotFoundError(f"no job {job_id}")
-    workers = [w for w in store.list_workers(include_stopped=True) if w.id in record.workers]
-    return {"job": JobOut.of(record), "info": template_info(catalog, record.template),
-            "workers": [(w, (now - w.last_heartbeat).total_seconds()) for w in workers]}
+    everyone = store.list_workers(include_stopped=True)
+    job = job_out(store, record, everyone)  # waiting_reason keeps the live ones
+    gave_up: dict[str, list[str]] = {}
+    for task in job.tasks:
+        for attempt in task.attempt_reasons:
+            gave_up.setdefault(attempt.worker_id, []).append(task.label)
+    live = [w for w in everyone if is_live(w, now)]
+    return {
+        "job": job, "info": template_info(catalog, record.template),
+        "workers": [(w, (now - w.last_heartbeat).total_seconds()) for w in everyone if w.id in record.workers],
+        "candidates": [Candidate(w, (now - w.last_heartbeat).total_seconds(), serves(w, record),
+                                 tuple(gave_up.get(w.id, ()))) for w in live if advertises(w, record)],
+        "n_live": len(live),
+    }
 
 
 def compare_page(store: db.Store, catalog: Catalog, ids: Sequence[int]) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The pages in a real browser (headless Chromium) against a real ``tuner serve`` with its CPU worker, whose
 store holds a real sweep (the Triton interpreter, a small shape): what the pages show matches the store, the
-trials table filters by status through the API, a running job's page advances without a reload, cancelling
-needs the submit token, and no page makes the browser contact another host. A screenshot of every page is
-written under ``$TUNER_TEST_ARTIFACTS/ui`` (default ``.artifacts/ui`` in the repository)."""
+trials table filters by status through the API, a running job's page advances without a reload, a job no
+worker can take says why it waits, cancelling needs the submit token, and no page makes the browser contact
+another host. A screenshot of every page is written under ``$TUNER_TEST_ARTIFACTS/ui`` (default
+``.artifacts/ui`` in the repository)."""
 
 from __future__ import annotations
 
@@ -126,8 +127,8 @@ def test_trials_table_filters_by_status(served: Served) -> None:
     assert d.find_element("id", "trials-count").text == f"{failing.count(status)} trial(s)"
 
 
-def _submit(s: Served, trials: int) -> int:
-    body = {"template": NAME, "shapes": [{"n": 512}], "device": {"kind": "cpu"}, "trials": trials,
+def _submit(s: Served, trials: int, device: str = "cpu") -> int:
+    body = {"template": NAME, "shapes": [{"n": 512}], "device": {"kind": device}, "trials": trials,
             "sampler": "random", "seed": 2, "samples": 3, "comparators": False, "finalists": 1}
     r = httpx.post(f"{s.base}/v1/jobs", json=body, headers=auth(s.token), timeout=30)
     assert r.status_code == 201, r.text
@@ -144,10 +145,15 @@ def test_running_job_advances_without_reload_and_cancel_needs_the_token(served: 
     first = label()
     _wait(lambda: label() != first, 240, f"job {running}'s progress to move from {first}")
     assert d.execute_script("return window.__sameDocument === true")  # updated in place, not reloaded
+    max_attempts = httpx.get(f"{served.base}/v1/jobs/{running}").json()["max_attempts"]
+    assert d.find_element("css selector", "#tasks .t-attempts").text == f"0 / {max_attempts}"  # as the API's
+    assert not d.find_element("id", "job-waiting").is_displayed()  # a worker is on it
     browser.screenshot(d, ARTIFACTS / "job-running.png")
     d.set_window_size(1440, 1000)
 
     _open(served, f"/ui/jobs/{waiting}", "job-cancel")
+    (worker,) = d.find_elements("css selector", "#job-candidates tbody tr[data-worker]")  # the server's own
+    assert worker.text.endswith("yes"), worker.text
     d.find_element("css selector", "#cancel-form button[type=submit]").click()
     result = d.find_element("id", "cancel-result")
     _wait(lambda: "refused" in result.text, 30, "the refusal without a token")
@@ -163,6 +169,25 @@ def test_running_job_advances_without_reload_and_cancel_needs_the_token(served: 
     assert "cancelled" in d.find_element("id", "job-state").text
     assert d.execute_script("return sessionStorage.getItem('tuner.submitToken')") == served.token
     assert served.token not in d.execute_script("return document.cookie")  # kept in the tab's session only
+
+
+def test_a_job_no_worker_can_take_says_why_it_waits(served: Served) -> None:
+    """The page shows the API's ``waiting`` near the job's state and keeps it as it polls the job; the live
+    worker that advertises the template is listed as unable to take it (its device differs)."""
+    d = served.driver
+    stranded = _submit(served, 4, device="cuda")  # the server's one worker is a CPU worker
+    try:
+        _open(served, f"/ui/jobs/{stranded}", "job-waiting")
+        wanted = httpx.get(f"{served.base}/v1/jobs/{stranded}").json()["waiting"]
+        assert wanted and wanted.startswith("no live worker of device cuda:any"), wanted
+        polled = lambda: d.find_element("id", "job-updated").text.endswith(" UTC")  # noqa: E731 - "s ago" until then
+        _wait(polled, 30, "the page to poll the job")
+        assert d.find_element("id", "job-waiting").is_displayed()
+        assert d.find_element("id", "job-waiting-text").text == wanted
+        (worker,) = d.find_elements("css selector", "#job-candidates tbody tr[data-worker]")
+        assert "no: the job wants cuda:any" in worker.text, worker.text
+    finally:
+        httpx.post(f"{served.base}/v1/jobs/{stranded}/cancel", headers=auth(served.token), timeout=30)
 
 
 def test_template_compare_and_docs_pages_stay_local(served: Served) -> None:

@@ -146,3 +146,45 @@ def test_pages_need_the_read_token_when_reads_do(tmp_path: Path) -> None:
         cookie = signed.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age" not in cookie
         assert http.get("/").status_code == 200  # the session cookie is sent back
+
+
+def test_job_page_says_why_it_waits_and_who_gave_its_shape_up(db_url: str) -> None:
+    """The job page shows what ``GET /v1/jobs/{id}`` says (the same ``waiting``, each shape's attempts of the
+    job's max_attempts with who gave it up, why and when), which live workers advertise its template, and
+    the overview what each worker advertises: first every live worker that could take the job gave its shape
+    up, then that worker is gone and no live worker advertises the template."""
+    store = db.Store.open(db_url)
+    job = store.create_job(template=NAME, template_version="1", backend="triton", device_kind="cpu",
+                           device_name=None, trials=4, sampler="random", samples=3, candidate_timeout_s=60,
+                           tasks=[("n=256", "n=256", '{"n":256}')], max_attempts=2)
+    common = {"host": "h", "pid": 1, "device_kind": "cpu", "device_name": "CPU", "device_index": 0,
+              "backends": ["triton"], "fingerprint_hash": "f", "fingerprint_json": "{}", "lease_s": 600.0}
+    store.register_worker(worker_id="other", templates={"some_other_template": "7"}, **common)  # type: ignore[arg-type]
+    store.register_worker(worker_id="w", templates={NAME: "1"}, **common)  # type: ignore[arg-type]
+    claim = store.claim_task(worker_id="w", device_kind="cpu", device_name="CPU", backends=["triton"])
+    assert claim is not None
+    store.fail_attempt(task_id=claim.task.id, worker_id="w", reason="DeviceError: <gone>")
+    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False)  # type: ignore[arg-type]
+    with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=60) as http:
+        def page() -> tuple[dict[str, object], str]:
+            served = http.get(f"/v1/jobs/{job.id}").json()
+            r = http.get(f"/ui/jobs/{job.id}")
+            assert r.status_code == 200, r.text[:300]
+            return served, html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", r.text)))
+
+        served, text = page()
+        assert served["waiting"] == "every live worker gave n=256 up: w: DeviceError: <gone>", served
+        assert f"waiting {served['waiting']}" in text
+        (attempt,) = served["tasks"][0]["attempt_reasons"]  # type: ignore[index]
+        reason = f"w : DeviceError: <gone> at {attempt['at'][:19].replace('T', ' ')} UTC"
+        assert "1 / 2" in text and reason in text
+        assert "w h/1 cpu:0 · CPU triton v1 idle" in text and "gave up n=256" in text  # the worker that could
+
+        store.stop_worker(worker_id="w")
+        served, text = page()
+        assert served["waiting"] == f"no live worker advertises {NAME} version 1", served
+        assert f"waiting {served['waiting']}" in text and "1 / 2" in text and reason in text
+        assert f"no live worker advertises {NAME} version 1 (1 live worker(s) in all" in text
+        overview = html.unescape(http.get("/").text)
+        assert "some_other_template&nbsp;v7" in overview.replace("\xa0", "&nbsp;")
+    store.close()

@@ -19,8 +19,8 @@ from tuner.results import Status, Timer
 
 __all__ = [
     "ROLES", "BestRecord", "Claim", "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord",
-    "TaskAttemptRecord", "TaskRecord", "Timer", "WorkerRecord", "attempts_error", "canonical_json", "check_candidate",
-    "check_max_attempts", "check_role",
+    "TaskAttemptRecord", "TaskRecord", "Timer", "WorkerRecord", "advertises", "attempts_error", "canonical_json",
+    "check_candidate", "check_max_attempts", "check_role",
     "check_tasks", "is_live", "serves", "task_may_still_run", "waiting_reason",
 ]
 
@@ -77,12 +77,18 @@ def is_live(worker: WorkerRecord, now: datetime) -> bool:
     return worker.state in ("idle", "busy") and worker.lease_expires_at >= now
 
 
-def serves(worker: WorkerRecord, job: JobRecord) -> bool:
-    """The worker may claim the job's tasks: its device and a backend of the job's, and the job's template at
-    its version among those it advertises (a worker that advertised none takes any template)."""
+def advertises(worker: WorkerRecord, job: JobRecord) -> bool:
+    """The job's template at its version is among those the worker advertises (a worker that advertised none
+    takes any template)."""
     has = worker.templates
+    return has is None or has.get(job.template) == job.template_version
+
+
+def serves(worker: WorkerRecord, job: JobRecord) -> bool:
+    """The worker may claim the job's tasks: its device and a backend of the job's, and it advertises the
+    job's template at its version (:func:`advertises`)."""
     return (worker.device_kind == job.device_kind and job.device_name in (None, worker.device_name)
-            and job.backend in worker.backends and (has is None or has.get(job.template) == job.template_version))
+            and job.backend in worker.backends and advertises(worker, job))
 
 
 def task_may_still_run(
@@ -112,7 +118,7 @@ def waiting_reason(
         return None
     live = [w for w in workers if is_live(w, now)]
     wanted = f"{job.template} version {job.template_version}"
-    if not any((w.templates is None or w.templates.get(job.template) == job.template_version) for w in live):
+    if not any(advertises(w, job) for w in live):
         return f"no live worker advertises {wanted}"
     capable = [w for w in live if serves(w, job)]
     if not capable:

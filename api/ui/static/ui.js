@@ -12,6 +12,10 @@
   const progress = (done, total, failed) => '<div class="progress" title="' + done + " of " + total + ' trials' +
     (failed ? ", " + failed + " failed" : "") + '"><div class="bar" style="width:' + (total ? 100 * done / total : 0) +
     '%"></div><span class="label">' + done + " / " + total + "</span></div>";
+  const attempts = (t, max) => '<span class="' + (t.attempts ? "bad" : "muted") + '" title="distinct workers that gave this shape up, of the ' +
+    max + ' that may before it fails">' + t.attempts + " / " + max + "</span>" + (t.attempt_reasons.length ? '<ul class="plain attempts">' +
+    t.attempt_reasons.map((a) => "<li><code>" + esc(a.worker_id) + "</code>: " + esc(a.reason) + ' <span class="muted">at ' +
+    esc(a.at.slice(0, 19).replace("T", " ")) + " UTC</span></li>").join("") + "</ul>" : "");
   const getJSON = async (url, options) => {
     const response = await fetch(url, Object.assign({credentials: "same-origin", headers: {Accept: "application/json"}}, options || {}));
     const body = await response.json().catch(() => ({}));
@@ -99,13 +103,15 @@
     }));
   }
 
-  // -- job page: live progress and cancel ----------------------------------------------------------------
+  // -- job page: live progress, why it waits, who gave its shapes up, and cancel ---------------------------------
   function renderJob(job) {
     const root = document.getElementById("job");
     root.dataset.state = job.state;
     document.getElementById("job-state").innerHTML = stateBadge(job.state);
     document.getElementById("job-progress").innerHTML = progress(job.progress.trials_done, job.progress.trials_total);
     document.getElementById("job-updated").textContent = job.updated_at.slice(11, 19) + " UTC";
+    const waiting = document.getElementById("job-waiting");
+    waiting.hidden = !job.waiting; document.getElementById("job-waiting-text").textContent = job.waiting || "";
     const error = document.getElementById("job-error");
     error.hidden = !job.error; error.textContent = job.error || "";
     job.tasks.forEach((t) => {
@@ -117,6 +123,7 @@
       row.querySelector(".t-failed").textContent = t.trials_failed;
       row.querySelector(".t-best").textContent = us(t.best_us);
       row.querySelector(".t-config").innerHTML = cfg(t.best_config);
+      row.querySelector(".t-attempts").innerHTML = attempts(t, job.max_attempts);
       row.querySelector(".t-error").textContent = t.error || "";
     });
     document.getElementById("job-workers").innerHTML = job.workers.length ?
