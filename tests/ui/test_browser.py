@@ -137,7 +137,7 @@ def _submit(s: Served, trials: int, device: str = "cpu") -> int:
 
 def test_running_job_advances_without_reload_and_cancel_needs_the_token(served: Served) -> None:
     d = served.driver
-    running = _submit(served, 6)
+    running = _submit(served, 40)  # enough trials to be still running when the page has loaded, under load too
     waiting = _submit(served, 40)  # queued behind the first (the server has one worker), then running
     _open(served, f"/ui/jobs/{running}", "job")
     d.execute_script("window.__sameDocument = true;")
