@@ -189,7 +189,7 @@ def oracle(data: Data) -> list[str]:
             f"{f' ({len(skipped)} skipped: no choice timed)' if skipped else ''}, "
             f"{sum(1 for v in best if v > GOAL_P90)} above 5%. A distance only picks among these, so on no shape "
             "does a distance do better; this p90 is over every shape "
-            f"{'with a timed choice' if skipped else '(the default always has a time)'}, the lookup's figures "
+            f"{'with a timed choice' if skipped else '(each has a timed choice)'}, the lookup's figures "
             "above only over the shapes whose served config was timed, hence can be lower. Shapes where even the "
             "best choice loses more than 5%:", "",
             "| store | template | shape | best choice | neighbours' configs invalid for it | choices (valid, repaired "

@@ -180,7 +180,8 @@ def test_tuner_regret_measure_times_the_served_configs_the_records_lack(store: d
     # 8192 is served 2048's config, but its own best computes wrong results: no figure, the row stays
     # unmeasured, and a note says why.
     assert ours[8192]["config"] == {"mode": "ok", "BLOCK": 256} and ours[8192]["regret"] is None
-    assert any("n=8192: not measured now (WRONG_RESULT" in n for n in reports[here]["notes"]), reports[here]["notes"]
+    notes = reports[here]["notes"]
+    assert any("n=8192: not measured now (its own best WRONG_RESULT" in n for n in notes), notes
     # Records of another device are not measured here.
     theirs = reports["another-cpu"]
     assert theirs["unmeasured"] == 2 and any(f"this device is {here}" in n for n in theirs["notes"])
@@ -233,7 +234,7 @@ def test_regret_measure_says_how_many_were_measured_and_how_many_failed(store: d
     summary = [n for n in measured.notes if "served config(s) the records lacked" in n]
     assert summary == [f"3 served config(s) the records lacked tried on {here}, each interleaved with the shape's "
                        "own best: 2 measured OK, 1 failed (WRONG_RESULT: 1) and stays unmeasured"], measured.notes
-    assert any(n.startswith("n=8192: not measured now (WRONG_RESULT") for n in measured.notes)
+    assert any(n.startswith("n=8192: not measured now (its own best WRONG_RESULT") for n in measured.notes)
 
 
 def test_a_shape_with_bests_of_two_fingerprints_is_held_out_once_with_all_its_entries(store: db.Store) -> None:

@@ -314,9 +314,10 @@ def measure_unmeasured(
             if best.ok and served.ok and best.median_us and served.median_us:
                 rows[i] = replace(row, regret=served.median_us / best.median_us - 1.0, basis=MEASURED_NOW)
             else:
-                failed = served if best.ok and best.median_us else best
-                failures[failed.status.value] += 1
-                notes.append(f"{_shape_text(row.shape)}: not measured now ({failed.status.value}: {failed.reason})")
+                parts = [f"{who} {r.status.value}: {r.reason}" for who, r in
+                         (("its own best", best), ("the served config", served)) if not (r.ok and r.median_us)]
+                failures[(served if best.ok and best.median_us else best).status.value] += 1
+                notes.append(f"{_shape_text(row.shape)}: not measured now ({'; '.join(parts)})")
         notes.append(_tried_note(len(todo), failures, here))
         out.append(replace(report, rows=tuple(rows), notes=tuple(notes)))
     return out
