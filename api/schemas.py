@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
 from tuner.driver.sampler_names import SamplerName
 from tuner.store import JobRecord, MeasurementRecord, TaskAttemptRecord, TaskRecord
@@ -63,7 +63,8 @@ class JobIn(_Request):
     """A job: one task per shape (named workloads and explicit shapes, duplicates merged). ``kind`` "tune"
     (default) sweeps and publishes; "verify" re-measures each shape's published best and the comparators in
     ``processes`` fresh processes and records the drift (``tuner verify`` on a worker; trials, sampler, seed
-    and finalists do not apply)."""
+    and finalists do not apply); ``comparator_processes`` limits the comparators to the first N of them (a
+    verify job's only; at most ``processes``)."""
 
     kind: JobKind = Field(default="tune", description="tune: sweep and publish; verify: re-measure the best.")
     template: Name = Field(description="Registered template name.")
@@ -83,6 +84,24 @@ class JobIn(_Request):
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1, description="Sampler seed.")
     priority: int = Field(default=0, ge=-1000, le=1000, description="Higher runs first.")
     processes: int = Field(default=5, ge=1, le=50, description="verify jobs: fresh processes per shape.")
+    # after ``kind`` and ``processes``: its validator reads them
+    comparator_processes: int | None = Field(
+        default=None, ge=1, le=50,
+        description="verify jobs: re-measure the comparators in the first N processes only (1..processes; "
+                    "default: every process), for a comparator that compiles for minutes in each new process.")
+
+    @field_validator("comparator_processes")
+    @classmethod
+    def _within_processes(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """A verify job's only, and at most ``processes`` (a field-level 422; nothing reaches the store)."""
+        if value is None:
+            return None
+        if info.data.get("kind", "verify") != "verify":  # (absent: the kind was refused already)
+            raise ValueError("comparator_processes applies to verify jobs only (\"kind\": \"verify\")")
+        processes = info.data.get("processes")
+        if processes is not None and value > processes:
+            raise ValueError(f"comparator_processes ({value}) must be at most processes ({processes})")
+        return value
 
 
 class AttemptOut(BaseModel):
@@ -131,6 +150,9 @@ class JobOut(BaseModel):
     id: int
     kind: JobKind = "tune"
     processes: int | None = Field(default=None, description="verify jobs: fresh processes per shape.")
+    comparator_processes: int | None = Field(default=None, description="verify jobs: the comparators are "
+                                                                       "re-measured in the first N processes "
+                                                                       "only (null: in every process).")
     state: JobState
     template: str
     template_version: str
@@ -168,6 +190,7 @@ class JobOut(BaseModel):
         attempts = attempts or {}
         return cls(
             id=job.id, kind=job.kind, processes=job.processes,  # type: ignore[arg-type]
+            comparator_processes=job.comparator_processes,
             state=job.state, template=job.template,  # type: ignore[arg-type]
             template_version=job.template_version, backend=job.backend,
             device=DeviceRequirement(kind=job.device_kind, name=job.device_name),  # type: ignore[arg-type]

@@ -71,13 +71,15 @@ def create_job(
     kind: str = "tune",
     processes: int | None = None,
     max_attempts: int = 3,
+    comparator_processes: int | None = None,
 ) -> JobRecord:
     """A queued job with one task per ``(label, shape_key, shape_json)``; ValueError when there is none or
     a shape repeats (callers validate shapes against the template before), or when ``kind`` is unknown,
-    a tuning job has no trials or a verify job has trials or no processes (see :func:`create_verify_job`),
-    or ``max_attempts`` (see :func:`fail_attempt`) is below 1."""
+    a tuning job has no trials or has ``comparator_processes``, a verify job has trials, no processes or
+    ``comparator_processes`` outside 1..``processes`` (see :func:`create_verify_job`), or ``max_attempts``
+    (see :func:`fail_attempt`) is below 1."""
     check_tasks(tasks)
-    check_job_kind(kind, trials, processes)
+    check_job_kind(kind, trials, processes, comparator_processes)
     check_max_attempts(max_attempts)
     now = utcnow()
     job = JobRow(
@@ -85,7 +87,7 @@ def create_job(
         device_name=device_name, trials=trials, sampler=sampler, seed=seed, samples=samples,
         candidate_timeout_s=candidate_timeout_s, finalists=finalists, comparators=comparators, priority=priority,
         state="queued", submitted_by=submitted_by, created_at=now, updated_at=now, kind=kind, processes=processes,
-        max_attempts=max_attempts,
+        max_attempts=max_attempts, comparator_processes=comparator_processes,
     )
     session.add(job)
     session.flush()
@@ -115,16 +117,18 @@ def create_verify_job(
     priority: int = 0,
     submitted_by: str | None = None,
     max_attempts: int = 3,
+    comparator_processes: int | None = None,
 ) -> JobRecord:
     """A queued verify job: for each ``(label, shape_key, shape_json)``, a worker of the device re-measures the
     published best of that shape (and the comparators) in ``processes`` fresh processes and records a
-    verification (:func:`tuner.driver.reverify.verify_best`). Its tasks have no trials: one worker takes each.
+    verification (:func:`tuner.driver.reverify.verify_best`). ``comparator_processes`` (None: every process)
+    limits the comparators to the first that many processes. Its tasks have no trials: one worker takes each.
     ValueError as :func:`create_job`."""
     return create_job(
         session, template=template, template_version=template_version, backend=backend, device_kind=device_kind,
         device_name=device_name, trials=0, sampler="none", samples=samples, candidate_timeout_s=candidate_timeout_s,
         tasks=tasks, finalists=1, comparators=comparators, priority=priority, submitted_by=submitted_by,
-        kind="verify", processes=processes, max_attempts=max_attempts,
+        kind="verify", processes=processes, max_attempts=max_attempts, comparator_processes=comparator_processes,
     )
 
 

@@ -207,6 +207,8 @@ class JobRow(Base):
     # fresh processes (its tasks have no trials)
     kind: Mapped[str] = mapped_column(String(16), default="tune", server_default="tune")
     processes: Mapped[int | None] = mapped_column(Integer)
+    # verify jobs: the comparators are re-measured in the first N processes only (None: in every one); revision 0008
+    comparator_processes: Mapped[int | None] = mapped_column(Integer)
     # distinct workers that may give a task up (a task-specific local failure) before it may fail: the
     # server's setting at submission (TUNER_TASK_ATTEMPTS), the same for every worker
     max_attempts: Mapped[int] = mapped_column(Integer, default=3, server_default="3")

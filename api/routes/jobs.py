@@ -49,6 +49,7 @@ def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep,
             device_kind=body.device.kind, device_name=body.device.name, tasks=tasks, processes=body.processes,
             samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, comparators=body.comparators,
             priority=body.priority, submitted_by=who.label, max_attempts=engine_settings().task_attempts,
+            comparator_processes=body.comparator_processes,
         )
     else:
         job = store.create_job(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 
 from tuner.db import Store
 from tuner.db.migrate import current_revision, head_revision, migrate_to, schema_drift
@@ -11,7 +11,7 @@ from tuner.db.migrate import current_revision, head_revision, migrate_to, schema
 
 def _rows(store: Store) -> dict[str, list[tuple[object, ...]]]:
     queries = {
-        "jobs": "SELECT id, state FROM tuner_jobs ORDER BY id",
+        "jobs": "SELECT id, state, kind, processes FROM tuner_jobs ORDER BY id",
         "tasks": "SELECT id, job_id, state, trials_reserved FROM tuner_tasks ORDER BY id",
         "slots": "SELECT id, task_id, worker_id, state FROM tuner_slots ORDER BY id",
         "workers": "SELECT id, state, current_task_id FROM tuner_workers ORDER BY id",
@@ -21,7 +21,8 @@ def _rows(store: Store) -> dict[str, list[tuple[object, ...]]]:
 
 
 def _fill(store: Store) -> int:
-    """A running job whose task has two reserved slots of a busy worker and one worker's attempt."""
+    """A running job whose task has two reserved slots of a busy worker and one worker's attempt, and a queued
+    verify job whose comparators run in its first process only."""
     job = store.create_job(
         template="t",
         template_version="1",
@@ -54,11 +55,19 @@ def _fill(store: Store) -> int:
     assert store.claim_task(worker_id="busy", device_kind="cpu", device_name="CPU", backends=["triton"])
     for _ in range(2):
         assert store.reserve_slot(task_id=claim.task.id, worker_id="busy") is not None
+    verify = store.create_verify_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                                     device_name=None, tasks=[("n=2", "n=2", '{"n": 2}')], processes=2,
+                                     comparator_processes=1, max_attempts=2)
+    assert store.get_job(job_id=verify.id).comparator_processes == 1  # type: ignore[union-attr]
     return job.tasks[0].id
 
 
+def _comparator_processes(store: Store) -> list[int | None]:
+    return [j.comparator_processes for j in reversed(store.list_jobs())]
+
+
 def test_down_to_0005_and_up_again_keeps_every_row(db_url: str) -> None:
-    """0007 and 0006 rebuild tuner_jobs, tuner_tasks and tuner_slots on SQLite on the way down: with the store's
+    """0008, 0007 and 0006 rebuild tuner_jobs, tuner_tasks and tuner_slots on SQLite on the way down: with the store's
     foreign keys on, that used to delete every slot and task and null the workers' current task."""
     with Store.open(db_url) as store:
         task_id = _fill(store)
@@ -81,8 +90,36 @@ def test_down_to_0005_and_up_again_keeps_every_row(db_url: str) -> None:
                 assert seq == [("tuner_slots", max(s[0] for s in before["slots"]))], seq
         assert _rows(store) == before
         assert [a.worker_id for a in store.list_attempts(task_id=task_id)] == []  # dropped with 0006's table
+        assert _comparator_processes(store) == [None, None]  # dropped with 0008's column: every process
         slot = store.reserve_slot(task_id=task_id, worker_id="busy")
         assert slot is not None and slot > max(s[0] for s in before["slots"])
+
+
+def test_down_to_0007_and_up_again_keeps_the_jobs_and_takes_comparator_processes_again(db_url: str) -> None:
+    """0008 adds ``tuner_jobs.comparator_processes``: down, the column goes (a verify job queued with it then
+    re-measures the comparators in every process) and every row stays; up again, old jobs read None and new
+    jobs keep theirs."""
+    with Store.open(db_url) as store:
+        _fill(store)
+        before = _rows(store)
+        assert _comparator_processes(store) == [None, 1]
+        migrate_to(store.engine, "0007")
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == "0007"
+            assert "comparator_processes" not in {c["name"] for c in inspect(conn).get_columns("tuner_jobs")}
+            assert [tuple(r) for r in conn.execute(text(
+                "SELECT kind, processes, max_attempts FROM tuner_jobs ORDER BY id"))] == [("tune", None, 3),
+                                                                                      ("verify", 2, 2)]
+        assert _rows(store) == before
+        migrate_to(store.engine, "head")
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == head_revision() and schema_drift(conn) == []
+        assert _rows(store) == before and _comparator_processes(store) == [None, None]
+        again = store.create_verify_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                                        device_name=None, tasks=[("n=3", "n=3", '{"n": 3}')], processes=4,
+                                        comparator_processes=3)
+        assert store.get_job(job_id=again.id).comparator_processes == 3  # type: ignore[union-attr]
+        assert _comparator_processes(store) == [None, None, 3]
 
 
 def test_alembic_on_a_store_connection_with_sqlite_foreign_keys_on_is_refused(db_url: str) -> None:

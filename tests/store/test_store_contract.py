@@ -374,6 +374,25 @@ def test_a_verify_job_has_no_trials_and_one_worker_takes_each_task(store: Any) -
             _job(store, **bad)
 
 
+def test_a_verify_job_keeps_its_comparator_processes(store: Any) -> None:
+    """``comparator_processes`` is stored with the job and comes back with it (claimed, listed); None (the
+    default) means every process; outside 1..processes, or on a tuning job, it is refused and nothing is stored."""
+    verify = {"template": "t", "template_version": "1", "backend": "triton", "device_kind": "cpu",
+              "device_name": None, "tasks": [("w0", "n=0", '{"n": 0}')], "processes": 3}
+    job = store.create_verify_job(**verify, comparator_processes=2)
+    assert job.comparator_processes == 2 and store.get_job(job_id=job.id).comparator_processes == 2
+    assert store.create_verify_job(**verify, priority=-1).comparator_processes is None
+    claim = _claim(store, _worker(store, "a"))
+    assert claim is not None and claim.job.id == job.id and claim.job.comparator_processes == 2
+    assert [j.comparator_processes for j in store.list_jobs()] == [None, 2]
+    for bad in (0, 4, -1):
+        with pytest.raises(ValueError, match="comparator_processes must be between 1 and processes"):
+            store.create_verify_job(**verify, comparator_processes=bad)
+    with pytest.raises(ValueError, match="verify jobs only"):
+        _job(store, comparator_processes=1)
+    assert store.count_jobs() == 2
+
+
 # -- mixed fleets: advertised templates, local failures ----------------------------------------------------
 def test_a_worker_claims_only_the_templates_and_versions_it_advertised(store: Any) -> None:
     newer, other, wanted = _job(store, template_version="2"), _job(store, template="u"), _job(store)

@@ -9,12 +9,15 @@ times as long in every process after the first; ``steady_spin`` keeps its speed.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.fixtures.drift_templates import DIR_ENV, DRIFTING_REF, STEADY_REF
+from tests.fixtures.processes import ROOT, env
 from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
 from tuner import db, registry
 from tuner.api.settings import ApiSettings
@@ -190,3 +193,48 @@ def test_a_verify_job_over_http_flags_the_drift_in_the_api_answer_and_the_report
         assert best["match"] == "exact" and check["flagged"] and check["drift"] > 0.5 and check["processes"] == 2
         assert any("drifted" in note for note in best["notes"])
     assert "⚠ drift +" in render_markdown(collect(store, "drifting_spin"))
+
+
+@pytest.mark.slow
+def test_a_verify_job_over_http_re_measures_the_comparators_in_its_first_processes_only(tmp_path: Path) -> None:
+    """``tuner submit --verify --processes 2 --comparator-processes 1`` to a real server: the option is kept with
+    the job (``GET /v1/jobs/{id}``), a real worker passes it on, and the recorded verification's figures hold the
+    comparator in process 1 only (the best in both). Above ``processes``, or on a tuning job, it is a 422."""
+    url = db.sqlite_url(tmp_path / "t.db")
+    store = db.Store.open(url)
+    _publish(store, "steady_spin")
+    settings = ApiSettings(db_url=url, tokens=TOKENS, warm_templates=False, best_cache_ttl_s=0)  # type: ignore[call-arg]
+    common = {"template": "steady_spin", "shapes": [{"n": 64}], "device": {"kind": "cpu"}, "samples": 15}
+    with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=30) as http:
+        for body, message in (
+            ({"kind": "verify", "processes": 2, "comparator_processes": 3},
+             "comparator_processes (3) must be at most processes (2)"),
+            ({"kind": "verify", "comparator_processes": 6}, "comparator_processes (6) must be at most processes (5)"),
+            ({"kind": "verify", "processes": 2, "comparator_processes": 0}, "greater than or equal to 1"),
+            ({"trials": 1, "comparator_processes": 1}, "comparator_processes applies to verify jobs only"),
+        ):
+            refused = http.post("/v1/jobs", json={**common, **body}, headers=auth(SUBMIT))
+            assert refused.status_code == 422, refused.text
+            (error,) = refused.json()["detail"]
+            assert error["loc"] == ["body", "comparator_processes"] and message in error["msg"], error
+        assert http.get("/v1/jobs").json()["total"] == 0
+        submitted = subprocess.run(
+            [sys.executable, "-m", "tuner.cli", "submit", "steady_spin", "--shape", "n=64", "--device", "cpu",
+             "--samples", "15", "--verify", "--processes", "2", "--comparator-processes", "1", "--url", base],
+            capture_output=True, text=True, cwd=ROOT, timeout=120,
+            env={**env(), "TUNER_HOME": str(tmp_path / "home"), "TUNER_TOKEN": SUBMIT},
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        assert submitted.stdout.startswith("job 1 queued: verify steady_spin, 1 shape(s) × 2 fresh processes "
+                                           "(comparators in the first 1) on cpu"), submitted.stdout
+        job = http.get("/v1/jobs/1").json()
+        assert (job["kind"], job["processes"], job["comparator_processes"], job["comparators"]) == ("verify", 2, 1,
+                                                                                                    True)
+        assert Worker(store, WorkerOptions(CPU, heartbeat_s=0.5, lease_s=10)).run(exit_when_idle=True) == 1
+        done = http.get("/v1/jobs/1").json()
+        assert done["state"] == "done" and done["tasks"][0]["best_us"] > 0 and done["comparator_processes"] == 1
+    (record,) = store.list_verifications(template="steady_spin")
+    assert record.processes == 2
+    labels = {p["process"]: [c["label"] for c in p["candidates"]] for p in record.figures}
+    assert labels == {1: [BEST_LABEL, "comparator:library"], 2: [BEST_LABEL]}
+    assert all(c["status"] == "OK" for p in record.figures for c in p["candidates"])

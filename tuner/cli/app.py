@@ -636,6 +636,8 @@ def submit(
     verify: Annotated[bool, typer.Option(
         "--verify", help="A verify job: re-measure each shape's published best in fresh processes.")] = False,
     processes: Annotated[int, typer.Option(help="--verify: fresh processes per shape.")] = 5,
+    comparator_processes: Annotated[int | None, typer.Option(
+        help="--verify: re-measure the comparators in only the first N processes (default: all).")] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -654,12 +656,16 @@ def submit(
         body.update(kind="verify", processes=processes)
     else:
         body.update(trials=trials, sampler=sampler, finalists=finalists, seed=seed)
+    if comparator_processes is not None:  # the server checks it (a verify job's, 1..processes)
+        body.update(comparator_processes=comparator_processes)
     job = call("POST", "/v1/jobs", url=url, token=token, json=body)
     if as_json:
         print(json.dumps(job, indent=2))
         return
     where = device + (f" ({device_name})" if device_name else "")
     work = f"{job['processes']} fresh processes" if verify else f"{job['trials']} trials"
+    if verify and job.get("comparator_processes") is not None:
+        work += f" (comparators in the first {job['comparator_processes']})"
     kind = "verify " if verify else ""
     console.print(f"job {job['id']} {job['state']}: {kind}{job['template']}, {len(job['tasks'])} shape(s) × "
                   f"{work} on {where}", highlight=False)

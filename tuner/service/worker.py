@@ -325,7 +325,7 @@ class Worker:
         outcome = verify_best(
             self.store, job.template, shape, device=self.options.device, processes=job.processes or 1,
             options=MeasureOptions(n_samples=job.samples, timeout_s=job.candidate_timeout_s),
-            comparators=job.comparators, worker=self.id,
+            comparators=job.comparators, comparator_processes=job.comparator_processes, worker=self.id,
         )
         median = outcome.verdict.median_us
         self.store.finish_task(

@@ -328,14 +328,14 @@ class MemoryStore:
         self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
         tasks: Sequence[tuple[str, str, str]], processes: int = 5, samples: int = 100,
         candidate_timeout_s: float = 120.0, comparators: bool = True, priority: int = 0,
-        submitted_by: str | None = None, max_attempts: int = 3,
+        submitted_by: str | None = None, max_attempts: int = 3, comparator_processes: int | None = None,
     ) -> JobRecord:
         return self.create_job(
             template=template, template_version=template_version, backend=backend, device_kind=device_kind,
             device_name=device_name, trials=0, sampler="none", samples=samples,
             candidate_timeout_s=candidate_timeout_s, tasks=tasks, finalists=1, comparators=comparators,
             priority=priority, submitted_by=submitted_by, kind="verify", processes=processes,
-            max_attempts=max_attempts,
+            max_attempts=max_attempts, comparator_processes=comparator_processes,
         )
 
     def create_job(
@@ -343,9 +343,10 @@ class MemoryStore:
         trials: int, sampler: str, samples: int, candidate_timeout_s: float, tasks: Sequence[tuple[str, str, str]],
         seed: int | None = None, finalists: int = 3, comparators: bool = True, priority: int = 0,
         submitted_by: str | None = None, kind: str = "tune", processes: int | None = None, max_attempts: int = 3,
+        comparator_processes: int | None = None,
     ) -> JobRecord:
         check_tasks(tasks)
-        check_job_kind(kind, trials, processes)
+        check_job_kind(kind, trials, processes, comparator_processes)
         check_max_attempts(max_attempts)
         now = _now()
         with self._lock:
@@ -355,7 +356,7 @@ class MemoryStore:
                 samples=samples, candidate_timeout_s=candidate_timeout_s, finalists=finalists,
                 comparators=comparators, priority=priority, state="queued", error=None, submitted_by=submitted_by,
                 created_at=now, updated_at=now, finished_at=None, kind=kind, processes=processes,
-                max_attempts=max_attempts,
+                max_attempts=max_attempts, comparator_processes=comparator_processes,
             )
             self._jobs[job.id] = job
             for position, (label, shape_key, shape_json) in enumerate(tasks):

@@ -173,21 +173,25 @@ class JobQueue(Protocol):
         trials: int, sampler: str, samples: int, candidate_timeout_s: float, tasks: Sequence[tuple[str, str, str]],
         seed: int | None = None, finalists: int = 3, comparators: bool = True, priority: int = 0,
         submitted_by: str | None = None, kind: str = "tune", processes: int | None = None, max_attempts: int = 3,
+        comparator_processes: int | None = None,
     ) -> JobRecord:
         """A queued job with one task per ``(label, shape_key, shape_json)``; ``max_attempts``: the distinct
         workers that must give a task up before it may fail (:meth:`fail_attempt`; the server's setting,
         ``TUNER_TASK_ATTEMPTS``). ValueError when there is no task or a shape repeats, or the kind is unknown,
-        a tuning job has no trials, a verify job has trials or no processes, or ``max_attempts`` < 1."""
+        a tuning job has no trials or has ``comparator_processes``, a verify job has trials, no processes or
+        ``comparator_processes`` outside 1..``processes``, or ``max_attempts`` < 1."""
 
     def create_verify_job(
         self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
         tasks: Sequence[tuple[str, str, str]], processes: int = 5, samples: int = 100,
         candidate_timeout_s: float = 120.0, comparators: bool = True, priority: int = 0,
-        submitted_by: str | None = None, max_attempts: int = 3,
+        submitted_by: str | None = None, max_attempts: int = 3, comparator_processes: int | None = None,
     ) -> JobRecord:
         """A queued verify job: per shape, a worker of the device re-measures its published best (and the
         comparators) in ``processes`` fresh processes and records a verification (no trials; one worker takes
-        each task). ValueError as :meth:`create_job`."""
+        each task). ``comparator_processes`` (None: every process) limits the comparators to the first that
+        many processes (:func:`tuner.driver.reverify.verify_best`), kept with the job. ValueError as
+        :meth:`create_job`."""
 
     def get_job(self, *, job_id: int) -> JobRecord | None: ...
 

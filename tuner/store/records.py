@@ -137,15 +137,23 @@ def waiting_reason(
 JOB_KINDS = ("tune", "verify")
 
 
-def check_job_kind(kind: str, trials: int, processes: int | None) -> None:
-    """ValueError unless ``kind`` is a job kind, a tuning job has trials, and a verify job has no trials and
-    at least one process per shape."""
+def check_job_kind(kind: str, trials: int, processes: int | None, comparator_processes: int | None = None) -> None:
+    """ValueError unless ``kind`` is a job kind, a tuning job has trials (and no ``comparator_processes``), and
+    a verify job has no trials, at least one process per shape and ``comparator_processes`` None (comparators
+    in every process) or between 1 and ``processes``."""
     if kind not in JOB_KINDS:
         raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOB_KINDS)}")
     if kind == "tune" and trials < 1:
         raise ValueError("a tuning job needs at least one trial per shape")
-    if kind == "verify" and (trials != 0 or processes is None or processes < 1):
+    if kind == "tune" and comparator_processes is not None:
+        raise ValueError("comparator_processes applies to verify jobs only")
+    if kind != "verify":
+        return
+    if trials != 0 or processes is None or processes < 1:
         raise ValueError("a verify job has no trials and at least one process per shape")
+    if comparator_processes is not None and not 1 <= comparator_processes <= processes:
+        raise ValueError(f"comparator_processes must be between 1 and processes ({processes}), "
+                         f"got {comparator_processes}")
 
 
 def check_role(role: str) -> None:
@@ -326,6 +334,7 @@ class JobRecord:
     workers: tuple[str, ...] = ()
     kind: str = "tune"  # 'tune' | 'verify'
     processes: int | None = None  # fresh processes per shape of a verify job
+    comparator_processes: int | None = None  # verify job: comparators in the first N processes only (None: all)
     max_attempts: int = 3  # distinct workers that may give a task up before it may fail (set at submission)
 
     @property
