@@ -67,7 +67,8 @@ def create_app(settings: ApiSettings | None = None, store: db.Store | None = Non
     app.state.settings = settings
     app.state.catalog = catalog
     app.state.stores = stores
-    reverifier = (Reverifier(stores, catalog, processes=settings.reverify_processes)
+    reverifier = (Reverifier(stores, catalog, processes=settings.reverify_processes,
+                              comparator_processes=settings.reverify_comparator_processes)
                   if settings.reverify_foreign else None)
     app.state.reverifier = reverifier
     app.state.best = BestService(catalog, stores, ttl_s=settings.best_cache_ttl_s,

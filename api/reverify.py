@@ -37,10 +37,11 @@ class Reverifier:
     """Callable as ``BestService.on_foreign``; see the module docstring."""
 
     def __init__(self, stores: StoreProvider, catalog: Catalog, *, processes: int = 5,
-                 on_queued: Callable[[int], None] | None = None) -> None:
-        """``processes``: fresh processes per verification; ``on_queued(job_id)``: called after each job is
-        queued (tests, logs)."""
+                 comparator_processes: int | None = None, on_queued: Callable[[int], None] | None = None) -> None:
+        """``processes``: fresh processes per verification; ``comparator_processes``: the comparators in only
+        the first that many (None: all); ``on_queued(job_id)``: called after each job is queued (tests, logs)."""
         self.stores, self.catalog, self.processes, self.on_queued = stores, catalog, processes, on_queued
+        self.comparator_processes = comparator_processes
         self._seen: set[tuple[object, ...]] = set()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-reverify")
@@ -85,6 +86,7 @@ class Reverifier:
             template=template, template_version=spec.version, backend=spec.backend, device_kind=device_kind,
             device_name=device_name, tasks=[(f"reverify {shape.key()}", shape.key(), shape.to_json())],
             processes=self.processes, submitted_by=SUBMITTER, max_attempts=engine_settings().task_attempts,
+            comparator_processes=self.comparator_processes,
         )
         return job.id
 

@@ -18,6 +18,8 @@
 ``TUNER_REVERIFY_FOREIGN``     ``true`` (default): a best answered from a config verified on another device name
                                or software queues a verify job on the requester's device (:mod:`tuner.api.reverify`).
 ``TUNER_REVERIFY_PROCESSES``   fresh processes of such a verify job (default 5).
+``TUNER_REVERIFY_COMPARATOR_PROCESSES``  the comparators re-measured in only the first that many of them
+                               (default: all; 1 for a comparator that compiles for minutes per process).
 
 Tokens are kept out of ``repr`` and never logged; compare them with :meth:`ApiSettings.scopes_of` only.
 """
@@ -28,7 +30,7 @@ import hashlib
 import hmac
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tuner.service.remote import MIN_TOKEN_LENGTH
@@ -52,6 +54,15 @@ class ApiSettings(BaseSettings):
     warm_templates: bool = True
     reverify_foreign: bool = True
     reverify_processes: int = Field(default=5, ge=1, le=50)
+    reverify_comparator_processes: int | None = Field(default=None, ge=1, le=50)
+
+    @model_validator(mode="after")
+    def _check_reverify(self) -> ApiSettings:
+        limit = self.reverify_comparator_processes
+        if limit is not None and limit > self.reverify_processes:
+            raise ValueError(f"TUNER_REVERIFY_COMPARATOR_PROCESSES ({limit}) must be at most "
+                             f"TUNER_REVERIFY_PROCESSES ({self.reverify_processes})")
+        return self
 
     @field_validator("tokens", mode="before")
     @classmethod

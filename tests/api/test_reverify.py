@@ -78,3 +78,17 @@ def test_re_verification_can_be_turned_off(store: db.Store) -> None:
         assert answer.json()["match"] == "nearest"
         time.sleep(0.5)
         assert _jobs(store) == []
+
+
+def test_re_verification_jobs_can_limit_the_comparators_to_the_first_processes(store: db.Store) -> None:
+    """TUNER_REVERIFY_COMPARATOR_PROCESSES reaches the queued job; above TUNER_REVERIFY_PROCESSES it is refused
+    when the settings are read."""
+    with _serve(store, reverify_processes=3, reverify_comparator_processes=1) as base:
+        answer = httpx.get(f"{base}/v1/best", params={"template": NAME, "device": "cpu", "n": 1024,
+                                                       "device_name": "other-cpu"})
+        assert answer.json()["match"] == "nearest"
+        wait_for(lambda: len(_jobs(store)) == 1, 30, "the verify job")
+    (job,) = _jobs(store)
+    assert (job.kind, job.processes, job.comparator_processes) == ("verify", 3, 1)
+    with pytest.raises(ValueError, match=r"TUNER_REVERIFY_COMPARATOR_PROCESSES \(4\) must be at most"):
+        ApiSettings(reverify_processes=3, reverify_comparator_processes=4)  # type: ignore[call-arg]
