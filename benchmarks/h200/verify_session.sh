@@ -25,8 +25,12 @@
 #   unseen   OUTDIR  issue 16's shapes nobody tuned (benchmarks/unseen_shapes.py): tune its "tune" part in the
 #                    committed chunk-cumsum store, then measure every shape's served config against mamba_ssm
 #                    as users call it; and issue 18's single-GPU run of `tuner serve --workers auto`
-# Bundles: ../shared/tools/gpu-bundle .gpu (cumsum, verify) or --tilelang mamba .gpu-mamba (mimo); then
-# PYTHONPATH=/tmp/site:$PWD TRITON_INTERPRET=0.
+# Bundles: ../shared/tools/gpu-bundle .gpu (cumsum, verify) or --tilelang mamba .gpum (mimo*), each unpacked
+# alone into an emptied /tmp/site, plus benchmarks/h200/extras_bundle.sh .gpux over it; then
+# PYTHONPATH=/tmp/site:$PWD TRITON_INTERPRET=0. E.g. (carry .gpum and .gpux):
+#   rm -rf /tmp/site && mkdir -p /tmp/site && tar -xJf .gpum/site.tar.xz -C /tmp/site &&
+#   tar -xJf .gpux/x.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD TRITON_INTERPRET=0 &&
+#   bash benchmarks/h200/verify_session.sh mimo $OUT
 set -uo pipefail
 PHASE=${1:?phase}; OUT=${2:?outdir}
 cd "$(dirname "$0")/../.."
