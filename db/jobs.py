@@ -33,6 +33,8 @@ from tuner.db._convert import as_utc, canonical_json, to_record
 from tuner.db.models import JobRow, SlotRow, TaskAttemptRow, TaskRow, WorkerRow, utcnow
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store.records import (
+    ACTIVE_JOB_STATES,
+    OPEN_TASK_STATES,
     Claim,
     JobRecord,
     TaskAttemptRecord,
@@ -45,7 +47,6 @@ from tuner.store.records import (
     task_may_still_run,
 )
 
-ACTIVE_JOB_STATES = ("queued", "running")
 FINISHED_JOB_STATES = ("done", "failed", "cancelled")
 
 
@@ -316,12 +317,15 @@ def claim_task(
 ) -> Claim | None:
     """The next task this worker can serve (highest priority, oldest job, first shape), or None.
 
-    A task is claimable while it has trial slots left, or when all its trials are done and nobody is
-    finalising it (its finaliser was lost). A verify job's tasks have no trials: they are claimable until a
-    worker takes their final step (``begin_finalize``). Only templates the worker advertised (when it did),
-    and no task it gave up (``fail_attempt``). The worker becomes busy on it; the task and job run.
+    The rule is :func:`tuner.store.records.claimable_tasks` (which the in-memory store and the job page use),
+    stated here as one query: keep the two in step (the store contract suite checks they agree). The job is
+    active and the task open (queued or running) with a free slot (``has_free_slot``): trial slots left, or
+    all its trials done and nobody finalising it (its finaliser was lost); a verify job's tasks have no
+    trials: they are claimable until a worker takes their final step (``begin_finalize``). The job's device
+    and backend are the worker's, its template one the worker advertised (when it did), and the task is not
+    one this worker gave up (``fail_attempt``). The worker becomes busy on it; the task and job run.
     """
-    claimable = or_(
+    claimable = or_(  # records.has_free_slot
         TaskRow.trials_reserved < TaskRow.trials_target,
         and_(TaskRow.state == "running", TaskRow.trials_done >= TaskRow.trials_target),
         TaskRow.trials_target == 0,
@@ -339,7 +343,7 @@ def claim_task(
         .join(JobRow, JobRow.id == TaskRow.job_id)
         .where(
             JobRow.state.in_(ACTIVE_JOB_STATES),
-            TaskRow.state.in_(("queued", "running")),
+            TaskRow.state.in_(OPEN_TASK_STATES),
             claimable,
             JobRow.device_kind == device_kind,
             or_(JobRow.device_name.is_(None), JobRow.device_name == device_name),

@@ -6,8 +6,6 @@ whose device and backends match claim its tasks (one per shape) from the databas
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response, status
@@ -15,12 +13,11 @@ from fastapi import APIRouter, Path, Query, Response, status
 from tuner.api.catalog import CatalogEntry
 from tuner.api.deps import CatalogDep, Reader, StoreDep, Submitter
 from tuner.api.errors import FieldError
+from tuner.api.jobs_view import job_out
 from tuner.api.schemas import MAX_ID, MAX_OFFSET, JobIn, JobOut, JobPage, JobState
 from tuner.errors import UnknownTemplateError, UserInputError
 from tuner.frozen import Shape
 from tuner.settings import engine_settings
-from tuner.store import JobQueue, JobRecord, WorkerRecord
-from tuner.store.records import waiting_reason
 
 router = APIRouter(tags=["jobs"])
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="A job's id.")]
@@ -118,12 +115,3 @@ def cancel(job_id: JobId, _: Submitter, store: StoreDep) -> JobOut:
     job = store.cancel_job(job_id=job_id)
     return job_out(store, job)
 
-
-def job_out(store: JobQueue, job: JobRecord, workers: Sequence[WorkerRecord] | None = None) -> JobOut:
-    """The job as served: each task's attempts with their reasons, and why the job waits (when it does)."""
-    attempts = {t.id: store.list_attempts(task_id=t.id) for t in job.tasks if t.attempts}
-    waiting = None
-    if job.state in ("queued", "running") and not job.workers:
-        live = store.list_workers() if workers is None else workers
-        waiting = waiting_reason(job, live, attempts, datetime.now(timezone.utc))
-    return JobOut.of(job, attempts, waiting)

@@ -20,14 +20,22 @@ from tuner import db
 from tuner.api import explore
 from tuner.api.best_service import BestRequest, BestService
 from tuner.api.catalog import Catalog, CatalogEntry
-from tuner.api.routes.jobs import job_out
+from tuner.api.jobs_view import job_out, task_attempts
 from tuner.api.schemas import JobOut
 from tuner.api.ui import plots
 from tuner.db.explore import StudyOutcome
 from tuner.errors import NotFoundError, TunerError, UnknownTemplateError
 from tuner.frozen import Shape
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status
-from tuner.store.records import advertises, is_live, serves
+from tuner.store.records import (
+    ACTIVE_JOB_STATES,
+    OPEN_TASK_STATES,
+    TaskAttemptRecord,
+    advertises,
+    claimable_tasks,
+    is_live,
+    serves,
+)
 
 log = logging.getLogger(__name__)
 ACTIVE = ("queued", "running")
@@ -205,35 +213,55 @@ def study_page(store: db.Store, catalog: Catalog, study_id: int) -> dict[str, An
 @dataclass(frozen=True)
 class Candidate:
     """A live worker that advertises a job's template at its version, as the job page lists it: whether it
-    may claim the job's tasks (:func:`tuner.store.records.serves`: its device and backend match too), and
-    the labels of the job's tasks it gave up."""
+    could claim a task of the job now (:func:`tuner.store.records.claimable_tasks`, the queue's claim rule,
+    on the records the page read) and why, in words (``verdict``)."""
 
     worker: db.WorkerRecord
     heartbeat_s: float
-    serves: bool
-    gave_up: tuple[str, ...]
+    may_claim: bool
+    verdict: str
+
+
+def _verdict(job: db.JobRecord, worker: db.WorkerRecord, attempts: Sequence[TaskAttemptRecord]) -> tuple[bool, str]:
+    """Whether the worker could claim a task of the job, and why (not) in words."""
+    if job.state not in ACTIVE_JOB_STATES:
+        return False, "no: the job is finished"
+    if not serves(worker, job):
+        return False, f"no: the job wants {job.device_kind}:{job.device_name or 'any'} with {job.backend}"
+    open_tasks = [t for t in job.tasks if t.state in OPEN_TASK_STATES]
+    takes = claimable_tasks(job, job.tasks, worker, attempts)
+    if takes:
+        return True, f"yes ({len(takes)} of {len(open_tasks)} open shape{'s' if len(open_tasks) != 1 else ''})"
+    if not open_tasks:
+        return False, "no: no shape is open (the rest are being finalised)"
+    given_up = {a.task_id for a in attempts if a.worker_id == worker.id}
+    gave = ", ".join(t.label for t in open_tasks if t.id in given_up)
+    full = ", ".join(t.label for t in open_tasks if t.id not in given_up)
+    if not full:
+        return False, f"no: gave up every open shape ({gave})"
+    taken = f"every trial of {full} is taken"  # until a worker gives its slot back (stops, is lost)
+    return False, f"no: gave up {gave}; {taken}" if gave else f"no: {taken}"
 
 
 def job_page(store: db.Store, catalog: Catalog, job_id: int) -> dict[str, Any]:
-    """The job as ``GET /v1/jobs/{id}`` serves it (:func:`tuner.api.routes.jobs.job_out`: why it waits,
-    each task's attempts and their reasons), the workers on it, and the live workers that advertise its
-    template at its version (:class:`Candidate`), with the number of live workers."""
+    """The job as ``GET /v1/jobs/{id}`` serves it (:func:`tuner.api.jobs_view.job_out`: why it waits, each
+    task's attempts and their reasons), the workers on it, and the live workers that advertise its template
+    at its version (:class:`Candidate`), with the number of live workers. Reads the live workers once
+    (stopped ones are not read: a worker on the job is busy, hence listed)."""
     now = datetime.now(timezone.utc)
     record = store.get_job(job_id=job_id)
     if record is None:
         raise NotFoundError(f"no job {job_id}")
-    everyone = store.list_workers(include_stopped=True)
-    job = job_out(store, record, everyone)  # waiting_reason keeps the live ones
-    gave_up: dict[str, list[str]] = {}
-    for task in job.tasks:
-        for attempt in task.attempt_reasons:
-            gave_up.setdefault(attempt.worker_id, []).append(task.label)
-    live = [w for w in everyone if is_live(w, now)]
+    listed = store.list_workers()
+    attempts = task_attempts(store, record)
+    job = job_out(store, record, listed, attempts)
+    every_attempt = [a for of_task in attempts.values() for a in of_task]
+    live = [w for w in listed if is_live(w, now)]
     return {
         "job": job, "info": template_info(catalog, record.template),
-        "workers": [(w, (now - w.last_heartbeat).total_seconds()) for w in everyone if w.id in record.workers],
-        "candidates": [Candidate(w, (now - w.last_heartbeat).total_seconds(), serves(w, record),
-                                 tuple(gave_up.get(w.id, ()))) for w in live if advertises(w, record)],
+        "workers": [(w, (now - w.last_heartbeat).total_seconds()) for w in listed if w.id in record.workers],
+        "candidates": [Candidate(w, (now - w.last_heartbeat).total_seconds(), *_verdict(record, w, every_attempt))
+                       for w in live if advertises(w, record)],
         "n_live": len(live),
     }
 

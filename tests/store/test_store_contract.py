@@ -17,7 +17,7 @@ from tests.fixtures.studies import study_fields
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store import JobQueue, NewMeasurement, StudyRecord, TuningStore
 from tuner.store.memory import MemoryStore
-from tuner.store.records import Status
+from tuner.store.records import Status, claimable_tasks
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -406,6 +406,40 @@ def test_a_worker_claims_only_the_templates_and_versions_it_advertised(store: An
     assert store.list_workers()[0].templates is None
     assert _claim(store, any_template).job.id == newer.id
     assert _claim(store, _worker(store, "u", templates={"u": "1"})).job.id == other.id
+
+
+def _claims_as_the_rule_says(store: Any, job_id: int, worker_id: str) -> Any:
+    """What ``records.claimable_tasks`` names for the worker on the job (the only active one), checked against
+    what ``claim_task`` takes: the first of them, or nothing. The claim, or None."""
+    job = store.get_job(job_id=job_id)
+    (worker,) = [w for w in store.list_workers() if w.id == worker_id]
+    attempts = [a for t in job.tasks for a in store.list_attempts(task_id=t.id)]
+    named = claimable_tasks(job, job.tasks, worker, attempts)
+    claim = _claim(store, worker_id)
+    assert (claim and claim.task.id) == (named[0].id if named else None), (named, claim)
+    return claim
+
+
+def test_claim_task_takes_what_claimable_tasks_names(store: Any) -> None:
+    """One claim rule (records.claimable_tasks: the memory store runs it, the SQL store states it as a query):
+    a shape given up bars only that shape; a cancelled job, or one whose one trial another worker holds,
+    offers nothing."""
+    two = _job(store, shapes=2, trials=2)
+    first, second = two.tasks
+    _worker(store, "w")
+    assert _claims_as_the_rule_says(store, two.id, "w").task.id == first.id
+    store.fail_attempt(task_id=first.id, worker_id="w", reason="DeviceError: gone")
+    assert _claims_as_the_rule_says(store, two.id, "w").task.id == second.id
+    store.release_task(worker_id="w")
+    store.cancel_job(job_id=two.id)
+    assert _claims_as_the_rule_says(store, two.id, "w") is None
+    one = _job(store, trials=1)
+    holder = _worker(store, "x")
+    claim = _claims_as_the_rule_says(store, one.id, holder)
+    assert store.reserve_slot(task_id=claim.task.id, worker_id=holder) is not None
+    assert _claims_as_the_rule_says(store, one.id, "w") is None
+    store.release_task(worker_id=holder)
+    assert _claims_as_the_rule_says(store, one.id, "w").task.id == claim.task.id
 
 
 def test_a_task_given_up_by_k_distinct_workers_fails_with_every_reason(store: Any) -> None:

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.fixtures import browser
-from tests.fixtures.processes import ROOT, env
+from tests.fixtures.processes import ROOT, env, wait_for
 from tests.fixtures.servers import auth, free_port, start_serve
 from tuner import db
 
@@ -65,11 +65,18 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         trials = db.list_measurements(session, study_id=study.id, role="trial")
     home, port = tmp / "home", free_port()
     serve = start_serve(url, port, "--device", "cpu", home=home, log=tmp / "serve.log")
-    driver = browser.start()
+    base, driver = f"http://127.0.0.1:{port}", None
     try:
-        yield Served(f"http://127.0.0.1:{port}", url, (home / "token").read_text().strip(), study.id, trials, driver)
+        # /healthz answers before the server's CPU worker (a child process) has registered: the tests need it
+        token = (home / "token").read_text().strip()
+        live = lambda: [w for w in httpx.get(f"{base}/v1/workers", headers=auth(token), timeout=5).json()  # noqa: E731
+                        if w["state"] in ("idle", "busy")]
+        wait_for(lambda: bool(live()), 120, "the server's CPU worker to register")
+        driver = browser.start()
+        yield Served(base, url, token, study.id, trials, driver)
     finally:
-        driver.quit()
+        if driver is not None:
+            driver.quit()
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=90)
 
@@ -136,9 +143,17 @@ def _submit(s: Served, trials: int, device: str = "cpu") -> int:
 
 
 def test_running_job_advances_without_reload_and_cancel_needs_the_token(served: Served) -> None:
-    d = served.driver
     running = _submit(served, 40)  # enough trials to be still running when the page has loaded, under load too
     waiting = _submit(served, 40)  # queued behind the first (the server has one worker), then running
+    try:
+        _follow_and_cancel(served, running, waiting)
+    finally:  # the later tests find the server's worker free (the cancel in the page may not have happened)
+        for job_id in (running, waiting):
+            httpx.post(f"{served.base}/v1/jobs/{job_id}/cancel", headers=auth(served.token), timeout=30)
+
+
+def _follow_and_cancel(served: Served, running: int, waiting: int) -> None:
+    d = served.driver
     _open(served, f"/ui/jobs/{running}", "job")
     d.execute_script("window.__sameDocument = true;")
     label = lambda: d.execute_script("return document.querySelector('#job-progress .label').textContent")  # noqa: E731
@@ -153,7 +168,7 @@ def test_running_job_advances_without_reload_and_cancel_needs_the_token(served: 
 
     _open(served, f"/ui/jobs/{waiting}", "job-cancel")
     (worker,) = d.find_elements("css selector", "#job-candidates tbody tr[data-worker]")  # the server's own
-    assert worker.text.endswith("yes"), worker.text
+    assert worker.text.endswith("yes (1 of 1 open shape)"), worker.text
     d.find_element("css selector", "#cancel-form button[type=submit]").click()
     result = d.find_element("id", "cancel-result")
     _wait(lambda: "refused" in result.text, 30, "the refusal without a token")
@@ -173,12 +188,15 @@ def test_running_job_advances_without_reload_and_cancel_needs_the_token(served: 
 
 def test_a_job_no_worker_can_take_says_why_it_waits(served: Served) -> None:
     """The page shows the API's ``waiting`` near the job's state and keeps it as it polls the job; the live
-    worker that advertises the template is listed as unable to take it (its device differs)."""
+    worker that advertises the template is listed as unable to take it (its device differs). As it polls, it
+    shows a shape's attempts with their reasons as text, and once the job is cancelled (through the API, not
+    the page) it drops the banner and the live workers' card and shows the new state."""
     d = served.driver
     stranded = _submit(served, 4, device="cuda")  # the server's one worker is a CPU worker
     try:
         _open(served, f"/ui/jobs/{stranded}", "job-waiting")
-        wanted = httpx.get(f"{served.base}/v1/jobs/{stranded}").json()["waiting"]
+        job = httpx.get(f"{served.base}/v1/jobs/{stranded}").json()
+        wanted = job["waiting"]
         assert wanted and wanted.startswith("no live worker of device cuda:any"), wanted
         polled = lambda: d.find_element("id", "job-updated").text.endswith(" UTC")  # noqa: E731 - "s ago" until then
         _wait(polled, 30, "the page to poll the job")
@@ -186,6 +204,18 @@ def test_a_job_no_worker_can_take_says_why_it_waits(served: Served) -> None:
         assert d.find_element("id", "job-waiting-text").text == wanted
         (worker,) = d.find_elements("css selector", "#job-candidates tbody tr[data-worker]")
         assert "no: the job wants cuda:any" in worker.text, worker.text
+
+        with db.Store.open(served.url) as store:  # a worker gave the shape up, for a reason holding markup
+            store.fail_attempt(task_id=job["tasks"][0]["id"], worker_id="ghost", reason="<b>x</b> & more")
+        cell = d.find_element("css selector", "#tasks .t-attempts")
+        _wait(lambda: "ghost: <b>x</b> & more" in cell.text, 30, "the polled attempt")
+        assert cell.text.startswith(f"1 / {job['max_attempts']}") and not cell.find_elements("tag name", "b")
+
+        cancelled = httpx.post(f"{served.base}/v1/jobs/{stranded}/cancel", headers=auth(served.token), timeout=30)
+        assert cancelled.status_code == 200, cancelled.text
+        _wait(lambda: not d.find_element("id", "job-waiting").is_displayed(), 30, "the banner to go")
+        assert d.find_element("id", "job-state").text == "cancelled"
+        assert not d.find_element("id", "candidates-card").is_displayed()
     finally:
         httpx.post(f"{served.base}/v1/jobs/{stranded}/cancel", headers=auth(served.token), timeout=30)
 

@@ -152,7 +152,10 @@ def test_job_page_says_why_it_waits_and_who_gave_its_shape_up(db_url: str) -> No
     """The job page shows what ``GET /v1/jobs/{id}`` says (the same ``waiting``, each shape's attempts of the
     job's max_attempts with who gave it up, why and when), which live workers advertise its template, and
     the overview what each worker advertises: first every live worker that could take the job gave its shape
-    up, then that worker is gone and no live worker advertises the template."""
+    up, then that worker is gone and no live worker advertises the template. Whether each live worker could
+    claim a shape is what ``claim_task`` then does (the one claim rule): a worker that gave up one of two
+    shapes takes the other; a cancelled job's card is hidden; a 1-trial job whose trial another worker holds
+    offers nothing."""
     store = db.Store.open(db_url)
     job = store.create_job(template=NAME, template_version="1", backend="triton", device_kind="cpu",
                            device_name=None, trials=4, sampler="random", samples=3, candidate_timeout_s=60,
@@ -165,12 +168,22 @@ def test_job_page_says_why_it_waits_and_who_gave_its_shape_up(db_url: str) -> No
     assert claim is not None
     store.fail_attempt(task_id=claim.task.id, worker_id="w", reason="DeviceError: <gone>")
     settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False)  # type: ignore[arg-type]
+    claim_as = {"device_kind": "cpu", "device_name": "CPU", "backends": ["triton"]}
     with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=60) as http:
-        def page() -> tuple[dict[str, object], str]:
-            served = http.get(f"/v1/jobs/{job.id}").json()
-            r = http.get(f"/ui/jobs/{job.id}")
+        def page(job_id: int = job.id) -> tuple[dict[str, object], str]:
+            served = http.get(f"/v1/jobs/{job_id}").json()
+            r = http.get(f"/ui/jobs/{job_id}")
             assert r.status_code == 200, r.text[:300]
             return served, html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", r.text)))
+
+        def could_claim(job_id: int) -> dict[str, str]:
+            """Each listed worker's 'could claim' cell, and whether the card is shown ('card': 'shown' or 'hidden')."""
+            r = http.get(f"/ui/jobs/{job_id}").text
+            card = re.search(r'<section class="card" id="candidates-card" ?(hidden)?', r)
+            assert card is not None, r[:300]
+            cells = re.findall(r'<tr data-worker="([^"]+)">.*?<td class="c-verdict">(.*?)</td>', r, re.S)
+            return {"card": card.group(1) or "shown",
+                    **{w: html.unescape(re.sub(r"<[^>]+>", "", cell)).strip() for w, cell in cells}}
 
         served, text = page()
         assert served["waiting"] == "every live worker gave n=256 up: w: DeviceError: <gone>", served
@@ -178,7 +191,9 @@ def test_job_page_says_why_it_waits_and_who_gave_its_shape_up(db_url: str) -> No
         (attempt,) = served["tasks"][0]["attempt_reasons"]  # type: ignore[index]
         reason = f"w : DeviceError: <gone> at {attempt['at'][:19].replace('T', ' ')} UTC"
         assert "1 / 2" in text and reason in text
-        assert "w h/1 cpu:0 · CPU triton v1 idle" in text and "gave up n=256" in text  # the worker that could
+        assert "w h/1 cpu:0 · CPU triton v1 idle" in text  # the worker that could, and why it does not
+        assert could_claim(job.id) == {"card": "shown", "w": "no: gave up every open shape (n=256)"}
+        assert store.claim_task(worker_id="w", **claim_as) is None
 
         store.stop_worker(worker_id="w")
         served, text = page()
@@ -187,4 +202,32 @@ def test_job_page_says_why_it_waits_and_who_gave_its_shape_up(db_url: str) -> No
         assert f"no live worker advertises {NAME} version 1 (1 live worker(s) in all" in text
         overview = html.unescape(http.get("/").text)
         assert "some_other_template&nbsp;v7" in overview.replace("\xa0", "&nbsp;")
+
+        store.cancel_job(job_id=job.id)  # from here on, the jobs below are the only ones open
+        store.register_worker(worker_id="v", templates={NAME: "1"}, **common)  # type: ignore[arg-type]
+        two = store.create_job(template=NAME, template_version="1", backend="triton", device_kind="cpu",
+                               device_name=None, trials=4, sampler="random", samples=3, candidate_timeout_s=60,
+                               tasks=[("a", "n=256", '{"n":256}'), ("b", "n=512", '{"n":512}')])
+        first = store.claim_task(worker_id="v", **claim_as)
+        assert first is not None and first.task.label == "a"
+        store.fail_attempt(task_id=first.task.id, worker_id="v", reason="DeviceError: a")
+        assert could_claim(two.id) == {"card": "shown", "v": "yes (1 of 2 open shapes)"}
+        second = store.claim_task(worker_id="v", **claim_as)  # as the page said: the shape it did not give up
+        assert second is not None and second.task.label == "b"
+        store.fail_attempt(task_id=second.task.id, worker_id="v", reason="DeviceError: b")
+        assert could_claim(two.id) == {"card": "shown", "v": "no: gave up every open shape (a, b)"}
+        assert store.claim_task(worker_id="v", **claim_as) is None
+
+        store.cancel_job(job_id=two.id)
+        assert could_claim(two.id) == {"card": "hidden", "v": "no: the job is finished"}
+
+        one = store.create_job(template=NAME, template_version="1", backend="triton", device_kind="cpu",
+                               device_name=None, trials=1, sampler="random", samples=3, candidate_timeout_s=60,
+                               tasks=[("n=256", "n=256", '{"n":256}')])
+        store.register_worker(worker_id="x", templates={NAME: "1"}, **common)  # type: ignore[arg-type]
+        held = store.claim_task(worker_id="x", **claim_as)
+        assert held is not None and store.reserve_slot(task_id=held.task.id, worker_id="x") is not None
+        taken = "no: every trial of n=256 is taken"
+        assert could_claim(one.id) == {"card": "shown", "x": taken, "v": taken}
+        assert store.claim_task(worker_id="v", **claim_as) is None
     store.close()

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store.protocols import ORDERS, TrialHeartbeats
 from tuner.store.records import (
+    ACTIVE_JOB_STATES,
     BestRecord,
     Claim,
+    ClaimingWorker,
     JobRecord,
     JsonInput,
     MeasurementRecord,
@@ -39,13 +41,13 @@ from tuner.store.records import (
     check_max_attempts,
     check_role,
     check_tasks,
+    claimable_tasks,
     task_may_still_run,
 )
 
 if TYPE_CHECKING:
     import optuna
 
-ACTIVE_JOB_STATES = ("queued", "running")
 FINISHED_JOB_STATES = ("done", "failed", "cancelled")
 _KEY_FIELDS = ("template", "template_version", "shape_key", "device_kind", "device_name", "fingerprint_hash")
 
@@ -485,20 +487,16 @@ class MemoryStore:
     ) -> Claim | None:
         with self._lock:
             worker = self._workers.get(worker_id)
-            has = None if worker is None else worker.templates
-            given_up = {a.task_id for a in self._attempts if a.worker_id == worker_id}
-
-            def claimable(t: TaskRecord) -> bool:
-                job = self._jobs[t.job_id]
-                open_slots = t.trials_reserved < t.trials_target or t.trials_target == 0 or (
-                    t.state == "running" and t.trials_done >= t.trials_target)
-                return (job.state in ACTIVE_JOB_STATES and t.state in ("queued", "running") and open_slots
-                        and job.device_kind == device_kind and job.device_name in (None, device_name)
-                        and job.backend in backends and t.id not in given_up
-                        and (has is None or has.get(job.template) == job.template_version))
-
-            candidates = sorted((t for t in self._tasks.values() if claimable(t)),
-                                key=lambda t: (-self._jobs[t.job_id].priority, t.job_id, t.position))
+            claimant = ClaimingWorker(worker_id, device_kind, device_name, tuple(backends),
+                                      None if worker is None else worker.templates)
+            mine = [a for a in self._attempts if a.worker_id == worker_id]
+            by_job: dict[int, list[TaskRecord]] = {}
+            for t in sorted(self._tasks.values(), key=lambda t: t.position):
+                by_job.setdefault(t.job_id, []).append(t)
+            candidates = sorted(  # the rule: records.claimable_tasks (db.jobs.claim_task states it in SQL)
+                (t for job_id, tasks in by_job.items()
+                 for t in claimable_tasks(self._jobs[job_id], tasks, claimant, mine)),
+                key=lambda t: (-self._jobs[t.job_id].priority, t.job_id, t.position))
             if not candidates:
                 return None
             task, now = candidates[0], _now()

@@ -10,21 +10,24 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from tuner.results import Status, Timer
 
 __all__ = [
-    "ROLES", "BestRecord", "Claim", "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord",
-    "TaskAttemptRecord", "TaskRecord", "Timer", "WorkerRecord", "advertises", "attempts_error", "canonical_json",
-    "check_candidate", "check_max_attempts", "check_role",
-    "check_tasks", "is_live", "serves", "task_may_still_run", "waiting_reason",
+    "ACTIVE_JOB_STATES", "OPEN_TASK_STATES", "ROLES", "BestRecord", "Claim", "Claimant", "ClaimingWorker",
+    "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord", "TaskAttemptRecord", "TaskRecord",
+    "Timer", "WorkerRecord", "advertises", "attempts_error", "canonical_json", "check_candidate",
+    "check_max_attempts", "check_role", "check_tasks", "claimable_tasks", "has_free_slot", "is_live", "serves",
+    "task_may_still_run", "waiting_reason",
 ]
 
 ROLES = ("trial", "final")  # a sweep trial, or a re-measurement in a final interleaved round
+ACTIVE_JOB_STATES = ("queued", "running")  # a job's other states: done, failed, cancelled
+OPEN_TASK_STATES = ("queued", "running")  # a task a worker may claim (not finalizing, done, failed, cancelled)
 JsonInput = str | Mapping[str, Any]
 
 
@@ -77,18 +80,74 @@ def is_live(worker: WorkerRecord, now: datetime) -> bool:
     return worker.state in ("idle", "busy") and worker.lease_expires_at >= now
 
 
-def advertises(worker: WorkerRecord, job: JobRecord) -> bool:
+class Claimant(Protocol):
+    """What the claim rule reads of a worker: a :class:`WorkerRecord`, or a :class:`ClaimingWorker`."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def device_kind(self) -> str: ...
+    @property
+    def device_name(self) -> str: ...
+    @property
+    def backends(self) -> Sequence[str]: ...
+    @property
+    def templates(self) -> Mapping[str, str] | None: ...
+
+
+@dataclass(frozen=True)
+class ClaimingWorker:
+    """A worker as it asks for a task (``claim_task``): the device and backends it claims with, and the
+    templates it advertised at registration (None: it advertised none, or is not registered; any template)."""
+
+    id: str
+    device_kind: str
+    device_name: str
+    backends: tuple[str, ...]
+    templates: Mapping[str, str] | None
+
+
+def advertises(worker: Claimant, job: JobRecord) -> bool:
     """The job's template at its version is among those the worker advertises (a worker that advertised none
     takes any template)."""
     has = worker.templates
     return has is None or has.get(job.template) == job.template_version
 
 
-def serves(worker: WorkerRecord, job: JobRecord) -> bool:
+def serves(worker: Claimant, job: JobRecord) -> bool:
     """The worker may claim the job's tasks: its device and a backend of the job's, and it advertises the
     job's template at its version (:func:`advertises`)."""
     return (worker.device_kind == job.device_kind and job.device_name in (None, worker.device_name)
             and job.backend in worker.backends and advertises(worker, job))
+
+
+def has_free_slot(task: TaskRecord) -> bool:
+    """A worker claiming the task would have work on it: a trial slot is free, or it has no trials (a verify
+    job's task, until a worker takes its final step), or all its trials are done and nobody finalises it
+    (it is running again: its finaliser was lost or gave it up)."""
+    return (task.trials_reserved < task.trials_target or task.trials_target == 0
+            or (task.state == "running" and task.trials_done >= task.trials_target))
+
+
+def claimable_tasks(
+    job: JobRecord, tasks: Sequence[TaskRecord], worker: Claimant, attempts: Iterable[TaskAttemptRecord],
+) -> tuple[TaskRecord, ...]:
+    """The tasks of ``job`` (``tasks``: its tasks, in their order) that ``worker`` could claim: the job is
+    active (:data:`ACTIVE_JOB_STATES`), the task open (:data:`OPEN_TASK_STATES`) with a free slot
+    (:func:`has_free_slot`), the worker serves the job (:func:`serves`: device, backend, advertised template
+    at its version), and the worker has not given that task up (``attempts``: attempt records; those of other
+    workers or tasks are ignored). A task given up does not bar the job's other tasks.
+
+    This is the queue's claim rule, written once for the in-memory store (``MemoryStore.claim_task``) and the
+    job page; the SQL store's ``db.jobs.claim_task`` states the same rule as a query: keep the two in step
+    (``tests/store/test_store_contract.py`` checks that they agree). Pure, on the records given: which task a
+    claim takes (highest priority, oldest job, first shape) is decided when it claims, on the rows then, so a
+    slot free in these records may be taken by the time the worker asks."""
+    if job.state not in ACTIVE_JOB_STATES or not serves(worker, job):
+        return ()
+    given_up = {a.task_id for a in attempts if a.worker_id == worker.id}
+    return tuple(t for t in tasks
+                 if t.state in OPEN_TASK_STATES and has_free_slot(t) and t.id not in given_up)
 
 
 def task_may_still_run(

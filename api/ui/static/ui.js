@@ -129,6 +129,7 @@
     document.getElementById("job-workers").innerHTML = job.workers.length ?
       job.workers.map((w) => "<li><code>" + esc(w) + "</code></li>").join("") : '<li class="muted">none now</li>';
     document.getElementById("cancel-form").hidden = !ACTIVE.includes(job.state);  // the card keeps its last message
+    document.getElementById("candidates-card").hidden = !["queued", "running"].includes(job.state);  // finished: none claims it
   }
 
   function jobPage() {
