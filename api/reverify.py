@@ -40,6 +40,9 @@ class Reverifier:
                  comparator_processes: int | None = None, on_queued: Callable[[int], None] | None = None) -> None:
         """``processes``: fresh processes per verification; ``comparator_processes``: the comparators in only
         the first that many (None: all); ``on_queued(job_id)``: called after each job is queued (tests, logs)."""
+        if comparator_processes is not None and not 1 <= comparator_processes <= processes:
+            raise ValueError(f"comparator_processes must be between 1 and processes ({processes}), "
+                             f"got {comparator_processes}")
         self.stores, self.catalog, self.processes, self.on_queued = stores, catalog, processes, on_queued
         self.comparator_processes = comparator_processes
         self._seen: set[tuple[object, ...]] = set()

@@ -30,7 +30,7 @@ import hashlib
 import hmac
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tuner.service.remote import MIN_TOKEN_LENGTH
@@ -56,13 +56,18 @@ class ApiSettings(BaseSettings):
     reverify_processes: int = Field(default=5, ge=1, le=50)
     reverify_comparator_processes: int | None = Field(default=None, ge=1, le=50)
 
-    @model_validator(mode="after")
-    def _check_reverify(self) -> ApiSettings:
-        limit = self.reverify_comparator_processes
-        if limit is not None and limit > self.reverify_processes:
-            raise ValueError(f"TUNER_REVERIFY_COMPARATOR_PROCESSES ({limit}) must be at most "
-                             f"TUNER_REVERIFY_PROCESSES ({self.reverify_processes})")
-        return self
+    @field_validator("reverify_comparator_processes", mode="before")
+    @classmethod
+    def _empty_is_all(cls, raw: object) -> object:
+        return None if raw == "" else raw  # TUNER_REVERIFY_COMPARATOR_PROCESSES= (set empty): every process
+
+    @field_validator("reverify_comparator_processes")
+    @classmethod
+    def _within_reverify_processes(cls, limit: int | None, info: ValidationInfo) -> int | None:
+        processes = info.data.get("reverify_processes")
+        if limit is not None and processes is not None and limit > processes:
+            raise ValueError(f"must be at most TUNER_REVERIFY_PROCESSES ({processes}), got {limit}")
+        return limit
 
     @field_validator("tokens", mode="before")
     @classmethod

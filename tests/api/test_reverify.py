@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from tests.fixtures.processes import wait_for
 from tests.fixtures.servers import TOKENS, publish, thread_server
@@ -90,5 +91,8 @@ def test_re_verification_jobs_can_limit_the_comparators_to_the_first_processes(s
         wait_for(lambda: len(_jobs(store)) == 1, 30, "the verify job")
     (job,) = _jobs(store)
     assert (job.kind, job.processes, job.comparator_processes) == ("verify", 3, 1)
-    with pytest.raises(ValueError, match=r"TUNER_REVERIFY_COMPARATOR_PROCESSES \(4\) must be at most"):
+    with pytest.raises(ValidationError, match=r"reverify_comparator_processes\n.*must be at most "
+                       r"TUNER_REVERIFY_PROCESSES \(3\), got 4"):
         ApiSettings(reverify_processes=3, reverify_comparator_processes=4)  # type: ignore[call-arg]
+    # set but empty (an env file's way to unset it): every process
+    assert ApiSettings(reverify_comparator_processes="").reverify_comparator_processes is None  # type: ignore[call-arg,arg-type]
