@@ -223,11 +223,14 @@ class Candidate:
 
 
 def _verdict(job: db.JobRecord, worker: db.WorkerRecord, attempts: Sequence[TaskAttemptRecord]) -> tuple[bool, str]:
-    """Whether the worker could claim a task of the job, and why (not) in words."""
+    """Whether the worker could claim a task of the job, and why (not) in words ("on it": it holds one now;
+    a worker busy on another job may be told "yes": it claims when it is free)."""
     if job.state not in ACTIVE_JOB_STATES:
         return False, "no: the job is finished"
     if not serves(worker, job):
         return False, f"no: the job wants {job.device_kind}:{job.device_name or 'any'} with {job.backend}"
+    if worker.id in job.workers:
+        return False, "on it"  # it holds a task of this job now
     open_tasks = [t for t in job.tasks if t.state in OPEN_TASK_STATES]
     takes = claimable_tasks(job, job.tasks, worker, attempts)
     if takes:

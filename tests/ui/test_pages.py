@@ -228,6 +228,14 @@ def test_job_page_says_why_it_waits_and_who_gave_its_shape_up(db_url: str) -> No
         held = store.claim_task(worker_id="x", **claim_as)
         assert held is not None and store.reserve_slot(task_id=held.task.id, worker_id="x") is not None
         taken = "no: every trial of n=256 is taken"
-        assert could_claim(one.id) == {"card": "shown", "x": taken, "v": taken}
+        assert could_claim(one.id) == {"card": "shown", "x": "on it", "v": taken}  # x holds the only slot
         assert store.claim_task(worker_id="v", **claim_as) is None
+
+        # a verify job's page says how it re-measures, not a sampler's settings
+        check = store.create_verify_job(template=NAME, template_version="1", backend="triton", device_kind="cpu",
+                                        device_name=None, tasks=[("n=256", "n=256", '{"n":256}')], processes=3,
+                                        comparator_processes=1)
+        text = html.unescape(http.get(f"/ui/jobs/{check.id}").text)
+        assert "3 fresh processes · 100 samples" in text and "comparators in the first 1" in text
+        assert "finalists" not in text
     store.close()
