@@ -111,7 +111,8 @@ async def _store_error(request: Request, exc: Exception) -> JSONResponse:
     return _detail(503, f"store unavailable: {exc}", {"Retry-After": "5"})
 
 
-def _status(exc: Exception) -> int:
+def status_of(exc: Exception) -> int:
+    """The HTTP status of a domain error (TunerError): 404, 409, 422, else 500; the pages use the same."""
     if isinstance(exc, (UnknownTemplateError, NotFoundError)):
         return 404
     if isinstance(exc, RecordConflictError):
@@ -122,7 +123,7 @@ def _status(exc: Exception) -> int:
 
 
 async def _tuner_error(request: Request, exc: Exception) -> JSONResponse:
-    status = _status(exc)
+    status = status_of(exc)
     if status == 500:
         log.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
     if status == 422:  # every 422 in FastAPI's validation format (an error not tied to a field: loc [])
@@ -130,10 +131,14 @@ async def _tuner_error(request: Request, exc: Exception) -> JSONResponse:
     return _detail(status, str(exc))
 
 
+# The domain errors with a handler (each answered by :func:`status_of`); the pages wrap each (api.ui.errors).
+DOMAIN_ERRORS = (UnknownTemplateError, NotFoundError, RecordConflictError, UserInputError, TunerError)
+
+
 def install(app: FastAPI) -> None:
     """Register the translations (Starlette picks the handler of the nearest class in the MRO)."""
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(FieldError, _field_error)
     app.add_exception_handler(StoreError, _store_error)
-    for cls in (UnknownTemplateError, NotFoundError, RecordConflictError, UserInputError, TunerError):
+    for cls in DOMAIN_ERRORS:
         app.add_exception_handler(cls, _tuner_error)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from tuner.api import explore
 from tuner.api.deps import CatalogDep, Reader, StoreDep
 from tuner.api.errors import FieldError
 from tuner.api.importance import ImportanceOut, Importances
-from tuner.api.schemas import DeviceKind, MeasurementOut
+from tuner.api.schemas import MAX_ID, DeviceKind, MeasurementOut
 from tuner.api.study_schemas import StudyDetail, StudyPage, TrialPage
 from tuner.db.explore import SORTS
 from tuner.errors import ShapeError, UnknownTemplateError
@@ -23,6 +23,7 @@ router = APIRouter(tags=["studies"])
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such study"}}
 StatusName = Annotated[str, Query(max_length=32)]
 SortName = Annotated[str, Query(max_length=32, description=f"One of {', '.join(SORTS)} ('-': descending).")]
+StudyId = Annotated[int, Path(ge=1, le=MAX_ID, description="A study's id.")]
 
 
 def shape_dims(text: str | None, catalog: CatalogDep, template: str | None) -> dict[str, str]:
@@ -83,7 +84,7 @@ def not_found(study_id: int) -> FieldError:
 
 @router.get("/studies/{study_id}", response_model=StudyDetail, responses=_NOT_FOUND,
             summary="One study: counts, published best, latest final round, failures by reason")
-def get_study(study_id: int, _: Reader, store: StoreDep, catalog: CatalogDep) -> StudyDetail:
+def get_study(study_id: StudyId, _: Reader, store: StoreDep, catalog: CatalogDep) -> StudyDetail:
     summary = store.get_study_summary(study_id=study_id)
     if summary is None:
         raise not_found(study_id)
@@ -93,7 +94,7 @@ def get_study(study_id: int, _: Reader, store: StoreDep, catalog: CatalogDep) ->
 @router.get("/studies/{study_id}/trials", response_model=TrialPage, responses=_NOT_FOUND,
             summary="A study's measurements: paged, sorted, filtered by status and role")
 def list_trials(
-    study_id: int,
+    study_id: StudyId,
     _: Reader,
     store: StoreDep,
     status: Annotated[list[str] | None, Query(max_length=16, description="Only these statuses (repeat, or "
@@ -117,7 +118,7 @@ def list_trials(
 
 @router.get("/studies/{study_id}/importance", response_model=ImportanceOut, responses=_NOT_FOUND,
             summary="Parameter importance of a study's sweep (Optuna's PED-ANOVA evaluator, computed on request)")
-async def importance(study_id: int, request: Request, _: Reader, store: StoreDep) -> ImportanceOut:
+async def importance(study_id: StudyId, request: Request, _: Reader, store: StoreDep) -> ImportanceOut:
     importances: Importances = request.app.state.importances
 
     def compute() -> ImportanceOut:

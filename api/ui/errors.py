@@ -1,5 +1,6 @@
 """Errors on pages render as pages: 404 (unknown id, template or path), 422 (malformed query value, naming the
-field), 401 (sends the browser to ``/ui/login``), 503 (store unreachable). Requests for anything but a page
+field; any other refused input), 409, 401 (sends the browser to ``/ui/login``), 503 (store unreachable): a
+domain error gets the status the API gives it (:func:`api.errors.status_of`). Requests for anything but a page
 keep the JSON answers of :mod:`api.errors` and FastAPI: each handler here wraps the one it replaces.
 """
 
@@ -14,9 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tuner.api.errors import FieldError
+from tuner.api.errors import DOMAIN_ERRORS, FieldError, status_of
 from tuner.api.ui.assets import PREFIX, VENDOR
-from tuner.errors import NotFoundError, StoreError, TunerError
+from tuner.errors import StoreError, TunerError
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Request, Exception], Awaitable[Response] | Response]
@@ -51,8 +52,6 @@ def _for_page(request: Request, exc: Exception) -> Response | None:
         loc = ".".join(str(p) for p in exc.loc[1:])
         titles = {403: "Forbidden", 404: "Not found"}
         return _page(request, exc.status, titles.get(exc.status, "Malformed request"), [f"{loc}: {exc}"])
-    if isinstance(exc, NotFoundError):
-        return _page(request, 404, "Not found", [str(exc)])
     if isinstance(exc, StoreError):
         log.warning("%s: %s", request.url.path, exc)
         return _page(request, 503, "Store unavailable", [str(exc), "Retry in a few seconds."])
@@ -61,14 +60,20 @@ def _for_page(request: Request, exc: Exception) -> Response | None:
         return _page(request, exc.status_code, title, [f"nothing at {request.url.path}"]
                      if exc.status_code == 404 else [str(exc.detail)])
     if isinstance(exc, TunerError):
-        log.error("%s: %s: %s", request.url.path, type(exc).__name__, exc)
-        return _page(request, 500, "Error", [f"{type(exc).__name__}: {exc}"])
+        status = status_of(exc)
+        if status == 500:
+            log.error("%s: %s: %s", request.url.path, type(exc).__name__, exc)
+            return _page(request, 500, "Error", [f"{type(exc).__name__}: {exc}"])
+        titles = {404: "Not found", 409: "Conflict"}
+        return _page(request, status, titles.get(status, "Malformed request"), [str(exc)])
     return None
 
 
 def install(app: FastAPI) -> None:
-    """Wrap the app's handlers (install after :func:`api.errors.install`)."""
-    for cls in (RequestValidationError, FieldError, NotFoundError, StoreError, StarletteHTTPException, TunerError):
+    """Wrap the app's handlers (install after :func:`api.errors.install`): each class it registers, since
+    Starlette answers with the handler of the nearest class in an exception's MRO (an unwrapped
+    UserInputError handler would answer a page with the API's JSON)."""
+    for cls in (RequestValidationError, FieldError, StoreError, StarletteHTTPException, *DOMAIN_ERRORS):
         previous = app.exception_handlers.get(cls) or _nearest(app, cls)
         app.add_exception_handler(cls, _wrap(previous))
 

@@ -5,8 +5,8 @@ browser by plotly.js, which is served from the installed ``plotly`` package like
 
 Reads follow the API's rule: open unless ``TUNER_READ_REQUIRES_TOKEN``; then a page needs the ``read`` token,
 given once on ``/ui/login`` and kept in a session cookie (HttpOnly, gone when the browser closes).
-Unknown ids render a 404 page, malformed query values a 422 page naming the field; nothing renders a
-traceback (the store being down renders a 503 page).
+Unknown ids render a 404 page, malformed query values (an id beyond 64 bits too) a 422 page naming the field;
+nothing renders a traceback (the store being down renders a 503 page).
 """
 
 from __future__ import annotations
@@ -23,11 +23,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
+from pydantic import Field
 
 from tuner import db
 from tuner.api.best_service import BestService
 from tuner.api.catalog import Catalog
 from tuner.api.deps import Principal, authenticate, get_catalog, get_settings, get_store
+from tuner.api.routes.jobs import JobId
+from tuner.api.routes.studies import StudyId
+from tuner.api.schemas import MAX_ID
 from tuner.api.ui import views
 from tuner.api.ui.assets import PAGE_HEADERS, asset_url
 
@@ -109,19 +113,20 @@ def template(
 
 
 @router.get("/ui/studies/{study_id}", response_class=HTMLResponse)
-def study(request: Request, study_id: int, _: PageReader, store: StoreDep, catalog: CatalogDep) -> HTMLResponse:
+def study(request: Request, study_id: StudyId, _: PageReader, store: StoreDep, catalog: CatalogDep) -> HTMLResponse:
     return render(request, "study.html", views.study_page(store, catalog, study_id))
 
 
 @router.get("/ui/jobs/{job_id}", response_class=HTMLResponse)
-def job(request: Request, job_id: int, _: PageReader, store: StoreDep, catalog: CatalogDep) -> HTMLResponse:
+def job(request: Request, job_id: JobId, _: PageReader, store: StoreDep, catalog: CatalogDep) -> HTMLResponse:
     return render(request, "job.html", views.job_page(store, catalog, job_id))
 
 
 @router.get("/ui/compare", response_class=HTMLResponse)
 def compare(
     request: Request, _: PageReader, store: StoreDep, catalog: CatalogDep,
-    study: Annotated[list[int] | None, Query(max_length=4, description="Study ids (two to four).")] = None,
+    study: Annotated[list[Annotated[int, Field(ge=1, le=MAX_ID)]] | None,
+                     Query(max_length=4, description="Study ids (two to four).")] = None,
 ) -> HTMLResponse:
     return render(request, "compare.html", views.compare_page(store, catalog, study or []))
 

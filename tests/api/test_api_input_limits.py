@@ -67,9 +67,13 @@ def test_ids_offsets_and_limits_beyond_64_bits_are_422(server: tuple[str, db.Sto
                     ["query", "offset"])
         _assert_422(http.get("/v1/history", params={"template": NAME, "device": "cpu", "n": 8,
                                                     "study_id": TOO_BIG}), ["query", "study_id"])
+        for path in (f"/v1/studies/{TOO_BIG}", f"/v1/studies/{TOO_BIG}/trials", f"/v1/studies/{TOO_BIG}/importance",
+                     "/v1/studies/-500000000000000000000"):
+            _assert_422(http.get(path), ["path", "study_id"])
         # The largest possible values are answered normally.
         assert http.get("/v1/jobs", params={"offset": TOO_BIG - 1}).json()["items"] == []
         assert http.get(f"/v1/jobs/{TOO_BIG - 1}").status_code == 404
+        assert http.get(f"/v1/studies/{TOO_BIG - 1}").status_code == 404
 
 
 def _raw_exchange(base: str, requests: list[bytes]) -> list[bytes]:

@@ -92,12 +92,49 @@ def test_pages_render_the_store(served: tuple[str, StoredSweep, int]) -> None:
     ("/ui/nope", 404, "nothing at /ui/nope"),
     ("/ui/studies/abc", 422, "study_id: Input should be a valid integer"),
     ("/ui/compare?study=x", 422, "study.0: Input should be a valid integer"),
+    # ids beyond 64 bits: the page names the field, never the store's raw JSON refusal
+    ("/ui/studies/9223372036854775808", 422, "study_id: Input should be less than or equal to 9223372036854775807"),
+    ("/ui/jobs/99999999999999999999", 422, "job_id: Input should be less than or equal to 9223372036854775807"),
+    ("/ui/compare?study=1&study=9223372036854775808", 422, "study.1: Input should be less than or equal to"),
+    ("/ui/studies/9223372036854775807", 404, "no study 9223372036854775807"),
     (f"/ui/templates/{NAME}?device=nowhere", 404, "no study of fault_vector_scale_tunable on &#39;nowhere&#39;"),
 ])
 def test_errors_are_pages(served: tuple[str, StoredSweep, int], path: str, status: int, message: str) -> None:
     r = httpx.get(served[0] + path)
     assert r.status_code == status and r.headers["content-type"].startswith("text/html"), r.text[:300]
     assert message in r.text and "Traceback" not in r.text
+
+
+def test_a_value_the_store_refuses_is_a_page_on_pages_and_json_elsewhere(tmp_path: Path) -> None:
+    """A UserInputError subclass (here the store refusing a value) has its own JSON handler; on a page it renders
+    the 422 page, as every other error does, not the API's JSON."""
+    from tuner.api.main import create_app
+    from tuner.errors import RecordConflictError, RecordRejectedError
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False)  # type: ignore[arg-type]
+    app = create_app(settings, store)
+
+    def refuse() -> None:
+        raise RecordRejectedError("the store refused a value: too large")
+
+    def conflict() -> None:
+        raise RecordConflictError("job 3 is already done")
+
+    for prefix in ("/ui", "/v1"):
+        app.add_api_route(f"{prefix}/refuse", refuse)
+        app.add_api_route(f"{prefix}/conflict", conflict)
+    with thread_server(settings, store, app=app) as base:
+        page = httpx.get(base + "/ui/refuse")
+        assert page.status_code == 422 and page.headers["content-type"].startswith("text/html"), page.text[:300]
+        assert "Malformed request" in page.text and "the store refused a value: too large" in page.text
+        page = httpx.get(base + "/ui/conflict")
+        assert page.status_code == 409 and page.headers["content-type"].startswith("text/html"), page.text[:300]
+        assert "job 3 is already done" in page.text
+        api = httpx.get(base + "/v1/refuse")
+        assert api.status_code == 422 and api.json()["detail"][0]["msg"] == "the store refused a value: too large"
+        assert httpx.get(base + "/v1/conflict").json() == {"detail": "job 3 is already done"}
+    store.close()
 
 
 def test_no_page_or_asset_references_another_host(served: tuple[str, StoredSweep, int]) -> None:
