@@ -3,13 +3,15 @@ and the best-config chain exact → nearest → default over configs published i
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.fixtures.processes import start_worker
+from tests.fixtures.processes import ROOT, env, start_worker
 from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
 from tuner import db
 from tuner.api.settings import ApiSettings
@@ -219,6 +221,36 @@ def test_a_job_no_live_worker_can_take_says_why_it_waits(tmp_path: Path, capsys:
     _print_job(got, as_json=False)
     printed = capsys.readouterr().out
     assert f"waiting: every live worker gave {label} up" in printed and "given up by w: DeviceError: gone" in printed
+    store.close()
+
+
+def test_status_and_jobs_say_a_verify_job_re_measures_in_processes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A verify job has no trials: ``tuner status`` says verify, its shapes re-measured and in how many fresh
+    processes, with a re-measured column (not '0/0 trials' and a 'best µs'); ``tuner jobs`` has a kind column."""
+    from tuner.cli.app import _print_job
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
+        tune = http.post("/v1/jobs", json=JOB, headers=auth(SUBMIT)).json()
+        verify = http.post("/v1/jobs", json={"template": NAME, "shapes": [{"n": 256}], "device": {"kind": "cpu"},
+                                             "kind": "verify", "processes": 2}, headers=auth(SUBMIT)).json()
+        assert verify["kind"] == "verify" and verify["progress"] == {"trials_done": 0, "trials_total": 0}
+        listed = subprocess.run([sys.executable, "-m", "tuner.cli", "jobs", "--url", base], capture_output=True,
+                                text=True, cwd=ROOT, timeout=120, env={**env(), "TUNER_HOME": str(tmp_path)})
+    _print_job(verify, as_json=False)
+    printed = " ".join(capsys.readouterr().out.split())  # the console wraps at 80 columns here
+    assert printed.startswith(f"job {verify['id']} queued: verify {NAME}@{verify['template_version']} on cpu, "
+                              "0/1 shape(s) re-measured in 2 fresh processes each"), printed
+    assert "trials" not in printed and "re-measured µs" in printed and "best µs" not in printed
+    _print_job(tune, as_json=False)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.startswith(f"job {tune['id']} queued: {NAME}@{tune['template_version']} on cpu, 0/4 trials")
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[1]: line for line in listed.stdout.splitlines() if line.split()[1:2] in (["1"], ["2"])}
+    assert "verify" in rows[str(verify["id"])] and "2 processes" in rows[str(verify["id"])], listed.stdout
+    assert "tune" in rows[str(tune["id"])] and "0/4" in rows[str(tune["id"])], listed.stdout
     store.close()
 
 

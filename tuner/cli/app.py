@@ -688,12 +688,15 @@ def jobs(
     if as_json:
         print(json.dumps(page, indent=2))
         return
-    table = Table("id", "state", "template", "device", "shapes", "trials", "created",
+    table = Table("id", "state", "kind", "template", "device", "shapes", "trials", "created",
                   title=f"{len(page['items'])} of {page['total']} job(s)", title_justify="left")
     for j in page["items"]:
         dev = j["device"]["kind"] + (f" ({j['device']['name']})" if j["device"]["name"] else "")
-        table.add_row(str(j["id"]), j["state"], j["template"], dev, str(len(j["tasks"])),
-                      f"{j['progress']['trials_done']}/{j['progress']['trials_total']}", j["created_at"][:19])
+        progress = j["progress"]
+        verify = j.get("kind") == "verify"  # a verify job has no trials: its shapes are re-measured in processes
+        work = f"{j['processes']} processes" if verify else f"{progress['trials_done']}/{progress['trials_total']}"
+        table.add_row(str(j["id"]), j["state"], j.get("kind", "tune"), j["template"], dev, str(len(j["tasks"])), work,
+                      j["created_at"][:19])
     console.print(table)
 
 
@@ -730,16 +733,25 @@ def _print_job(job: dict[str, Any], as_json: bool) -> None:
         print(json.dumps(job, indent=2))
         return
     progress = job["progress"]
-    console.print(f"job {job['id']} {job['state']}: {job['template']}@{job['template_version']} on "
-                  f"{job['device']['kind']}, {progress['trials_done']}/{progress['trials_total']} trials"
+    verify = job.get("kind") == "verify"
+    if verify:  # no trials: each shape's published best is re-measured in fresh processes (`tuner verify`)
+        done = sum(1 for t in job["tasks"] if t["state"] == "done")
+        work = f"{done}/{len(job['tasks'])} shape(s) re-measured in {job['processes']} fresh processes each"
+    else:
+        work = f"{progress['trials_done']}/{progress['trials_total']} trials"
+    console.print(f"job {job['id']} {job['state']}: {'verify ' if verify else ''}{job['template']}@"
+                  f"{job['template_version']} on {job['device']['kind']}, {work}"
                   + (f"; workers: {', '.join(job['workers'])}" if job["workers"] else "")
                   + (f"; error: {job['error']}" if job["error"] else ""), highlight=False)
     if job.get("waiting"):
         console.print(f"waiting: {job['waiting']}", highlight=False)
-    table = Table("shape", "state", "trials", "failed", "gave up", "best µs", "best config")
+    if verify:  # its figure is the median over the processes; the drift is in `GET /v1/best` and `tuner report`
+        table = Table("shape", "state", "gave up", "re-measured µs", "published config")
+    else:
+        table = Table("shape", "state", "trials", "failed", "gave up", "best µs", "best config")
     for t in job["tasks"]:
-        table.add_row(t["label"], t["state"], f"{t['trials_done']}/{t['trials_total']}", str(t["trials_failed"]),
-                      f"{t.get('attempts', 0)}/{job.get('max_attempts', 3)}",
+        trials = [] if verify else [f"{t['trials_done']}/{t['trials_total']}", str(t["trials_failed"])]
+        table.add_row(t["label"], t["state"], *trials, f"{t.get('attempts', 0)}/{job.get('max_attempts', 3)}",
                       "" if t["best_us"] is None else f"{t['best_us']:.2f}",
                       json.dumps(t["best_config"]) if t["best_config"] else "")
     console.print(table)
