@@ -57,6 +57,32 @@ def test_submitting_and_cancelling_need_the_submit_scope(tmp_path: Path, caplog:
         assert token not in logged
 
 
+def test_the_cli_says_where_a_token_and_a_server_come_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tuner submit`` & co. (tuner.service.remote.call): a refused token (401 unknown, 403 without the scope)
+    says how to give one; an unreachable server says how to start or name one. Tokens are never echoed."""
+    from tests.fixtures.servers import free_port
+    from tuner.service.remote import RemoteInputError, call
+
+    monkeypatch.setenv("TUNER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TUNER_TOKEN", raising=False)
+    hint = f"--token or $TUNER_TOKEN; a server without TUNER_TOKENS wrote its token to {tmp_path / 'home' / 'token'}"
+    with thread_server(_settings(tmp_path)) as base:
+        for token, start in ((None, "401: Authorization: "), ("not-a-known-token", "401: Authorization: unknown token"),
+                             (READ, "403: ")):
+            with pytest.raises(RemoteInputError) as refused:
+                call("POST", "/v1/jobs", url=base, token=token, json=JOB)
+            message = str(refused.value)
+            assert message.startswith(start) and hint in message and (token is None or token not in message)
+        with pytest.raises(RemoteInputError) as missing:
+            call("GET", "/v1/jobs/999", url=base, token=None)
+        assert str(missing.value) == "404: job_id: no job 999"  # no token hint where the token is not the problem
+    with pytest.raises(RemoteInputError) as unreachable:
+        call("GET", "/v1/jobs", url=f"http://127.0.0.1:{free_port()}", token=None)
+    said = str(unreachable.value)
+    assert said.startswith("cannot reach the tuner server")
+    assert said.endswith("(start one with `tuner serve`, or give its address with --url or $TUNER_URL)")
+
+
 def test_reads_can_require_the_read_scope(tmp_path: Path) -> None:
     with thread_server(_settings(tmp_path, read_requires_token=True)) as base, httpx.Client(base_url=base) as http:
         for path, params in (("/v1/jobs", {}), ("/v1/best", BEST), ("/v1/templates", {}), ("/v1/workers", {}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -125,6 +126,13 @@ def test_the_export_file_answers_offline_as_the_server_does(store: db.Store, ser
     assert offline.best(NAME, {"n": 1024}).device_kind == "cpu"  # auto: torch (imported here) has no GPU
     with pytest.raises(ClientError, match="schema version 1"):
         ExportFile({**document, "schema_version": 99})
+    missing = tmp_path / "never-written.json"  # the README's `file="best.json"` before `tuner export` ran
+    said = f"no export file {missing}: write it with `tuner export -o {missing}`"
+    with pytest.raises(ClientError, match=re.escape(said)):
+        Client(server, file=missing)
+    (tmp_path / "torn.json").write_text("{")
+    with pytest.raises(ClientError, match=r"cannot read export file .*torn\.json"):
+        Client.from_file(tmp_path / "torn.json")
 
 
 def test_a_miss_enqueues_one_background_job(store: db.Store, server: str) -> None:

@@ -285,11 +285,15 @@ def best(
     db_url: DbOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Print the best verified config stored for one shape."""
+    """Print the best verified config stored for exactly this shape (no nearest shape: `GET /v1/best` and the
+    runtime client serve a nearest shape's best, or the default)."""
     t, the_shape = _one_shape(template, workload, shape)
     record = _store(db_url).get_best(template=t.name, shape_key=the_shape.key(), device_kind=device)
     if record is None:
-        raise UserInputError(f"no best config stored for {t.name} at {the_shape.key()}; run `tuner tune` first")
+        raise UserInputError(f"no best config stored for {t.name} at {the_shape.key()}"
+                             + (f" on {device}" if device else "") + "; run `tuner tune` first (this command "
+                             "reads this exact shape; `GET /v1/best` and the runtime client serve a nearest "
+                             "shape's best or the default)")
     data = {
         "template": record.template, "version": record.template_version, "shape": record.shape_key,
         "device": f"{record.device_kind}:{record.device_name}", "config": json.loads(record.config_json),

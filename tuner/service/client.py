@@ -172,6 +172,8 @@ class ExportFile:
     def load(cls, path: str | Path) -> ExportFile:
         try:
             data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ClientError(f"no export file {path}: write it with `tuner export -o {path}`") from None
         except (OSError, ValueError) as exc:
             raise ClientError(f"cannot read export file {path}: {exc}") from None
         if not isinstance(data, dict):

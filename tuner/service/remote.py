@@ -89,8 +89,18 @@ def call(method: str, path: str, *, url: str | None, token: str | None, json: An
         with httpx.Client(base_url=base, timeout=timeout_s, headers=headers) as client:
             response = client.request(method, path, json=json, params=params)
     except httpx.HTTPError as exc:
-        raise RemoteInputError(f"cannot reach the tuner server at {base}: {type(exc).__name__}: {exc}") from None
+        raise RemoteInputError(f"cannot reach the tuner server at {base}: {type(exc).__name__}: {exc} (start one "
+                               "with `tuner serve`, or give its address with --url or $TUNER_URL)") from None
     if response.status_code >= 400:
         message = f"{response.status_code}: {error_message(response)}"
+        if response.status_code in (401, 403):
+            message += f" ({token_hint()})"
         raise (RemoteInputError if response.status_code < 500 else RemoteError)(message)
     return response.json()
+
+
+def token_hint() -> str:
+    """Where a token comes from, for a refused request: the tokens are the server's ``TUNER_TOKENS``, or its local
+    token file when it has none."""
+    return (f"give a token of the server's TUNER_TOKENS with --token or $TUNER_TOKEN; a server without "
+            f"TUNER_TOKENS wrote its token to {local_token_path()}, which `tuner submit` on its host reads")
