@@ -19,6 +19,16 @@ CONFIG_LABEL = "config"
 COMPARATOR_PREFIX = "comparator:"
 
 
+def reason_line(reason: str | None, limit: int = 120) -> str:
+    """A failure's reason for a table cell: its first non-blank line, at most ``limit`` characters, ending in '…'
+    when cut (a name cut short reads as cut, not as another name); '' for none."""
+    text = (reason or "").strip()
+    if not text:
+        return ""
+    line = text.splitlines()[0].rstrip()
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
 class Status(str, enum.Enum):
     """Outcome of one candidate. Only ``OK`` results carry timings that may be published."""
 

@@ -34,6 +34,7 @@ from tuner.api.routes.studies import StudyId
 from tuner.api.schemas import MAX_ID
 from tuner.api.ui import views
 from tuner.api.ui.assets import PAGE_HEADERS, asset_url
+from tuner.results import reason_line
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 COOKIE = "tuner_read_token"
@@ -71,7 +72,7 @@ def _json(value: Any) -> Markup:
     return Markup(json.dumps(value, separators=(",", ":"), allow_nan=False, default=str).replace("<", "\\u003c"))
 
 
-TEMPLATES.env.filters.update(us=_us, ratio=_ratio, ago=_ago, tojson_script=_json)
+TEMPLATES.env.filters.update(us=_us, ratio=_ratio, ago=_ago, tojson_script=_json, reason=reason_line)
 TEMPLATES.env.globals.update(asset=asset_url)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuner import db
+from tuner.results import reason_line
 
 STATUS_COLORS = {
     "OK": "#2e7d32",
@@ -62,7 +63,7 @@ def _hover(m: db.MeasurementRecord) -> str:
         spread = f" (p20–p80 {m.p20_us:.2f}–{m.p80_us:.2f})" if m.p20_us is not None and m.p80_us is not None else ""
         lines.append(f"{m.median_us:.2f} µs{spread}")
     if m.reason:
-        lines.append(m.reason.strip().splitlines()[0][:120])
+        lines.append(reason_line(m.reason))
     return "<br>".join(lines)
 
 

@@ -9,7 +9,7 @@ from tuner import db
 from tuner.driver.study import new_measurement
 from tuner.frozen import Config, Shape
 from tuner.report.markdown import Report, ReportRow, collect, kernel_label, render_markdown
-from tuner.results import MeasureResult, SampleSummary, Status, Timer
+from tuner.results import MeasureResult, SampleSummary, Status, Timer, reason_line
 
 
 def _row(workload: str, version: str) -> ReportRow:
@@ -40,6 +40,17 @@ def test_the_geometric_mean_has_three_decimals() -> None:
 def test_errors_table_lists_every_output_of_the_best_config() -> None:
     text = render_markdown(Report("t", "1", (_row("w1", "1"),)), errors=True)
     assert "### Relative L2 error per output" in text and "| w1 | best config | 1.0e-04 |" in text
+
+
+def test_a_reason_cut_for_a_cell_says_it_was_cut() -> None:
+    """Tables (tune's final round, verify, the report's notes, history, the study page) show a reason's first
+    line; cut, it ends in '…' — 80 characters of mamba_ssm's unavailable reason once read "named 'mam"."""
+    unavailable = "unavailable: mamba_ssm not importable: ModuleNotFoundError: No module named 'mamba_ssm'"
+    assert reason_line(unavailable) == unavailable  # 87 characters: within the default 120
+    assert reason_line(unavailable, 80) == unavailable[:79] + "…" and len(reason_line(unavailable, 80)) == 80
+    assert reason_line("  \nRuntimeError: boom\nTraceback …") == "RuntimeError: boom"
+    assert reason_line(None) == reason_line("") == reason_line(" \n ") == ""
+    assert reason_line("x" * 30 + " " * 10 + "y", 35) == "x" * 30 + "…"  # no blank before the ellipsis
 
 
 def test_kernel_labels_drop_types_namespaces_templates_and_parameters() -> None:

@@ -252,13 +252,15 @@ def _verification_json(label: str, outcome: Any) -> dict[str, Any]:
 
 
 def _print_verification(label: str, outcome: Any) -> None:
+    from tuner.results import reason_line
+
     table = Table("process", "candidate", "status", "median µs", "p20–p80 µs", "stored µs", "ratio",
                   title=f"{label}: {len(outcome.processes)} fresh process(es)", title_justify="left")
     for process in outcome.processes:
         for c in process.candidates:
             spread = f"{c.p20_us:.2f}–{c.p80_us:.2f}" if c.p20_us is not None and c.p80_us is not None else ""
             table.add_row(str(process.process), c.label, c.status, _fmt_us(c.median_us), spread,
-                          _fmt_us(c.stored_us), f"{c.ratio:.3f}" if c.ratio is not None else (c.reason or "")[:60])
+                          _fmt_us(c.stored_us), f"{c.ratio:.3f}" if c.ratio is not None else reason_line(c.reason))
     console.print(table)
     v = outcome.verdict
     if v.median_us is None:

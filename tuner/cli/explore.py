@@ -18,7 +18,7 @@ from tuner import db
 from tuner.db.explore import SORTS, StudySummary
 from tuner.errors import UserInputError
 from tuner.frozen import Shape
-from tuner.results import Status
+from tuner.results import Status, reason_line
 
 ROLES = ("trial", "final")
 FIELDS = ("study_id", "study", "id", "role", "trial", "candidate", "status", "median_us", "p20_us", "p80_us",
@@ -112,7 +112,7 @@ def history_tables(sections: Sequence[HistorySection]) -> list[Table]:
                 str(m.id), m.role, "" if m.trial_number is None else str(m.trial_number), m.candidate,
                 json.dumps(m.config, separators=(",", ":")), m.status.value,
                 "" if m.median_us is None else f"{m.median_us:.2f}", spread,
-                (m.reason or "").strip().splitlines()[0][:100] if (m.reason or "").strip() else "",
+                reason_line(m.reason),
             )
         tables.append(table)
     return tables

@@ -24,6 +24,7 @@ from tuner.driver.trials import TrialRecord
 from tuner.frozen import Config, Shape
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.contract import Measuring
+from tuner.results import reason_line
 from tuner.store import TuningStore
 
 
@@ -165,7 +166,7 @@ def _print_summary(console: Console, s: ShapeSummary) -> None:
         r = e.result
         spread = f"{r.summary.p20_us:.2f}–{r.summary.p80_us:.2f}" if r.summary else ""
         config = json.dumps(r.config.to_dict(), separators=(",", ":")) if r.config else ""
-        reason = (r.reason or "").splitlines()[0][:80] if r.reason else ""
+        reason = reason_line(r.reason)
         median = f"{r.median_us:.2f}" if r.median_us is not None else ""
         table.add_row(e.label, config, r.status.value, median, spread, reason)
     console.print(table)

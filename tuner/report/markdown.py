@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from tuner import registry
 from tuner.frozen import Config, Shape
-from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status
+from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status, reason_line
 from tuner.store import MeasurementRecord, StudyRecord, TuningStore, VerificationRecord
 from tuner.store.records import active_seconds
 from tuner.template import Comparator, KernelTemplate
@@ -213,7 +213,7 @@ def _line(
                 bytes_moved=_bytes_moved(template, first.contract_shape(shape)) if first else None)
     ok = [m for m in members if m.status == Status.OK.value and m.median_us is not None]
     if not ok:
-        reasons = "; ".join(sorted({f"{m.status}: {(m.reason or '').splitlines()[0][:80]}" for m in members}))
+        reasons = "; ".join(sorted({f"{m.status}: {reason_line(m.reason)}" for m in members}))
         return dataclasses.replace(line, note=reasons)
     best = min(ok, key=lambda m: m.median_us or math.inf)
     member = best.candidate[len(COMPARATOR_PREFIX):]
