@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,7 +23,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.templating import Jinja2Templates
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from pydantic import Field
 
 from tuner import db
@@ -67,12 +68,18 @@ def _ago(value: datetime | float | None) -> str:
     return f"{max(seconds, 0):.0f} s ago"
 
 
+def _doc(text: str | None) -> Markup:
+    """A template's docstring as HTML: escaped, its reStructuredText ``literals`` as <code>."""
+    escaped = str(escape(text or ""))
+    return Markup(re.sub(r"``(.+?)``", r"<code>\1</code>", escaped))
+
+
 def _json(value: Any) -> Markup:
     """JSON for a ``<script type="application/json">`` block: '<' escaped so that no text ends the block."""
     return Markup(json.dumps(value, separators=(",", ":"), allow_nan=False, default=str).replace("<", "\\u003c"))
 
 
-TEMPLATES.env.filters.update(us=_us, ratio=_ratio, ago=_ago, tojson_script=_json, reason=reason_line)
+TEMPLATES.env.filters.update(us=_us, ratio=_ratio, ago=_ago, tojson_script=_json, reason=reason_line, doc=_doc)
 TEMPLATES.env.globals.update(asset=asset_url)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -184,13 +185,18 @@ def final_figure(final: Sequence[db.MeasurementRecord], best_id: int | None) -> 
                           yaxis={"automargin": True}, height=max(180, 30 * len(ok) + 80), showlegend=False)}
 
 
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key putting the numbers in names in numeric order: ceiling-block512 before ceiling-block1024."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
+
+
 def lines_figure(rows: Sequence[Mapping[str, Any]]) -> Figure:
     """Best against the default and each comparator line across shapes (grouped bars, log axis). ``rows``:
     dicts with ``workload``, ``best_us``, ``default_us`` and ``lines`` (name → µs or None)."""
     workloads = [str(r["workload"]) for r in rows]
     series: dict[str, list[float | None]] = {"best": [r["best_us"] for r in rows],
                                              "default": [r["default_us"] for r in rows]}
-    for name in sorted({n for r in rows for n in r["lines"]}):
+    for name in sorted({n for r in rows for n in r["lines"]}, key=natural_key):
         series[name] = [r["lines"].get(name) for r in rows]
     colors = {"best": BEST_COLOR, "default": DEFAULT_COLOR}
     symbols = {"best": "circle", "default": "diamond"}

@@ -8,6 +8,7 @@ study), so that pages stay within their render budget on stores of many studies 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -31,6 +32,7 @@ from tuner.store.records import (
     ACTIVE_JOB_STATES,
     OPEN_TASK_STATES,
     TaskAttemptRecord,
+    VerificationRecord,
     advertises,
     claimable_tasks,
     is_live,
@@ -113,6 +115,7 @@ class ShapeRow:
     search_s: float | None
     changed: dict[str, Any]
     match: str
+    verification: VerificationRecord | None = None  # the latest `tuner verify` of the row's study, as the report's
 
 
 def _shape_row(entry: CatalogEntry, study: db.StudyRecord, outcome: StudyOutcome | None, match: str) -> ShapeRow:
@@ -162,12 +165,14 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
     latest = sorted((s.study for k, s in _latest_per_key(summaries).items() if k[2] == device),
                     key=lambda st: st.shape_key)
     outcomes = store.study_outcomes(study_ids=[st.id for st in latest])
+    checks = store.latest_verifications(study_ids=[st.id for st in latest])
     rows = [
-        _shape_row(entry, st, outcomes.get(st.id),
-                   _match(best, name, json.loads(st.shape_json), st.device_kind, st.device_name))
+        dataclasses.replace(_shape_row(entry, st, outcomes.get(st.id),
+                                       _match(best, name, json.loads(st.shape_json), st.device_kind, st.device_name)),
+                            verification=checks.get(st.id))
         for st in latest
     ]
-    line_names = sorted({n for row in rows for n, us in row.lines.items() if us is not None})
+    line_names = sorted({n for row in rows for n, us in row.lines.items() if us is not None}, key=plots.natural_key)
     figure = plots.lines_figure([{"workload": row.workload, "best_us": row.best_us,
                                   "default_us": row.default_us, "lines": row.lines} for row in rows])
     return {
@@ -197,6 +202,7 @@ def study_page(store: db.Store, catalog: Catalog, study_id: int) -> dict[str, An
     config = summary.best.config if summary.best else None
     return {
         "s": detail, "trials": trials, "n_trials": len(trials),
+        "verification": store.latest_verifications(study_ids=[study_id]).get(study_id),
         "trials_figure": plots.trials_figure(trials),
         "param_figures": plots.parameter_figures(trials, names),
         "final_figure": plots.final_figure(final, best.id if best else None) if final else None,

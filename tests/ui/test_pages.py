@@ -85,6 +85,44 @@ def test_pages_render_the_store(served: tuple[str, StoredSweep, int]) -> None:
         assert "n=1024" in compare and "plot-ecdf" in compare
 
 
+def test_pages_show_what_tuner_verify_found_as_the_report_and_the_api_do(tmp_path: Path) -> None:
+    """The template page marks each row's best with its study's latest verification (a flagged drift as the
+    report's '⚠ drift +8.0% (verify)', else '✓ reproduced'), the study page its published best; the API's
+    answer says the same drift. Comparator columns come in numeric order; a docstring's ``literal`` is code."""
+    from tests.fixtures.fault_templates import TUNABLE_REF
+    from tuner import registry
+    from tuner.api.ui.plots import natural_key
+
+    registry.register(NAME, TUNABLE_REF)
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    drifted, steady = store_sweep(store), store_sweep(store, shape={"n": 1024})
+    for sweep, median in ((drifted, 19.0 * 1.08), (steady, 19.0 * 0.99)):
+        store.add_verification(study_id=sweep.study_id, config_json='{"BLOCK": 256, "mode": "ok"}', stored_us=19.0,
+                               median_us=median, low_us=median, high_us=median, drift=median / 19.0 - 1,
+                               tolerance=0.03, flagged=abs(median / 19.0 - 1) > 0.03, processes=2,
+                               figures=[{"process": 1, "candidates": []}, {"process": 2, "candidates": []}],
+                               device_kind="cpu", device_name="test-cpu", fingerprint_hash="f", fingerprint_json="{}")
+    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False)  # type: ignore[arg-type]
+    with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=60) as http:
+        page = http.get(f"/ui/templates/{NAME}").text
+        shapes = page.split('id="shapes"')[1].split("</table>")[0]  # the best-per-shape table, one row per study
+        cells = {int(m.group(1)): m.group(0) for m in re.finditer(r'<a href="/ui/studies/(\d+)".*?</tr>', shapes, re.S)}
+        assert "⚠ drift +8.0% (verify)" in cells[drifted.study_id] and "reproduced" not in cells[drifted.study_id]
+        assert "✓ reproduced -1.0%" in cells[steady.study_id] and "⚠" not in cells[steady.study_id]
+        assert "20.52 µs, median over 2 fresh processes, against 19.00 µs stored (tolerance ±3%)" in html.unescape(page)
+        study = http.get(f"/ui/studies/{drifted.study_id}").text
+        assert "⚠ drift +8.0% (verify)" in study.split('id="kpi-best"')[1].split("</div>")[0]
+        answer = http.get("/v1/best", params={"template": NAME, "device": "cpu", "n": 256}).json()
+        assert answer["verification"]["flagged"] and round(100 * answer["verification"]["drift"], 1) == 8.0
+        assert any("drifted +8.0%" in note for note in answer["notes"])
+        doc = http.get("/ui/templates/mamba2_chunk_cumsum").text
+        assert "<code>_chunk_cumsum_fwd</code>" in doc and "``" not in doc
+    store.close()
+    names = ["ceiling-block1024", "ceiling-block512", "mamba_ssm-fp32-bh16", "mamba_ssm-fp32-bh2", "torch"]
+    assert sorted(names, key=natural_key) == ["ceiling-block512", "ceiling-block1024", "mamba_ssm-fp32-bh2",
+                                              "mamba_ssm-fp32-bh16", "torch"]
+
+
 @pytest.mark.parametrize(("path", "status", "message"), [
     ("/ui/studies/999", 404, "no study 999"),
     ("/ui/jobs/999", 404, "no job 999"),
