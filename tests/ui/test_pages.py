@@ -88,7 +88,8 @@ def test_pages_render_the_store(served: tuple[str, StoredSweep, int]) -> None:
 def test_pages_show_what_tuner_verify_found_as_the_report_and_the_api_do(tmp_path: Path) -> None:
     """The template page marks each row's best with its study's latest verification (a flagged drift as the
     report's '⚠ drift +8.0% (verify)', else '✓ reproduced'), the study page its published best; the API's
-    answer says the same drift. Comparator columns come in numeric order; a docstring's ``literal`` is code."""
+    answer says the same drift; the overview lists a verify job by its shapes and processes. Comparator columns
+    come in numeric order; a docstring's ``literal`` is code."""
     from tests.fixtures.fault_templates import TUNABLE_REF
     from tuner import registry
     from tuner.api.ui.plots import natural_key
@@ -117,6 +118,13 @@ def test_pages_show_what_tuner_verify_found_as_the_report_and_the_api_do(tmp_pat
         assert any("drifted +8.0%" in note for note in answer["notes"])
         doc = http.get("/ui/templates/mamba2_chunk_cumsum").text
         assert "<code>_chunk_cumsum_fwd</code>" in doc and "``" not in doc
+        # a verify job on the overview: its shapes and processes, not a '0 / 0' trials bar; no best yet is '–'
+        check = store.create_verify_job(template=NAME, template_version="1", backend="triton", device_kind="cpu",
+                                        device_name=None, tasks=[("n=256", "n=256", '{"n":256}')], processes=3)
+        row = http.get("/").text.split(f'<tr data-job="{check.id}">')[1].split("</tr>")[0]
+        text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", row)).split())
+        assert "verify: 0 / 1 shape(s) re-measured in 3 processes" in text and "0 / 0" not in text, text
+        assert text.endswith("– 0") and "µs" not in text, text  # best so far '–', then 0 workers
     store.close()
     names = ["ceiling-block1024", "ceiling-block512", "mamba_ssm-fp32-bh16", "mamba_ssm-fp32-bh2", "torch"]
     assert sorted(names, key=natural_key) == ["ceiling-block512", "ceiling-block1024", "mamba_ssm-fp32-bh2",

@@ -5,7 +5,9 @@
   const ACTIVE = ["queued", "running", "finalizing"];
   const esc = (v) => String(v === null || v === undefined ? "" : v)
     .replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
-  const us = (v) => (v === null || v === undefined) ? "–" : (v < 100 ? v.toFixed(2) : v.toFixed(1));
+  // as the server's `us` filter: 2 decimals below 100 µs, else 1 and thousands separated (20,265.5)
+  const us = (v) => (v === null || v === undefined) ? "–"
+    : (v < 100 ? v.toFixed(2) : v.toLocaleString("en-US", {minimumFractionDigits: 1, maximumFractionDigits: 1}));
   const cfg = (c) => c ? '<code class="cfg">' + Object.entries(c).map(([k, v]) => esc(k) + "=" + esc(v)).join(", ") + "</code>" : '<span class="muted">–</span>';
   const badge = (s) => '<span class="status st-' + esc(s.toLowerCase()) + '">' + esc(s) + "</span>";
   const stateBadge = (s) => '<span class="state js-' + esc(s) + '">' + esc(s) + "</span>";
@@ -173,10 +175,14 @@
       if (answer && answer.ok && answer.body.items.length) {
         body.innerHTML = answer.body.items.map((j) => {
           const bests = j.tasks.map((t) => t.best_us).filter((v) => v !== null);
+          const work = j.kind === "verify" // no trials: each shape's best re-measured in fresh processes
+            ? '<span class="small">verify: ' + j.tasks.filter((t) => t.state === "done").length + " / " + j.tasks.length +
+              " shape(s) re-measured in " + j.processes + " processes</span>"
+            : progress(j.progress.trials_done, j.progress.trials_total);
           return '<tr data-job="' + j.id + '"><td><a href="/ui/jobs/' + j.id + '">#' + j.id + "</a></td><td>" + stateBadge(j.state) +
             "</td><td>" + esc(j.template) + ' <span class="muted">v' + esc(j.template_version) + "</span></td><td>" + esc(j.device.kind) +
-            (j.device.name ? " · " + esc(j.device.name) : "") + "</td><td>" + progress(j.progress.trials_done, j.progress.trials_total) +
-            "</td><td>" + us(bests.length ? Math.min(...bests) : null) + " µs</td><td>" + j.workers.length + "</td></tr>";
+            (j.device.name ? " · " + esc(j.device.name) : "") + "</td><td>" + work +
+            "</td><td>" + (bests.length ? us(Math.min(...bests)) + " µs" : "–") + "</td><td>" + j.workers.length + "</td></tr>";
         }).join("");
         document.getElementById("jobs-updated").textContent = "updated " + new Date().toLocaleTimeString();
       }
