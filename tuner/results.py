@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import enum
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from tuner.frozen import Config
 
@@ -17,6 +18,7 @@ from tuner.frozen import Config
 DEFAULT_LABEL = "default"
 CONFIG_LABEL = "config"
 COMPARATOR_PREFIX = "comparator:"
+T = TypeVar("T")
 
 
 def reason_line(reason: str | None, limit: int = 120) -> str:
@@ -27,6 +29,41 @@ def reason_line(reason: str | None, limit: int = 120) -> str:
         return ""
     line = text.splitlines()[0].rstrip()
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def merge_unmeasured_comparators(
+    rows: Sequence[T], *, label: Callable[[T], str], status: Callable[[T], str], reason: Callable[[T], str | None],
+) -> list[tuple[T, list[str]]]:
+    """Rows of a table in order, each with the labels it stands for: comparators that did not measure (status
+    not OK) with the same status and reason are one row, at the first one's place (a host without mamba_ssm
+    has twelve of its comparators unavailable for one reason: one row, not twelve). Other rows stand alone."""
+    out: list[tuple[T, list[str]]] = []
+    merged: dict[tuple[str, str], list[str]] = {}
+    for row in rows:
+        name = label(row)
+        if not name.startswith(COMPARATOR_PREFIX) or status(row) == Status.OK.value:
+            out.append((row, [name]))
+            continue
+        key = (status(row), reason(row) or "")
+        if key in merged:
+            merged[key].append(name)
+        else:
+            merged[key] = [name]
+            out.append((row, merged[key]))
+    return out
+
+
+def merged_label(labels: Sequence[str], *, names: bool = True) -> str:
+    """The candidate cell of a merged row: its one label, else '12 comparators: a, b, …' (the comparators' names,
+    or without ``names`` just '12 comparators', for a table that lists them in another cell)."""
+    if len(labels) == 1:
+        return labels[0]
+    return f"{len(labels)} comparators" + (f": {comparator_names(labels)}" if names else "")
+
+
+def comparator_names(labels: Sequence[str]) -> str:
+    """'a, b, …': comparator labels without their prefix."""
+    return ", ".join(n.removeprefix(COMPARATOR_PREFIX) for n in labels)
 
 
 class Status(str, enum.Enum):

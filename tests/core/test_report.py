@@ -9,7 +9,15 @@ from tuner import db
 from tuner.driver.study import new_measurement
 from tuner.frozen import Config, Shape
 from tuner.report.markdown import Report, ReportRow, collect, kernel_label, render_markdown
-from tuner.results import MeasureResult, SampleSummary, Status, Timer, reason_line
+from tuner.results import (
+    MeasureResult,
+    SampleSummary,
+    Status,
+    Timer,
+    merge_unmeasured_comparators,
+    merged_label,
+    reason_line,
+)
 
 
 def _row(workload: str, version: str) -> ReportRow:
@@ -51,6 +59,24 @@ def test_a_reason_cut_for_a_cell_says_it_was_cut() -> None:
     assert reason_line("  \nRuntimeError: boom\nTraceback …") == "RuntimeError: boom"
     assert reason_line(None) == reason_line("") == reason_line(" \n ") == ""
     assert reason_line("x" * 30 + " " * 10 + "y", 35) == "x" * 30 + "…"  # no blank before the ellipsis
+
+
+def test_comparators_unmeasured_for_one_reason_are_one_row() -> None:
+    """tune's final round and verify's processes: a host without mamba_ssm listed its twelve unavailable
+    comparators as twelve identical rows; they are one, where the first was. Measured rows, and comparators
+    that failed for another reason, stay rows of their own."""
+    gone = "unavailable: mamba_ssm not importable"
+    rows = [("config", "OK", None), ("comparator:a", "INVALID", gone), ("default", "OK", None),
+            ("comparator:b", "INVALID", gone), ("comparator:c", "RUNTIME_ERROR", "boom"),
+            ("comparator:d", "OK", None), ("comparator:e", "INVALID", gone), ("comparator:f", "OK", None)]
+    merged = merge_unmeasured_comparators(rows, label=lambda r: r[0], status=lambda r: r[1], reason=lambda r: r[2])
+    assert [(row[0], labels) for row, labels in merged] == [
+        ("config", ["config"]), ("comparator:a", ["comparator:a", "comparator:b", "comparator:e"]),
+        ("default", ["default"]), ("comparator:c", ["comparator:c"]), ("comparator:d", ["comparator:d"]),
+        ("comparator:f", ["comparator:f"])]
+    assert merged_label(merged[1][1]) == "3 comparators: a, b, e"
+    assert merged_label(merged[1][1], names=False) == "3 comparators"
+    assert merged_label(["comparator:c"]) == "comparator:c"
 
 
 def test_kernel_labels_drop_types_namespaces_templates_and_parameters() -> None:

@@ -252,14 +252,16 @@ def _verification_json(label: str, outcome: Any) -> dict[str, Any]:
 
 
 def _print_verification(label: str, outcome: Any) -> None:
-    from tuner.results import reason_line
+    from tuner.results import merge_unmeasured_comparators, merged_label, reason_line
 
     table = Table("process", "candidate", "status", "median µs", "p20–p80 µs", "stored µs", "ratio",
                   title=f"{label}: {len(outcome.processes)} fresh process(es)", title_justify="left")
     for process in outcome.processes:
-        for c in process.candidates:
+        rows = merge_unmeasured_comparators(process.candidates, label=lambda c: c.label, status=lambda c: c.status,
+                                            reason=lambda c: c.reason)
+        for c, labels in rows:
             spread = f"{c.p20_us:.2f}–{c.p80_us:.2f}" if c.p20_us is not None and c.p80_us is not None else ""
-            table.add_row(str(process.process), c.label, c.status, _fmt_us(c.median_us), spread,
+            table.add_row(str(process.process), merged_label(labels), c.status, _fmt_us(c.median_us), spread,
                           _fmt_us(c.stored_us), f"{c.ratio:.3f}" if c.ratio is not None else reason_line(c.reason))
     console.print(table)
     v = outcome.verdict

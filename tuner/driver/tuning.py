@@ -24,7 +24,7 @@ from tuner.driver.trials import TrialRecord
 from tuner.frozen import Config, Shape
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.contract import Measuring
-from tuner.results import reason_line
+from tuner.results import comparator_names, merge_unmeasured_comparators, merged_label, reason_line
 from tuner.store import TuningStore
 
 
@@ -162,13 +162,17 @@ def _print_summary(console: Console, s: ShapeSummary) -> None:
         f"{dups} duplicates; median per-trial overhead {med_overhead:.1f} ms"
     )
     table = Table("candidate", "config", "status", "median µs", "p20–p80 µs", "reason", title="final round")
-    for e in s.final.entries:
+    rows = merge_unmeasured_comparators(s.final.entries, label=lambda e: e.label,
+                                        status=lambda e: e.result.status.value, reason=lambda e: e.result.reason)
+    for e, labels in rows:
         r = e.result
         spread = f"{r.summary.p20_us:.2f}–{r.summary.p80_us:.2f}" if r.summary else ""
         config = json.dumps(r.config.to_dict(), separators=(",", ":")) if r.config else ""
         reason = reason_line(r.reason)
         median = f"{r.median_us:.2f}" if r.median_us is not None else ""
-        table.add_row(e.label, config, r.status.value, median, spread, reason)
+        if len(labels) > 1:  # comparators merged (unmeasured, one reason): their names where a config would be
+            config = comparator_names(labels)
+        table.add_row(merged_label(labels, names=False), config, r.status.value, median, spread, reason)
     console.print(table)
     if s.final.winner is not None:
         w = s.final.winner.result
