@@ -58,6 +58,19 @@ def _ratio(other: float | None, best: float | None) -> Markup:
     return Markup('<span class="{}">{:.2f}×&nbsp;{}</span>').format(cls, r, "🟢" if r > 1 else "🔴")
 
 
+def _against(this: float | None, first: float | None, first_id: int) -> Markup:
+    """A study's best against the first study's, on the compare page: the ratio, coloured and said for this
+    study (slower 🔴, faster 🟢), where :func:`_ratio` colours for the best in its denominator."""
+    if not this or not first:
+        return Markup("–")
+    r = this / first
+    if round(r, 2) == 1.0:
+        return Markup('<span class="even">{:.2f}×</span>').format(r)
+    if r > 1:
+        return Markup('<span class="bad">{:.2f}×&nbsp;🔴 slower than #{}</span>').format(r, first_id)
+    return Markup('<span class="good">{:.2f}×&nbsp;🟢 faster than #{}</span>').format(r, first_id)
+
+
 def _ago(value: datetime | float | None) -> str:
     if value is None:
         return "–"
@@ -79,7 +92,8 @@ def _json(value: Any) -> Markup:
     return Markup(json.dumps(value, separators=(",", ":"), allow_nan=False, default=str).replace("<", "\\u003c"))
 
 
-TEMPLATES.env.filters.update(us=_us, ratio=_ratio, ago=_ago, tojson_script=_json, reason=reason_line, doc=_doc)
+TEMPLATES.env.filters.update(us=_us, ratio=_ratio, ago=_ago, tojson_script=_json, reason=reason_line, doc=_doc,
+                             against=_against)
 TEMPLATES.env.globals.update(asset=asset_url)
 
 

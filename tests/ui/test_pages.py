@@ -131,6 +131,34 @@ def test_pages_show_what_tuner_verify_found_as_the_report_and_the_api_do(tmp_pat
                                               "mamba_ssm-fp32-bh16", "torch"]
 
 
+def test_compare_says_which_study_is_faster(tmp_path: Path) -> None:
+    """'best / first's best' is said and coloured for the column's study: 2.00× 🔴 slower than #1, 0.50× 🟢
+    faster than #2 (it was coloured for the first study: a slower second study read 🟢)."""
+    from tests.fixtures.fault_templates import TUNABLE_REF
+    from tuner import registry
+    from tuner.frozen import Config
+
+    registry.register(NAME, TUNABLE_REF)
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    fast, slow = store_sweep(store), store_sweep(store, shape={"n": 1024})
+    with store.session() as session:  # the second study's best is republished at 38 µs
+        m = db.add_measurement(session, study_id=slow.study_id, role="final", candidate="config",
+                               config_json=Config({"mode": "ok", "BLOCK": 512}).to_json(), status="OK", reason=None,
+                               round_id="r2", trial_number=None, errors_json={"y": 1e-7}, median_us=38.0,
+                               p20_us=37.0, p80_us=39.0, n_samples=5, timer="cpu-wall")
+        db.publish_best(session, study_id=slow.study_id, measurement_id=m.id)
+    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False)  # type: ignore[arg-type]
+    with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=60) as http:
+        def row(first: int, second: int) -> str:
+            page = http.get("/ui/compare", params=[("study", first), ("study", second)]).text
+            cells = page.split("<th>best / first's best</th>")[1].split("</tr>")[0]
+            return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", cells)).split())
+
+        assert row(fast.study_id, slow.study_id) == f"– 2.00× 🔴 slower than #{fast.study_id}"
+        assert row(slow.study_id, fast.study_id) == f"– 0.50× 🟢 faster than #{slow.study_id}"
+    store.close()
+
+
 @pytest.mark.parametrize(("path", "status", "message"), [
     ("/ui/studies/999", 404, "no study 999"),
     ("/ui/jobs/999", 404, "no job 999"),
