@@ -187,7 +187,7 @@ def final_figure(final: Sequence[db.MeasurementRecord], best_id: int | None) -> 
 
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key putting the numbers in names in numeric order: ceiling-block512 before ceiling-block1024."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
+    return tuple((0, int(part)) if part.isdecimal() else (1, part) for part in re.split(r"(\d+)", name) if part)
 
 
 def lines_figure(rows: Sequence[Mapping[str, Any]]) -> Figure:

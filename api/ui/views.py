@@ -166,12 +166,12 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
                     key=lambda st: st.shape_key)
     outcomes = store.study_outcomes(study_ids=[st.id for st in latest])
     checks = store.latest_verifications(study_ids=[st.id for st in latest])
-    rows = [
-        dataclasses.replace(_shape_row(entry, st, outcomes.get(st.id),
-                                       _match(best, name, json.loads(st.shape_json), st.device_kind, st.device_name)),
-                            verification=checks.get(st.id))
-        for st in latest
-    ]
+    rows = [_shape_row(entry, st, outcomes.get(st.id),
+                       _match(best, name, json.loads(st.shape_json), st.device_kind, st.device_name))
+            for st in latest]
+    # only a verification of the config the row shows as best (a later sweep may have published another)
+    rows = [dataclasses.replace(row, verification=check.of_config(row.best_config))
+            if (check := checks.get(row.study.id)) is not None else row for row in rows]
     line_names = sorted({n for row in rows for n, us in row.lines.items() if us is not None}, key=plots.natural_key)
     figure = plots.lines_figure([{"workload": row.workload, "best_us": row.best_us,
                                   "default_us": row.default_us, "lines": row.lines} for row in rows])
@@ -202,7 +202,8 @@ def study_page(store: db.Store, catalog: Catalog, study_id: int) -> dict[str, An
     config = summary.best.config if summary.best else None
     return {
         "s": detail, "trials": trials, "n_trials": len(trials),
-        "verification": store.latest_verifications(study_ids=[study_id]).get(study_id),
+        "verification": (check.of_config(config)
+                         if (check := store.latest_verifications(study_ids=[study_id]).get(study_id)) else None),
         "trials_figure": plots.trials_figure(trials),
         "param_figures": plots.parameter_figures(trials, names),
         "final_figure": plots.final_figure(final, best.id if best else None) if final else None,

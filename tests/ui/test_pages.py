@@ -348,5 +348,5 @@ def test_job_page_says_why_it_waits_and_who_gave_its_shape_up(db_url: str) -> No
                                         comparator_processes=1)
         text = html.unescape(http.get(f"/ui/jobs/{check.id}").text)
         assert "3 fresh processes · 100 samples" in text and "comparators in the first 1" in text
-        assert "finalists" not in text
+        assert "finalists" not in text and "shapes re-measured" in text and "0 / 1" in text
     store.close()

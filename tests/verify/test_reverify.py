@@ -158,6 +158,24 @@ def test_verify_picks_the_best_the_lookup_serves_this_host(db_url: str) -> None:
         _published_best(store, "picky", "2", "triton", Shape(shape), host)
 
 
+def test_a_verification_speaks_only_for_the_config_it_re_measured(db_url: str) -> None:
+    """A study's latest verification is of the best published when it ran: once a later sweep of the same
+    study publishes another best, the answer (and the pages and report, through ``of_config``) carry none."""
+    store = db.Store.open(db_url)
+    first = publish(store, "picky", {"n": 64}, {"x": 1}, 10.0, device_kind="cuda", device_name="H200")
+    check = store.add_verification(
+        study_id=first.study_id, config_json=first.config_json, stored_us=10.0, median_us=10.1, low_us=10.0,
+        high_us=10.2, drift=0.01, tolerance=0.03, flagged=False, processes=2, figures=[], device_kind="cuda",
+        device_name="H200", fingerprint_hash=first.fingerprint_hash, fingerprint_json="{}")
+    (entry,) = [e for _, e in published_entries(store, template="picky")]
+    assert entry.verification is not None and entry.verification["drift"] == pytest.approx(0.01)
+    second = publish(store, "picky", {"n": 64}, {"x": 2}, 8.0, device_kind="cuda", device_name="H200")
+    assert second.study_id == first.study_id  # the same key: the same study, a new best
+    newest = max(published_entries(store, template="picky"), key=lambda pair: pair[0].id)[1]
+    assert newest.config == {"x": 2} and newest.verification is None
+    assert check.of_config({"x": 1}) is check and check.of_config('{"x": 2}') is None and check.of_config(None) is None
+
+
 def test_verify_without_a_published_best_says_so(tmp_path: Path) -> None:
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     with pytest.raises(UserInputError, match=r"no best config .* run `tuner tune` first"):

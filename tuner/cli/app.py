@@ -262,7 +262,8 @@ def _print_verification(label: str, outcome: Any) -> None:
         for c, labels in rows:
             spread = f"{c.p20_us:.2f}–{c.p80_us:.2f}" if c.p20_us is not None and c.p80_us is not None else ""
             table.add_row(str(process.process), merged_label(labels), c.status, _fmt_us(c.median_us), spread,
-                          _fmt_us(c.stored_us), f"{c.ratio:.3f}" if c.ratio is not None else reason_line(c.reason))
+                          _fmt_us(c.stored_us) if len(labels) == 1 else "",  # each merged one has its own
+                          f"{c.ratio:.3f}" if c.ratio is not None else reason_line(c.reason))
     console.print(table)
     v = outcome.verdict
     if v.median_us is None:

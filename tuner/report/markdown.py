@@ -115,7 +115,9 @@ def collect(store: TuningStore, template_name: str, *, device_kind: str | None =
         fingerprint = json.loads(st.fingerprint_json)
         fingerprints[st.fingerprint_hash] = fingerprint
         row = _row(store, template, st, fingerprint)
-        rows.append(dataclasses.replace(row, verification=checks.get(st.id)))
+        check = checks.get(st.id)  # only a verification of the config the row shows as best
+        verified = check.of_config(row.best_config.to_dict()) if check and row.best_config else None
+        rows.append(dataclasses.replace(row, verification=verified))
     return Report(template.name, template.version, tuple(rows), tuple(fingerprints.values()))
 
 

@@ -47,5 +47,6 @@ def published_entries(
     for r in records:
         study = studies.get(r.study_id)
         software = software_of(study.fingerprint_json) if study is not None else None
-        found.append((r, as_entry(r, software, checks.get(r.study_id))))
+        check = checks.get(r.study_id)
+        found.append((r, as_entry(r, software, check.of_config(r.config_json) if check else None)))
     return found

@@ -504,6 +504,15 @@ class VerificationRecord:
     def config(self) -> dict[str, Any]:
         return dict(json.loads(self.config_json))
 
+    def of_config(self, config: Mapping[str, Any] | str | None) -> VerificationRecord | None:
+        """This verification if it re-measured ``config`` (a dict or its JSON), else None. A study's latest
+        verification is of the best published when it ran; a later sweep of the same study may publish
+        another best, which that verification says nothing about."""
+        if config is None:
+            return None
+        wanted = json.loads(config) if isinstance(config, str) else dict(config)
+        return self if self.config == wanted else None
+
     @property
     def figures(self) -> list[dict[str, Any]]:
         """Per process: ``{"process": i, "candidates": [{"label", "status", "median_us", "p20_us", "p80_us",

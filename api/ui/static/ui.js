@@ -110,7 +110,9 @@
     const root = document.getElementById("job");
     root.dataset.state = job.state;
     document.getElementById("job-state").innerHTML = stateBadge(job.state);
-    document.getElementById("job-progress").innerHTML = progress(job.progress.trials_done, job.progress.trials_total);
+    const shapesDone = job.tasks.filter((t) => t.state === "done").length; // a verify job has no trials
+    document.getElementById("job-progress").innerHTML = job.kind === "verify"
+      ? progress(shapesDone, job.tasks.length) : progress(job.progress.trials_done, job.progress.trials_total);
     document.getElementById("job-updated").textContent = job.updated_at.slice(11, 19) + " UTC";
     const waiting = document.getElementById("job-waiting");
     waiting.hidden = !job.waiting; document.getElementById("job-waiting-text").textContent = job.waiting || "";
