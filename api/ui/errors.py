@@ -54,7 +54,9 @@ def _for_page(request: Request, exc: Exception) -> Response | None:
         return _page(request, exc.status, titles.get(exc.status, "Malformed request"), [f"{loc}: {exc}"])
     if isinstance(exc, StoreError):
         log.warning("%s: %s", request.url.path, exc)
-        return _page(request, 503, "Store unavailable", [str(exc), "Retry in a few seconds."])
+        page = _page(request, 503, "Store unavailable", [str(exc), "Retry in a few seconds."])
+        page.headers["Retry-After"] = "5"  # as the API's 503 says
+        return page
     if isinstance(exc, StarletteHTTPException):
         title = "Not found" if exc.status_code == 404 else "Error"
         return _page(request, exc.status_code, title, [f"nothing at {request.url.path}"]

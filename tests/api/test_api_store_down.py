@@ -50,6 +50,9 @@ def test_a_dropped_database_gives_503_and_the_server_keeps_answering(postgres_sa
                 assert response.status_code == 503, response.text
                 detail = response.json()["detail"]
                 assert detail.startswith("store unavailable: ") and name in detail, detail
+            for page in (http.get("/"), http.get("/ui/jobs/1"), http.get(f"/ui/templates/{NAME}")):
+                assert page.status_code == 503 and page.headers["retry-after"] == "5", page.text[:500]
+                assert page.headers["content-type"].startswith("text/html") and "Store unavailable" in page.text
             # Still serving: health, templates, answers it had cached, and answers from the best configs of
             # (template, device kind) it had cached (a new shape of a known template needs no query).
             assert http.get("/healthz").status_code == 200
