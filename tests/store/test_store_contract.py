@@ -442,6 +442,32 @@ def test_claim_task_takes_what_claimable_tasks_names(store: Any) -> None:
     assert _claims_as_the_rule_says(store, one.id, "w").task.id == claim.task.id
 
 
+def test_the_claim_rule_holds_for_device_names_versions_backends_and_verify_tasks(store: Any) -> None:
+    """The same rule on what a job asks of a worker: its device name (None: any), the template version the
+    worker advertises, the backend; and a verify task (no trials) until one worker begins its final round."""
+    _worker(store, "w", templates={"t": "1"})
+    elsewhere = _job(store, device_name="GPU-X")  # another device name: not this worker's
+    assert _claims_as_the_rule_says(store, elsewhere.id, "w") is None
+    store.cancel_job(job_id=elsewhere.id)
+    newer = _job(store, template_version="2")  # a version the worker does not advertise
+    assert _claims_as_the_rule_says(store, newer.id, "w") is None
+    store.cancel_job(job_id=newer.id)
+    tilelang = _job(store, backend="tilelang")  # a backend the worker does not run
+    assert _claims_as_the_rule_says(store, tilelang.id, "w") is None
+    store.cancel_job(job_id=tilelang.id)
+    named = _job(store, device_name="CPU")  # its own device name
+    assert _claims_as_the_rule_says(store, named.id, "w") is not None
+    store.release_task(worker_id="w")
+    store.cancel_job(job_id=named.id)
+    check = store.create_verify_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                                    device_name=None, tasks=[("n=0", "n=0", '{"n": 0}')], processes=2)
+    claim = _claims_as_the_rule_says(store, check.id, "w")
+    assert claim is not None and store.begin_finalize(task_id=claim.task.id, worker_id="w")
+    store.release_task(worker_id="w")
+    _worker(store, "v")
+    assert _claims_as_the_rule_says(store, check.id, "v") is None  # being finalised by w
+
+
 def test_a_task_given_up_by_k_distinct_workers_fails_with_every_reason(store: Any) -> None:
     job = _job(store, trials=3)
     (task_id,) = [t.id for t in job.tasks]
