@@ -231,7 +231,7 @@ class Candidate:
 
 def _verdict(job: db.JobRecord, worker: db.WorkerRecord, attempts: Sequence[TaskAttemptRecord]) -> tuple[bool, str]:
     """Whether the worker could claim a task of the job, and why (not) in words ("on it": it holds one now;
-    a worker busy on another job may be told "yes": it claims when it is free)."""
+    "yes, once free": it could, when it has finished the task it holds of another job)."""
     if job.state not in ACTIVE_JOB_STATES:
         return False, "no: the job is finished"
     if not serves(worker, job):
@@ -241,7 +241,10 @@ def _verdict(job: db.JobRecord, worker: db.WorkerRecord, attempts: Sequence[Task
     open_tasks = [t for t in job.tasks if t.state in OPEN_TASK_STATES]
     takes = claimable_tasks(job, job.tasks, worker, attempts)
     if takes:
-        return True, f"yes ({len(takes)} of {len(open_tasks)} open shape{'s' if len(open_tasks) != 1 else ''})"
+        count = f"{len(takes)} of {len(open_tasks)} open shape{'s' if len(open_tasks) != 1 else ''}"
+        if worker.current_task_id is not None:  # busy elsewhere (on this job it would be "on it")
+            return True, f"yes, once free ({count}; busy on another job)"
+        return True, f"yes ({count})"
     if not open_tasks:
         return False, "no: no shape is open (the rest are being finalised)"
     given_up = {a.task_id for a in attempts if a.worker_id == worker.id}
