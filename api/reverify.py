@@ -28,6 +28,7 @@ from tuner.api.deps import StoreProvider
 from tuner.frozen import Shape
 from tuner.lookup import Answer
 from tuner.settings import engine_settings
+from tuner.store.records import ACTIVE_JOB_STATES, check_job_kind
 
 log = logging.getLogger(__name__)
 SUBMITTER = "tuner-serve:reverify"  # submitted_by of the jobs it queues
@@ -40,9 +41,7 @@ class Reverifier:
                  comparator_processes: int | None = None, on_queued: Callable[[int], None] | None = None) -> None:
         """``processes``: fresh processes per verification; ``comparator_processes``: the comparators in only
         the first that many (None: all); ``on_queued(job_id)``: called after each job is queued (tests, logs)."""
-        if comparator_processes is not None and not 1 <= comparator_processes <= processes:
-            raise ValueError(f"comparator_processes must be between 1 and processes ({processes}), "
-                             f"got {comparator_processes}")
+        check_job_kind("verify", 0, processes, comparator_processes)  # the jobs it queues must be valid
         self.stores, self.catalog, self.processes, self.on_queued = stores, catalog, processes, on_queued
         self.comparator_processes = comparator_processes
         self._seen: set[tuple[object, ...]] = set()
@@ -80,7 +79,7 @@ class Reverifier:
         """The id of the verify job queued, or None when an equal one is already queued or running."""
         spec = self.catalog.get(template).spec
         store = self.stores.get()
-        for state in ("queued", "running"):
+        for state in ACTIVE_JOB_STATES:
             for job in store.list_jobs(state=state, limit=1000):
                 if (job.kind == "verify" and job.template == template and job.device_kind == device_kind
                         and job.device_name == device_name and any(t.shape_key == shape.key() for t in job.tasks)):

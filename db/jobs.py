@@ -573,7 +573,7 @@ def _settle_given_up(session: Session, *, task_ids: Sequence[int] | None = None)
     or may still claim (``task_may_still_run``); each job fails with its last such task."""
     query = (
         select(TaskRow).join(JobRow, JobRow.id == TaskRow.job_id)
-        .where(TaskRow.state.in_(("queued", "running")), JobRow.state.in_(ACTIVE_JOB_STATES),
+        .where(TaskRow.state.in_(OPEN_TASK_STATES), JobRow.state.in_(ACTIVE_JOB_STATES),
                TaskRow.attempts >= JobRow.max_attempts)
         .order_by(TaskRow.id)
     )

@@ -18,6 +18,7 @@ from tuner.api.schemas import MAX_ID, MAX_OFFSET, JobIn, JobOut, JobPage, JobSta
 from tuner.errors import UnknownTemplateError, UserInputError
 from tuner.frozen import Shape
 from tuner.settings import engine_settings
+from tuner.store.records import ACTIVE_JOB_STATES
 
 router = APIRouter(tags=["jobs"])
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="A job's id.")]
@@ -96,7 +97,7 @@ def list_jobs(
 ) -> JobPage:
     jobs = store.list_jobs(state=state, limit=limit, offset=offset)
     total = store.count_jobs(state=state)
-    workers = store.list_workers() if any(j.state in ("queued", "running") for j in jobs) else []
+    workers = store.list_workers() if any(j.state in ACTIVE_JOB_STATES for j in jobs) else []
     return JobPage(items=[job_out(store, j, workers) for j in jobs], total=total, limit=limit, offset=offset)
 
 

@@ -40,7 +40,6 @@ from tuner.store.records import (
 )
 
 log = logging.getLogger(__name__)
-ACTIVE = ("queued", "running")
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,8 @@ def overview(store: db.Store, catalog: Catalog) -> dict[str, Any]:
     now = datetime.now(timezone.utc)
     totals = store.device_totals()
     recent, n_studies = store.list_study_summaries(limit=12)
-    jobs = [JobOut.of(j) for state in ACTIVE for j in store.list_jobs(state=state, limit=50)]
-    finished = [JobOut.of(j) for j in store.list_jobs(limit=8) if j.state not in ACTIVE]
+    jobs = [JobOut.of(j) for state in ACTIVE_JOB_STATES for j in store.list_jobs(state=state, limit=50)]
+    finished = [JobOut.of(j) for j in store.list_jobs(limit=8) if j.state not in ACTIVE_JOB_STATES]
     workers = store.list_workers()
     names = sorted(set(catalog.names()) | {t.template for t in totals})
     return {

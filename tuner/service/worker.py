@@ -52,6 +52,7 @@ from tuner.measure.compile_cache import CompilePool
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.store import Claim, JobQueue, JobRecord, TuningStore
+from tuner.store.records import ACTIVE_JOB_STATES
 from tuner.template import KernelTemplate
 
 log = logging.getLogger(__name__)
@@ -293,7 +294,7 @@ class Worker:
         def should_stop() -> bool:
             if stop.is_set() or self._lost.is_set():
                 return True
-            return self.store.job_state(job_id=job.id) not in ("queued", "running")
+            return self.store.job_state(job_id=job.id) not in ACTIVE_JOB_STATES
 
         def take_final_round() -> bool:  # False: trials still running elsewhere, or another worker finalises
             return self.store.begin_finalize(task_id=task_id, worker_id=self.id)

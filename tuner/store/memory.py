@@ -20,6 +20,7 @@ from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store.protocols import ORDERS, TrialHeartbeats
 from tuner.store.records import (
     ACTIVE_JOB_STATES,
+    OPEN_TASK_STATES,
     BestRecord,
     Claim,
     ClaimingWorker,
@@ -641,7 +642,7 @@ class MemoryStore:
         now = _now()
         for task in sorted(self._tasks.values(), key=lambda t: t.id):
             job = self._jobs[task.job_id]
-            if (task.state not in ("queued", "running") or job.state not in ACTIVE_JOB_STATES
+            if (task.state not in OPEN_TASK_STATES or job.state not in ACTIVE_JOB_STATES
                     or task.attempts < job.max_attempts):
                 continue
             attempts = [a for a in self._attempts if a.task_id == task.id]

@@ -173,7 +173,7 @@ def waiting_reason(
 ) -> str | None:
     """Why an active job waits with no worker on it, for its user; None when it does not (finished, or a
     live worker is on it or may take it). ``attempts`` lists the attempts of each task by task id."""
-    if job.state not in ("queued", "running") or job.workers:
+    if job.state not in ACTIVE_JOB_STATES or job.workers:
         return None
     live = [w for w in workers if is_live(w, now)]
     wanted = f"{job.template} version {job.template_version}"
@@ -184,7 +184,7 @@ def waiting_reason(
         name = job.device_name or "any"
         return (f"no live worker of device {job.device_kind}:{name} with backend {job.backend} "
                 f"advertises {wanted}")
-    open_tasks = [t for t in job.tasks if t.state in ("queued", "running")]
+    open_tasks = [t for t in job.tasks if t.state in OPEN_TASK_STATES]
     for task in open_tasks:
         tried = {a.worker_id for a in attempts.get(task.id, ())}
         if all(w.id in tried for w in capable):
