@@ -13,9 +13,12 @@
 #                    (default: all 11; VERIFY_WORKLOADS narrows the verify), 5 fresh processes each (the comparator in the first COMPARATOR_PROCESSES,
 #                    default all), after warming the compile caches with each shape's published best and the
 #                    comparator (WARM=0 skips that), and timing a fresh process's comparator build (cache probe)
-#   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 16's sweeps in the committed MIMO store: TRIALS (40) more
-#                    trials and a final round with the TileLang line on each of SWEEP_WORKLOADS (default
-#                    N128 P64 R2), TUNE_TIMEOUT seconds each; then issue 17's MIMO exhaustive subspace
+#   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 16's sweeps in the committed MIMO store: after warming the
+#                    compile caches (TileLang, the default and seeds; WARM=0 skips that, WARM=bg builds the
+#                    TileLang comparators of WARM_WORKLOADS in the background during the sweeps), up to TRIALS (40)
+#                    more trials and a final round with the TileLang line on each of SWEEP_WORKLOADS (default
+#                    N128 P64 R2), each within TUNE_TIMEOUT seconds and the BUDGET left (`tuner tune
+#                    --time-limit` stops new trials RESERVE_S before that); then issue 17's MIMO exhaustive subspace
 #                    (variant × chunk_rows × num_warps × num_stages × prec) on two shapes into
 #                    exhaustive_mimo_bwd.db for EXH_TIMEOUT seconds (1: skip)
 #   mimo-profile OUTDIR (bundle --tilelang mamba) issue 16's profiles: Nsight Compute (`--set full`, one launch
@@ -128,15 +131,39 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
     MIMO_ONLY=(--only variant=split,split2 --only chunk_rows=16,32,64 --only num_warps=2,4,8 --only num_stages=1,2
                --only prec=lowp3,tf32 --only prec_rot=lowp3 --only block_n=16 --only scan_block=512
                --only scan_chunks=4 --only group_chunks=4)
-    for w in ${SWEEP_WORKLOADS:-mimo-n128-p64-r2}; do
-      step "tune_$w" "${TUNE_TIMEOUT:-240}" $TUNER tune mamba3_mimo_bwd -w "$w" --trials "${TRIALS:-40}" \
-        --samples 30 --finalists 3 --timeout 240 --device cuda --seed 1 --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
+    SWEEP=${SWEEP_WORKLOADS:-mimo-n128-p64-r2}
+    if [[ ${WARM:-1} == 1 ]]; then  # TileLang (minutes per shape) and the default and seeds, all in parallel
+      step warm "${WARM_TIMEOUT:-240}" python3 "$H/warm_mimo.py" --workers 16 \
+        --timeout "$(( ${WARM_TIMEOUT:-240} - 10 ))" --workloads $SWEEP
+    elif [[ ${WARM:-1} == bg ]]; then
+      # The TileLang comparators of WARM_WORKLOADS (default: the sweep's) built in the background, one process
+      # each, while the first sweep runs (its studies hold their default and seeds already): the final rounds
+      # then load them from the cache. They share the host's cores with the sweep's compile pool; the
+      # device times of the sweep (CUPTI) are not affected by the host's load.
+      echo "== warm in the background: ${WARM_WORKLOADS:-$SWEEP}"
+      timeout "${WARM_TIMEOUT:-300}" python3 "$H/warm_mimo.py" --workers 8 --comparator-only \
+        --timeout "$(( ${WARM_TIMEOUT:-300} - 10 ))" --workloads ${WARM_WORKLOADS:-$SWEEP} > "$W/warm_bg.log" 2>&1 &
+    fi
+    for w in $SWEEP; do
+      # Each shape gets TUNE_TIMEOUT or what is left of the call's BUDGET, whichever is less; its sweep stops
+      # starting trials RESERVE_S (default 150: a batch of 16 compiles, then the final round with TileLang)
+      # before that, so the final round runs and publishes instead of being killed.
+      LIMIT=$(left); (( LIMIT > ${TUNE_TIMEOUT:-240} )) && LIMIT=${TUNE_TIMEOUT:-240}
+      if (( LIMIT - ${RESERVE_S:-150} < 30 )); then
+        echo "== tune_$w skipped: ${LIMIT}s left of BUDGET=${BUDGET:-570}" | tee "$W/tune_$w.log"; continue
+      fi
+      step "tune_$w" "$LIMIT" $TUNER tune mamba3_mimo_bwd -w "$w" --trials "${TRIALS:-40}" \
+        --time-limit "$(( LIMIT - ${RESERVE_S:-150} ))" --samples 30 --finalists 3 --timeout 240 --device cuda \
+        --seed 1 --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
       cp "$H/mamba3_mimo_bwd.db" "$OUT/"
     done
-    step exhaustive_mimo "${EXH_TIMEOUT:-300}" $TUNER tune mamba3_mimo_bwd -w mimo-n128-p64-r2 -w mimo-n64-p64-r4 \
-      --exhaustive "${MIMO_ONLY[@]}" --samples 30 --timeout 240 --device cuda --no-comparators \
-      --db "sqlite:///$PWD/$H/exhaustive_mimo_bwd.db"
-    cp "$H/exhaustive_mimo_bwd.db" "$OUT/"
+    wait  # a background warm still running (bounded by its timeout)
+    if (( ${EXH_TIMEOUT:-300} > 1 )); then
+      step exhaustive_mimo "${EXH_TIMEOUT:-300}" $TUNER tune mamba3_mimo_bwd -w mimo-n128-p64-r2 -w mimo-n64-p64-r4 \
+        --exhaustive "${MIMO_ONLY[@]}" --samples 30 --timeout 240 --device cuda --no-comparators \
+        --db "sqlite:///$PWD/$H/exhaustive_mimo_bwd.db"
+      cp "$H/exhaustive_mimo_bwd.db" "$OUT/"
+    fi
     ;;
   mimo-profile)
     NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1)

@@ -10,7 +10,11 @@ With ``--best-db URL`` it builds, instead of the default and seeds, every best c
 in that store at the current template version (``tuner verify`` re-measures one of them, which one depends on
 the host's fingerprint), beside the TileLang comparator.
 
+With ``--comparator-only`` it builds the TileLang comparator alone (a sweep that continues a study whose default
+and seeds are measured already needs only the comparator of its final round).
+
 usage: python benchmarks/h200/warm_mimo.py [--workers 16] [--timeout 420] [--workloads NAME ...] [--best-db URL]
+       [--comparator-only]
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=420.0)
     ap.add_argument("--workloads", nargs="*", default=None, help="default: every official workload")
     ap.add_argument("--best-db", default=None, help="warm each shape's published best in this store instead")
+    ap.add_argument("--comparator-only", action="store_true", help="warm the TileLang comparator alone")
     args = ap.parse_args()
     from tuner import db, registry
 
@@ -61,7 +66,7 @@ def main() -> None:
     # start late and finish last.
     jobs = [(name, "tilelang") for name in names]
     store = db.Store.open(args.best_db) if args.best_db else None
-    for name in names:
+    for name in [] if args.comparator_only else names:
         shape = template.workload(name)
         if store is not None:  # every best of the shape (few): which one verify picks depends on the host
             bests = {b.config_json for b in store.list_best(template=template.name, device_kind="cuda")

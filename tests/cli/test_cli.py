@@ -108,6 +108,22 @@ def test_tune_then_best_history_and_report(tmp_path: Path) -> None:
     assert "| n=256 | torch | 0.0e+00 |" in report.stdout
 
 
+def test_time_limit_ends_the_sweep_and_still_publishes(tmp_path: Path) -> None:
+    """--time-limit: no trial starts after it (opening the study alone takes longer than 1 ms), the final
+    round measures the default and publishes it; the output says the limit cut the sweep."""
+    url = db.sqlite_url(tmp_path / "t.db")
+    run = tuner("tune", VS, "--shape", "n=256", "--trials", "5", "--device", "cpu", "--samples", "3",
+                "--no-comparators", "--time-limit", "0.001", "--db", url)
+    assert run.returncode == 0, run.stderr
+    assert "n=256: time limit of 0.001 s reached after 0 of 5 measured trials" in run.stdout
+    assert "best config for n=256" in run.stdout and "published" in run.stdout
+    with db.Store.open(url) as store, store.session() as session:
+        (study,) = db.list_studies(session, template=VS)
+        assert db.list_measurements(session, study_id=study.id, role="trial") == []
+    refused = tuner("tune", VS, "--shape", "n=256", "--device", "cpu", "--time-limit", "0", "--db", url)
+    assert refused.returncode == 2 and "--time-limit" in refused.stderr
+
+
 def test_sigterm_stops_a_sweep_and_queues_its_unmeasured_trial_again(tmp_path: Path) -> None:
     """`timeout` or a batch system stops `tuner tune` with SIGTERM: the trial being measured (here the
     hanging default) is failed with the reason and queued again, so that the study's next run measures

@@ -10,7 +10,7 @@ import pytest
 
 from tests.fixtures.fault_templates import TUNABLE_REF
 from tuner import db, registry
-from tuner.driver.budget import CountBudget
+from tuner.driver.budget import CountBudget, DeadlineBudget
 from tuner.driver.study import finalize, open_study, queue_in_order
 from tuner.driver.trials import run_trials
 from tuner.frozen import Config, Shape
@@ -265,3 +265,24 @@ def test_warm_starts_take_each_neighbour_shape_once_its_latest_best_nearest_firs
     # 2048 at 3), each valid for n=256 (1024's repaired: BLOCK 512 -> 256), each config once.
     assert starts == [Config(mode="ok", BLOCK=64), Config(mode="wrong", BLOCK=128), Config(mode="ok", BLOCK=256),
                       Config(mode="nan", BLOCK=256)], starts
+
+
+def test_a_time_limit_stops_new_trials_and_the_final_round_still_runs(db_url: str, measurer: Measurer) -> None:
+    """DeadlineBudget (the CLI's --time-limit) on a clock that advances one second per reading: a limit of
+    3.5 s grants the reserves read at 1, 2 and 3 s and refuses the one at 4 s, whatever the count left."""
+    ticks = iter(range(1000))
+    count = CountBudget(50)
+    budget = DeadlineBudget(count, 3.5, clock=lambda: float(next(ticks)))
+    ctx = open_study(NAME, Shape(n=256), store=db.Store.open(db_url), measurer=measurer, sampler="random", seed=5)
+    records = run_trials(ctx, budget)
+    assert budget.expired and count.used == sum(1 for r in records if r.measured)
+    granted = [r for r in records if r.duplicate_of is None]  # each took one reserve (invalid ones gave it back)
+    assert len(granted) == 3 and count.used <= 3
+    final = finalize(ctx, finalists=1, comparators=False)
+    assert final.winner is not None and final.published
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0])
+def test_a_time_limit_must_be_positive(seconds: float) -> None:
+    with pytest.raises(ValueError, match="time limit must be positive"):
+        DeadlineBudget(CountBudget(1), seconds)

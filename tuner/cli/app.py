@@ -117,6 +117,9 @@ def tune(
         "--dry-run", help="With --exhaustive: print each shape's count of valid configs and exit.")] = False,
     record: Annotated[str | None, typer.Option(
         "--record", help="With --device replay: the store (SQLAlchemy URL) whose measurements answer.")] = None,
+    time_limit: Annotated[float | None, typer.Option(
+        "--time-limit", min=0.001, help="Seconds per shape after which no new trial starts; the trials started "
+        "finish and the final round runs (a sweep cut by `timeout` publishes nothing).")] = None,
 ) -> None:
     """Sweep TEMPLATE for each shape, publish the best verified config, and print the report.
 
@@ -168,6 +171,7 @@ def tune(
             t.name, selected, store=store, measurer=measurer, trials=trials, sampler=sampler, seed=seed,
             finalists=finalists, comparators=comparators, compile_workers=compile_workers, console=console,
             exhaustive=exhaustive, only=subspace, device_index=None if record is not None else spec.index,
+            time_limit=time_limit,
         )
     console.print()
     console.print(render_markdown(collect(store, t.name, device_kind=kind)), markup=False, highlight=False)

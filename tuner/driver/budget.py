@@ -3,12 +3,15 @@
 A budget hands out opaque slot tokens. ``reserve`` before a trial; the trial's measurement is stored with
 the token's store slot (``slot_of``), which the store spends in the same transaction (so a measurement is
 stored if and only if its slot is spent); ``release`` when the trial needed no measurement (invalid or
-duplicate config) or could not finish. The CLI uses a local
-count; the job queue's workers share a budget through slots in the store (tuner.service.worker.SlotBudget).
+duplicate config) or could not finish. The CLI uses a local count (``DeadlineBudget`` adds its
+``--time-limit``); the job queue's workers share a budget through slots in the store
+(tuner.service.worker.SlotBudget).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -47,3 +50,33 @@ class CountBudget:
 
     def slot_of(self, token: object) -> int | None:
         return None
+
+
+@dataclass
+class DeadlineBudget:
+    """``inner``'s slots until ``seconds`` have passed since construction (``clock``: time.monotonic by
+    default), then none: no new trial starts after the limit, the trials already granted finish (a batch
+    compiled together runs to its end), and the caller goes on to its final round. The CLI's
+    ``--time-limit``. Not thread-safe (as the CountBudget it wraps)."""
+
+    inner: TrialBudget
+    seconds: float
+    clock: Callable[[], float] = time.monotonic
+    expired: bool = False  # whether a reserve was refused for the time limit (not for the inner budget)
+
+    def __post_init__(self) -> None:
+        if not self.seconds > 0:
+            raise ValueError(f"time limit must be positive, got {self.seconds!r}")
+        self._deadline = self.clock() + self.seconds
+
+    def reserve(self) -> object | None:
+        if self.clock() >= self._deadline:
+            self.expired = True
+            return None
+        return self.inner.reserve()
+
+    def release(self, token: object) -> None:
+        self.inner.release(token)
+
+    def slot_of(self, token: object) -> int | None:
+        return self.inner.slot_of(token)

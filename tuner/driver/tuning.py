@@ -16,7 +16,7 @@ from rich.table import Table
 
 from tuner import registry
 from tuner.driver import optuna_access
-from tuner.driver.budget import CountBudget
+from tuner.driver.budget import CountBudget, DeadlineBudget, TrialBudget
 from tuner.driver.exhaustive import ExhaustivePlan, ExhaustiveSampler, measured_configs
 from tuner.driver.run import StudyOptions, run_study
 from tuner.driver.study import FinalRound, StudyContext
@@ -53,6 +53,7 @@ def tune_shapes(
     exhaustive: bool = False,
     only: Mapping[str, Sequence[object]] | None = None,
     device_index: int | None = None,
+    time_limit: float | None = None,
 ) -> list[ShapeSummary]:
     """Tune each shape: ``trials`` measured trials, then the final round; returns one summary per shape.
 
@@ -61,7 +62,9 @@ def tune_shapes(
     ``exhaustive``: instead of ``trials`` sampled trials, measure every valid config of the space (of the
     subspace ``only``: parameter -> the values it may take) that the study does not hold yet, then run the
     final round; ``sampler`` and ``seed`` are not used then. ``device_index`` is recorded with every
-    measurement. Raises what open_study raises, ConfigError for a bad ``only``.
+    measurement. ``time_limit`` (seconds per shape, from its study's opening): no new trial starts after it;
+the trials already started finish and the final round runs as usual. Raises what open_study raises,
+ConfigError for a bad ``only``, ValueError for a time limit that is not positive.
     """
     console = console or Console(quiet=True)
     workers = compile_workers or (os.cpu_count() or 1 if registry.get(template).compile_in_parallel else 1)
@@ -71,7 +74,7 @@ def tune_shapes(
         pool = stack.enter_context(CompilePool(workers)) if workers > 1 else None
         return [
             _tune_one(template, label, shape, store=store, measurer=measurer, trials=trials, options=options,
-                      pool=pool, console=console,
+                      pool=pool, console=console, time_limit=time_limit,
                       plan=ExhaustivePlan.of(registry.get(template).space(), shape, only) if exhaustive else None)
             for label, shape in shapes
         ]
@@ -80,8 +83,10 @@ def tune_shapes(
 def _tune_one(
     template: str, label: str, shape: Shape, *, store: TuningStore, measurer: Measuring, trials: int,
     options: StudyOptions, pool: CompilePool | None, console: Console, plan: ExhaustivePlan | None = None,
+    time_limit: float | None = None,
 ) -> ShapeSummary:
-    budget = CountBudget(trials)
+    count = CountBudget(trials)
+    budget: TrialBudget = count if time_limit is None else DeadlineBudget(count, time_limit)
     exhaustive = None if plan is None else ExhaustiveSampler(plan.configs)
     if exhaustive is not None:
         options = dataclasses.replace(options, sampler=exhaustive, warm=False)
@@ -92,8 +97,8 @@ def _tune_one(
         def on_open(ctx: StudyContext, task: TaskID = task) -> None:
             _say_resumed(console, label, ctx.study_id, store)
             if plan is not None and exhaustive is not None:
-                budget.n = _hold_known(ctx, store, plan, exhaustive, label, console)
-                progress.update(task, total=budget.n)
+                count.n = _hold_known(ctx, store, plan, exhaustive, label, console)
+                progress.update(task, total=count.n)
 
         def on_trial(record: TrialRecord, task: TaskID = task, best: list[float] = best) -> None:
             if record.median_us is not None and record.median_us < best[0]:
@@ -109,6 +114,9 @@ def _tune_one(
         run = run_study(template, shape, store=store, measurer=measurer, budget=budget, options=options,
                         pool=pool, on_open=on_open, on_trial=on_trial, take_final_round=final_round)
     assert run.final is not None  # never stopped, and the final round is always ours
+    if isinstance(budget, DeadlineBudget) and budget.expired:
+        console.print(f"[bold]{label}[/bold]: time limit of {time_limit:g} s reached after {count.used} of "
+                      f"{count.n} measured trials; final round run on those")
     summary = ShapeSummary(label, shape, run.ctx.key.study_name(), run.trials, run.final)
     _print_summary(console, summary)
     return summary
