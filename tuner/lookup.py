@@ -23,7 +23,7 @@ instead of skipping the entry (:func:`repair_config`): one parameter changed to 
 one 1), else two parameters changed, each to a neighbouring value (the next value either side for numeric
 parameters, any value for the others); the cheapest valid repair wins, ties in the domains' order then the
 values' order. E.g. the Mamba3 MIMO backward config tuned for R=4 (``chunk_rows=32``, 2 warps) is invalid
-for R=8 (C = 32/8 = 4 steps, fewer than 8; and 64 rows need 4 warps' registers): served with
+for R=16 (C = 32/16 = 2 steps, fewer than 4; and 64 rows need 4 warps' registers): served with
 ``chunk_rows=64, num_warps=4``. The answer is then ``nearest``, lists the changes (:attr:`Answer.repaired`)
 and says so in a note. Only changes of parameters that the broken constraints read are tried when the check
 is a :class:`ConstraintCheck` (server, client and ``tuner regret`` all use one), and the validity checks

@@ -219,3 +219,8 @@ class KernelTemplate(abc.ABC):
     def flops(self, shape: Shape) -> int:
         """Floating-point operations of the operator (0 where it is memory-bound and not worth counting)."""
         return 0
+
+    def tensor_flops(self, shape: Shape) -> int:
+        """The part of :meth:`flops` that is matrix multiplication (tensor-core work on a GPU; 0: none). The
+        report's "% tensor peak" is it over the best time, against the device's dense 16-bit peak."""
+        return 0

@@ -190,6 +190,7 @@ PY
         gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,smsp__warps_eligible.avg.per_cycle_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,launch__grid_size \
         > "$W/profile_$w.csv" 2>&1
       "$NCU" --import "$W/mimo_$w.ncu-rep" --page details > "$W/profile_$w.txt" 2>&1
+      python3 "$H/ncu_summary.py" "$W/profile_$w.txt"
       python3 - "$W/profile_$w.csv" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
@@ -201,8 +202,9 @@ want = ["Kernel Name", "gpu__time_duration.sum", "dram__throughput.avg.pct_of_pe
         "lts__throughput.avg.pct_of_peak_sustained_elapsed", "sm__warps_active.avg.pct_of_peak_sustained_active",
         "launch__registers_per_thread", "smsp__warps_eligible.avg.per_cycle_active",
         "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "launch__grid_size"]
-idx = [cols.index(c) for c in want if c in cols]
-print(" | ".join(["kernel", "time", "dram%", "l2%", "occupancy%", "regs", "eligible/cycle", "tensor%", "grid"]))
+names = dict(zip(want, ["kernel", "time", "dram%", "l2%", "occupancy%", "regs", "eligible/cycle", "tensor%", "grid"]))
+idx = [cols.index(c) for c in want if c in cols]  # a metric this ncu does not report is left out, header too
+print(" | ".join(names[c] for c in want if c in cols))
 for r in rows[head + 2:]:
     print(" | ".join(r[i][:40] for i in idx))
 PY

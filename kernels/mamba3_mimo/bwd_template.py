@@ -150,3 +150,7 @@ class Mamba3MimoBwd(KernelTemplate):
         rows = 64
         per_chunk = 3 * rows * rows * n + 3 * rows * rows * p + 6 * rows * n * p
         return 2 * per_chunk * b * h * (s * r // rows)
+
+    def tensor_flops(self, shape: Shape) -> int:
+        """All of :meth:`flops`: every counted operation is a chunk matmul."""
+        return self.flops(shape)

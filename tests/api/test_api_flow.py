@@ -103,8 +103,8 @@ def test_best_falls_back_from_exact_to_nearest_to_default(tmp_path: Path) -> Non
         assert best(n=1024, fingerprint="0" * 12)["match"] == "default"
 
 
-# The Mamba3 MIMO backward best tuned for R=4 on the H200 (benchmarks/h200/mamba3_mimo_bwd.db): invalid for R=8
-# (C = 32 rows / 8 = 4 steps; 64 rows need 4 warps); R=8's own best there is it with chunk_rows=64, num_warps=4.
+# The Mamba3 MIMO backward best tuned for R=4 on the H200 (benchmarks/h200/mamba3_mimo_bwd.db): invalid for R=16
+# (C = 32 rows / 16 = 2 steps, fewer than 4; 64 rows need 4 warps).
 MIMO = "mamba3_mimo_bwd"
 MIMO_R4 = {"B": 4, "S": 2048, "H": 16, "G": 1, "N": 128, "P": 64, "R": 4, "rotary_divisor": 4, "dtype": "bfloat16"}
 MIMO_R4_BEST = {"variant": "split2", "chunk_rows": 32, "block_n": 16, "prec": "lowp3", "prec_rot": "lowp3",
@@ -115,14 +115,14 @@ def test_best_repairs_a_nearest_config_invalid_for_the_requested_shape(tmp_path:
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     publish(store, MIMO, MIMO_R4, MIMO_R4_BEST, 2023.7, device_kind="cuda", device_name="NVIDIA H200", version="2")
     with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
-        response = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **MIMO_R4, "R": 8})
+        response = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **MIMO_R4, "R": 16})
         assert response.status_code == 200, response.text
-        r8 = response.json()
-        assert r8["match"] == "nearest" and r8["source_shape"]["R"] == 4 and r8["median_us"] == 2023.7
-        assert r8["config"] == {**MIMO_R4_BEST, "chunk_rows": 64, "num_warps": 4}
-        assert r8["repaired"] == [{"param": "chunk_rows", "entry": 32, "served": 64},
+        r16 = response.json()
+        assert r16["match"] == "nearest" and r16["source_shape"]["R"] == 4 and r16["median_us"] == 2023.7
+        assert r16["config"] == {**MIMO_R4_BEST, "chunk_rows": 64, "num_warps": 4}
+        assert r16["repaired"] == [{"param": "chunk_rows", "entry": 32, "served": 64},
                                   {"param": "num_warps", "entry": 2, "served": 4}]
-        assert any("repaired" in note for note in r8["notes"])
+        assert any("repaired" in note for note in r16["notes"])
         exact = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **MIMO_R4}).json()
         assert exact["match"] == "exact" and exact["config"] == MIMO_R4_BEST and exact["repaired"] == []
         schema = http.get("/openapi.json").json()["components"]["schemas"]

@@ -148,8 +148,8 @@ def test_the_size_term_counts_the_product_of_the_integer_dims() -> None:
 
 
 # -- config repair, over the real Mamba3 MIMO backward search space -------------------------------------------
-# The R=4 best of the H200 store (split2, 32 rows, 2 warps): for R=8, C = 32/8 = 4 steps (fewer than 8), and 64
-# rows need 4 warps' registers. R=8's own best on the H200 is this config with chunk_rows=64, num_warps=4.
+# The R=4 best of the H200 store (split2, 32 rows, 2 warps): for R=16, C = 32/16 = 2 steps (fewer than 4), and
+# 64 rows need 4 warps' registers (valid for R=8 since the space allows 4-step chunks).
 MIMO_R4_BEST = {"variant": "split2", "chunk_rows": 32, "block_n": 16, "prec": "lowp3", "prec_rot": "lowp3",
                 "num_warps": 2, "num_stages": 2, "scan_block": 512, "scan_chunks": 4, "group_chunks": 4}
 
@@ -169,22 +169,22 @@ def _mimo_entry(shape: dict[str, Any], config: dict[str, Any], at: str = "2026-0
 
 def test_an_invalid_nearest_config_is_repaired_with_the_smallest_valid_change() -> None:
     spec, space = _mimo()
-    r8 = _mimo_shape(spec, R=8)
+    r16 = _mimo_shape(spec, R=16)
     entries = [_mimo_entry(_mimo_shape(spec, N=n), MIMO_R4_BEST) for n in (64, 128, 256)]
     default = space.default.to_dict()
-    assert not space.constraint_check(MIMO_R4_BEST, r8)
+    assert not space.constraint_check(MIMO_R4_BEST, r16)
     # Without domains (as before repairs): every neighbour is skipped and the default is served.
-    skipped = choose(r8, entries, default=default, valid=space.constraint_check)
+    skipped = choose(r16, entries, default=default, valid=space.constraint_check)
     assert skipped is not None and skipped.match == "default" and skipped.repaired == ()
-    a = choose(r8, entries, default=default, valid=space.constraint_check, domains=space.domains)
+    a = choose(r16, entries, default=default, valid=space.constraint_check, domains=space.domains)
     assert a is not None and a.match == "nearest" and a.entry is entries[1] and a.distance is not None
     assert a.config == {**MIMO_R4_BEST, "chunk_rows": 64, "num_warps": 4}
     assert a.repaired == (ConfigChange("chunk_rows", 32, 64), ConfigChange("num_warps", 2, 4))
-    assert space.is_valid(Config(a.config), Shape(r8))
+    assert space.is_valid(Config(a.config), Shape(r16))
     assert any("repaired" in n and "chunk_rows 32 → 64" in n and "num_warps 2 → 4" in n for n in a.notes)
     # With 4 warps already, one change does: the cheapest (a doubling of chunk_rows, not a jump to 128).
     four = {**MIMO_R4_BEST, "num_warps": 4}
-    a = choose(r8, [_mimo_entry(_mimo_shape(spec), four)], default=default, valid=space.constraint_check,
+    a = choose(r16, [_mimo_entry(_mimo_shape(spec), four)], default=default, valid=space.constraint_check,
                domains=space.domains)
     assert a is not None and a.config == {**four, "chunk_rows": 64}
     assert a.repaired == (ConfigChange("chunk_rows", 32, 64),)
@@ -195,20 +195,20 @@ def test_an_invalid_nearest_config_is_repaired_with_the_smallest_valid_change() 
 
 def test_repairs_are_deterministic_cheapest_first_and_bounded() -> None:
     spec, space = _mimo()
-    r8 = _mimo_shape(spec, R=8)
+    r16 = _mimo_shape(spec, R=16)
     # A plain callable (no constraint names to prune with) finds the same repair, with more checks.
     plain = lambda c, s: space.is_valid(Config(c), Shape(s))  # noqa: E731
     pruned_budget, plain_budget = [1000], [1000]
-    pruned = repair_config(MIMO_R4_BEST, r8, space.domains, space.constraint_check, budget=pruned_budget)
-    assert pruned == repair_config(MIMO_R4_BEST, r8, space.domains, plain, budget=plain_budget)
+    pruned = repair_config(MIMO_R4_BEST, r16, space.domains, space.constraint_check, budget=pruned_budget)
+    assert pruned == repair_config(MIMO_R4_BEST, r16, space.domains, plain, budget=plain_budget)
     assert pruned is not None and 1000 - pruned_budget[0] < 1000 - plain_budget[0]
     assert 1000 - pruned_budget[0] <= REPAIR_CHECKS
     # Out of budget: no repair (the lookup then skips the entry, as before repairs, and says so).
-    assert repair_config(MIMO_R4_BEST, r8, space.domains, space.constraint_check, budget=[1]) is None
-    # No change of one parameter or two neighbouring values mends chunk_rows=16 at R=8 with 2 warps (C=2):
+    assert repair_config(MIMO_R4_BEST, r16, space.domains, space.constraint_check, budget=[1]) is None
+    # No change of one parameter or two neighbouring values mends chunk_rows=16 at R=16 with 2 warps (C=1):
     hopeless = {**MIMO_R4_BEST, "chunk_rows": 16}
-    assert repair_config(hopeless, r8, space.domains, space.constraint_check) is None
-    a = choose(r8, [_mimo_entry(_mimo_shape(spec), hopeless)], default=space.default.to_dict(),
+    assert repair_config(hopeless, r16, space.domains, space.constraint_check) is None
+    a = choose(r16, [_mimo_entry(_mimo_shape(spec), hopeless)], default=space.default.to_dict(),
                valid=space.constraint_check, domains=space.domains)
     assert a is not None and a.match == "default" and any("invalid for this shape" in n for n in a.notes)
     # One change when one does, else two; ties go to the domains' order (BLOCK_A before BLOCK_B).

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from tests.fixtures.studies import study_fields
 from tuner import db
 from tuner.driver.study import new_measurement
@@ -108,3 +110,53 @@ def test_kernel_breakdown_goes_from_a_measurement_to_the_report(tmp_path) -> Non
     assert "| best config | 6.50 | load_kernel 4.50; scan_kernel 1.50 |" in text
     assert "| mamba_ssm | 9.00 | _chunk_cumsum_fwd_kernel 9.00 |" in text
     assert "Device time per kernel" not in render_markdown(report)
+
+
+def test_a_shape_tuned_under_two_fingerprints_shows_the_study_of_the_newest_final_round(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two studies of one shape (another driver, so another fingerprint): the row is the one whose final
+    round is newer, whichever study was created last; a study without a final round never wins over one
+    with."""
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    with store.session() as session:
+        older = db.get_or_create_study(session, **study_fields(driver="570"))
+        newer = db.get_or_create_study(session, **study_fields(driver="580"))
+        db.get_or_create_study(session, **study_fields(driver="590"))  # no final round at all
+
+    def final_round(study_id: int, us: float, round_id: str) -> None:
+        result = MeasureResult(Status.OK, Config(block_h=8), SampleSummary.of([us]), timer=Timer.CUPTI)
+        store.record_measurement(new_measurement(result, study_id=study_id, role="final", candidate="config",
+                                                 round_id=round_id))
+
+    final_round(newer.id, 7.0, "a")
+    final_round(older.id, 5.0, "b")  # the older study measured last
+    (row,) = collect(store, "mamba2_chunk_cumsum").rows
+    assert row.best_us == 5.0
+    final_round(newer.id, 6.0, "c")
+    (row,) = collect(store, "mamba2_chunk_cumsum").rows
+    assert row.best_us == 6.0
+
+
+def test_tensor_peak_column_for_a_template_that_counts_flops(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The MIMO backward counts its matmul flops: on an H200 its row gets "% tensor peak" = flops / best
+    time / 989.4 TFLOP/s; a device not in the peak table gets "–"; a template without flops, no column."""
+    from tuner import registry
+
+    template = registry.get("mamba3_mimo_bwd")
+    shape = template.workload("mimo-n128-p64-r4")
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    for device, us in (("NVIDIA H200", 3616.6), ("Some GPU", 5000.0)):
+        fields = study_fields(template=template.name, version=template.version, device_name=device)
+        fields.update(shape_key=shape.key(), shape_json=shape.to_json())
+        with store.session() as session:
+            study = db.get_or_create_study(session, **fields)
+        result = MeasureResult(Status.OK, Config(template.space().default), SampleSummary.of([us]),
+                               timer=Timer.CUPTI)
+        store.record_measurement(new_measurement(result, study_id=study.id, role="final", candidate="config",
+                                                 round_id=device))
+    rows = {r.device: r for r in collect(store, template.name).rows}
+    h200 = rows["cuda:NVIDIA H200"]
+    assert h200.tensor_pct == pytest.approx(100.0 * template.tensor_flops(shape) / 3616.6e-6 / 989.4e12)
+    assert 1.0 < h200.tensor_pct < 5.0 and rows["cuda:Some GPU"].tensor_pct is None
+    text = render_markdown(collect(store, template.name))
+    assert "% tensor peak" in text and f"| {h200.tensor_pct:.1f}% |" in text
+    assert "% tensor peak" not in render_markdown(Report("t", "1", (_row("w", "1"),)))

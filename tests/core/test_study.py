@@ -229,19 +229,20 @@ def test_a_neighbours_config_invalid_for_the_shape_is_repaired_into_the_warm_sta
 
     spec = registry.spec("mamba3_mimo_bwd")
     space = spec.space()
-    r4, r8 = spec.workload("mimo-n128-p64-r4"), spec.workload("mimo-n128-p64-r8")
-    # R=1's winner: 32 rows hold 32 steps at R=1, 4 at R=8 (fewer than the 8 a chunk needs): invalid there.
+    r4 = spec.workload("mimo-n128-p64-r4")
+    r16 = spec.make_shape({**r4.to_dict(), "R": 16})
+    # R=1's winner: 32 rows hold 32 steps at R=1, 2 at R=16 (fewer than the 4 a chunk needs): invalid there.
     winner = Config({"variant": "split2", "chunk_rows": 32, "block_n": 64, "prec": "lowp3", "prec_rot": "lowp3",
                      "num_warps": 4, "num_stages": 3, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4})
     r1 = spec.workload("mimo-n128-p64-r1")
-    assert space.is_valid(winner, r1) and not space.is_valid(winner, r8)
+    assert space.is_valid(winner, r1) and not space.is_valid(winner, r16)
     def entry(shape: Shape, config: Config) -> Entry:
         return Entry("mamba3_mimo_bwd", spec.version, shape.to_dict(), "cuda", "H200", config.to_dict())
 
-    starts = order_warm_starts(space, r8, [entry(r1, winner), entry(r4, space.default)], limit=4)
+    starts = order_warm_starts(space, r16, [entry(r1, winner), entry(r4, space.default)], limit=4)
     repaired = [c for c in starts if c not in (space.default, *space.seeds)]
-    # The lookup's repair: 64 rows (8 steps) and, for the registers that 64 rows need, block_n 64 -> 32.
-    assert repaired == [winner.replace(chunk_rows=64, block_n=32)] and space.is_valid(repaired[0], r8)
+    # The lookup's repair: 64 rows (4 steps) and, for the registers that 64 rows need, block_n 64 -> 32.
+    assert repaired == [winner.replace(chunk_rows=64, block_n=32)] and space.is_valid(repaired[0], r16)
 
 
 def test_warm_starts_take_each_neighbour_shape_once_its_latest_best_nearest_first(db_url: str) -> None:

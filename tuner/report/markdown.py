@@ -9,6 +9,9 @@ ceiling line (a kernel that only moves the template's minimum bytes) is no compe
 "% of the elementwise kernel" column, beside the percentage of the fingerprint's 2 GiB copy bandwidth.
 Rows of a shape that is a workload under a comparator's own contract (e.g. fp32 ``dt_out``) are labelled
 ``<workload> @ dim=value``: there the template runs on the comparator's contract, like for like.
+"% roofline" is the template's minimum bytes over the best time, against the fingerprint's copy bandwidth;
+"% tensor peak" (templates that count matmul flops: ``tensor_flops``) is those over the best time, against the
+device's dense 16-bit tensor-core peak (:data:`TENSOR_PEAKS`).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class ReportRow:
     ceiling: Line | None = None  # the measured memory ceiling of the same round (not among ``lines``)
     bytes_moved: int | None = None  # the template's minimum bytes at the row's shape
     verification: VerificationRecord | None = None  # the latest `tuner verify` of the row's study
+    tensor_pct: float | None = None  # template flops / best time over the device's dense 16-bit tensor peak
 
     @property
     def ceiling_pct(self) -> float | None:
@@ -100,13 +104,17 @@ class Report:
 
 
 def collect(store: TuningStore, template_name: str, *, device_kind: str | None = None) -> Report:
-    """Read the latest study per (shape, device) of a template and its latest final round."""
+    """One row per (shape, device) of a template: the study whose final round is the newest (a shape has
+    several studies when it was tuned under several software fingerprints; studies without a final round
+    come after, newest study first), with that final round."""
     template = registry.get(template_name)
     studies = store.list_studies(template=template_name, device_kind=device_kind)
     latest: dict[tuple[str, str, str], StudyRecord] = {}
+    newest_final: dict[int, int] = {}  # study id -> id of its newest final row (-1: none)
     for st in studies:
+        newest_final[st.id] = max((m.id for m in store.latest_round(study_id=st.id)), default=-1)
         k = (st.shape_key, st.device_kind, st.device_name)
-        if k not in latest or st.id > latest[k].id:
+        if k not in latest or (newest_final[st.id], st.id) > (newest_final[latest[k].id], latest[k].id):
             latest[k] = st
     rows = []
     fingerprints: dict[str, dict[str, object]] = {}
@@ -145,6 +153,8 @@ def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerpr
     roofline = None
     if best is not None and best.median_us and bw:
         roofline = 100.0 * template.bytes_moved(shape) / (best.median_us * 1e-6) / float(bw)
+    peak, flops = tensor_peak_flops(str(fingerprint.get("device_name", ""))), _flops(template, shape)
+    tensor = 100.0 * flops / (best.median_us * 1e-6) / peak if best and best.median_us and peak and flops else None
     return ReportRow(
         workload=_row_label(template, shape),
         shape=shape,
@@ -157,6 +167,7 @@ def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerpr
         default_us=default.median_us if default else None,
         lines=tuple(ln for ln in built if not ln.ceiling),
         roofline_pct=roofline,
+        tensor_pct=tensor,
         trials=len(measured),
         failed=failed,
         search_s=search_s,
@@ -166,6 +177,24 @@ def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerpr
         ceiling=_fastest_line([ln for ln in built if ln.ceiling]),
         bytes_moved=_bytes_moved(template, shape),
     )
+
+
+# Dense 16-bit (bf16/fp16) tensor-core peaks in FLOP/s, from NVIDIA's data sheets (SXM parts; without
+# sparsity), by a substring of the device name; a device not listed gets no "% tensor peak".
+TENSOR_PEAKS: tuple[tuple[str, float], ...] = (("H200", 989.4e12), ("H100", 989.4e12), ("A100", 312e12))
+
+
+def tensor_peak_flops(device_name: str) -> float | None:
+    """The dense 16-bit tensor-core peak of a device (FLOP/s), or None for a device not in TENSOR_PEAKS."""
+    return next((peak for part, peak in TENSOR_PEAKS if part in device_name), None)
+
+
+def _flops(template: KernelTemplate, shape: Shape) -> int:
+    """The template's matmul flops at a stored shape (0: none, or a shape it cannot size)."""
+    try:
+        return template.tensor_flops(shape)
+    except (KeyError, ValueError):
+        return 0
 
 
 def _bytes_moved(template: KernelTemplate, shape: Shape) -> int | None:
@@ -417,18 +446,21 @@ class _SummaryColumns:
     strongest: bool
     users: bool
     ceiling: bool
+    tensor: bool = False  # "% tensor peak": the template counts flops and the device's peak is known
 
     @classmethod
     def of(cls, rows: Sequence[ReportRow], *, strongest: bool = False) -> _SummaryColumns:
         timed = [ln for r in rows for ln in r.lines if ln.median_us]
         several = strongest or len({ln.name for ln in timed}) > 1
         variants = any(not ln.as_users_call_it for ln in timed)
-        return cls(several, several and variants, any(r.ceiling is not None for r in rows))
+        return cls(several, several and variants, any(r.ceiling is not None for r in rows),
+                   any(r.tensor_pct is not None for r in rows))
 
     def header(self) -> list[str]:
         out = ["strongest line / best"] if self.strongest else []
         out += ["strongest as users call it / best"] if self.users else []
-        return out + (["% of elementwise kernel", "% of 2 GiB copy"] if self.ceiling else ["% roofline"])
+        out += ["% of elementwise kernel", "% of 2 GiB copy"] if self.ceiling else ["% roofline"]
+        return out + (["% tensor peak"] if self.tensor else [])
 
     def cells(self, r: ReportRow) -> list[str]:
         out = [_strongest_cell(r.strongest, r.best_us)] if self.strongest else []
@@ -438,6 +470,8 @@ class _SummaryColumns:
             out.append(f"{r.ceiling_pct:.0f}% of {_us(r.ceiling.median_us)}{member}"
                        if r.ceiling_pct is not None and r.ceiling else "–")
         out.append(f"{r.roofline_pct:.0f}%" if r.roofline_pct is not None else "–")
+        if self.tensor:
+            out.append(f"{r.tensor_pct:.1f}%" if r.tensor_pct is not None else "–")
         return out
 
     def means(self, rows: Sequence[ReportRow]) -> list[str]:
@@ -446,7 +480,7 @@ class _SummaryColumns:
 
         out = [_gm_ratio(pairs(lambda r: r.strongest))] if self.strongest else []
         out += [_gm_ratio(pairs(lambda r: r.strongest_as_users_call_it))] if self.users else []
-        return out + ([""] * (2 if self.ceiling else 1))
+        return out + ([""] * ((2 if self.ceiling else 1) + (1 if self.tensor else 0)))
 
 
 def _mean_lines(

@@ -58,6 +58,8 @@ CASES = [
     ("split2", tiny(R=1, N=64, S=16), {"chunk_rows": 16, "block_n": 32}),
     ("split2", tiny(H=4, G=2, S=16), {"chunk_rows": 16}),
     ("split2", tiny(R=4, S=16, N=32), {"chunk_rows": 32}),
+    ("split2", tiny(R=8, S=16), {"chunk_rows": 32}),  # C = 4 steps per chunk (R8's 32-row tiles)
+    ("split2", tiny(R=4, S=16, N=32), {"chunk_rows": 16}),  # C = 4 at R4
     ("grouped", tiny(S=64), {"chunk_rows": 16, "group_chunks": 2}),  # 4 groups of 2 chunks
     ("grouped", tiny(S=64, R=1, N=32, H=4, G=2), {"chunk_rows": 16, "group_chunks": 2, "scan_chunks": 4}),
 ]
