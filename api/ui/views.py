@@ -35,6 +35,7 @@ from tuner.store.records import (
     VerificationRecord,
     advertises,
     claimable_tasks,
+    current_studies,
     is_live,
     serves,
 )
@@ -80,15 +81,6 @@ def overview(store: db.Store, catalog: Catalog) -> dict[str, Any]:
         "finished": finished,
         "workers": [(w, (now - w.last_heartbeat).total_seconds(), w.lease_expires_at < now) for w in workers],
     }
-
-
-def _latest_per_key(summaries: Sequence[Any]) -> dict[tuple[str, str, str], Any]:
-    latest: dict[tuple[str, str, str], Any] = {}
-    for s in summaries:
-        k = (s.study.shape_key, s.study.device_kind, s.study.device_name)
-        if k not in latest or s.study.id > latest[k].study.id:
-            latest[k] = s
-    return latest
 
 
 @dataclass(frozen=True)
@@ -149,9 +141,10 @@ def _shape_row(entry: CatalogEntry, study: db.StudyRecord, outcome: StudyOutcome
 
 def template_page(store: db.Store, catalog: Catalog, best: BestService, name: str,
                   device_name: str | None) -> dict[str, Any]:
-    """One row per (shape, device) of the template: the newest study's latest final round (one aggregate
-    read for all rows, :meth:`db.Store.study_outcomes`), a plot of best against every line, what
-    ``GET /v1/best`` answers per row, and every study of the template."""
+    """One row per (shape, device) of the template: the latest final round of the study that shows the shape
+    (:func:`tuner.store.records.current_studies`, as ``tuner report`` picks it; one aggregate read for all
+    rows, :meth:`db.Store.study_outcomes`), a plot of best against every line, what ``GET /v1/best`` answers
+    per row, and every study of the template."""
     try:
         entry = catalog.get(name)
     except UnknownTemplateError as exc:
@@ -161,8 +154,8 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
     if device_name is not None and device_name not in devices:
         raise NotFoundError(f"no study of {name} on {device_name!r}; devices: {', '.join(devices) or 'none'}")
     device = device_name or (devices[0] if devices else None)
-    latest = sorted((s.study for k, s in _latest_per_key(summaries).items() if k[2] == device),
-                    key=lambda st: st.shape_key)
+    shown = current_studies([s.study for s in summaries], store.list_best(template=name))
+    latest = sorted((st for k, st in shown.items() if k[2] == device), key=lambda st: st.shape_key)
     outcomes = store.study_outcomes(study_ids=[st.id for st in latest])
     checks = store.latest_verifications(study_ids=[st.id for st in latest])
     rows = [_shape_row(entry, st, outcomes.get(st.id),

@@ -56,7 +56,12 @@ def parse(text: str) -> list[dict[str, str]]:
 
 def _us(row: dict[str, str]) -> float:
     value = float(row.get("duration", "0").replace(",", ""))
-    return value * {"ms": 1000.0, "us": 1.0, "ns": 0.001}.get(row.get("duration_unit", "us"), 1.0)
+    scale = {"s": 1e6, "second": 1e6, "ms": 1e3, "msecond": 1e3, "us": 1.0, "usecond": 1.0, "ns": 1e-3,
+             "nsecond": 1e-3}  # newer ncu prints ms/us/ns, older msecond/usecond/nsecond
+    unit = row.get("duration_unit", "us")
+    if unit not in scale:
+        raise ValueError(f"unknown duration unit {unit!r} for kernel {row['kernel']}")
+    return value * scale[unit]
 
 
 def main() -> None:

@@ -143,6 +143,9 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       echo "== warm in the background: ${WARM_WORKLOADS:-$SWEEP}"
       timeout "${WARM_TIMEOUT:-300}" python3 "$H/warm_mimo.py" --workers 8 --comparator-only \
         --timeout "$(( ${WARM_TIMEOUT:-300} - 10 ))" --workloads ${WARM_WORKLOADS:-$SWEEP} > "$W/warm_bg.log" 2>&1 &
+      WARM_PID=$!
+    elif [[ ${WARM:-1} != 0 ]]; then
+      echo "error: WARM must be 1, bg or 0, got ${WARM}" >&2; exit 2
     fi
     for w in $SWEEP; do
       # Each shape gets TUNE_TIMEOUT or what is left of the call's BUDGET, whichever is less; its sweep stops
@@ -157,7 +160,9 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
         --seed 1 --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
       cp "$H/mamba3_mimo_bwd.db" "$OUT/"
     done
-    wait  # a background warm still running (bounded by its timeout)
+    # A background warm still building after the sweeps builds for nobody in this call: stop it (the logs
+    # below must be packed within the call's time).
+    [[ -n ${WARM_PID:-} ]] && kill "$WARM_PID" 2>/dev/null; wait
     if (( ${EXH_TIMEOUT:-300} > 1 )); then
       step exhaustive_mimo "${EXH_TIMEOUT:-300}" $TUNER tune mamba3_mimo_bwd -w mimo-n128-p64-r2 -w mimo-n64-p64-r4 \
         --exhaustive "${MIMO_ONLY[@]}" --samples 30 --timeout 240 --device cuda --no-comparators \

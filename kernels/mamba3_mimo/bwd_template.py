@@ -152,5 +152,6 @@ class Mamba3MimoBwd(KernelTemplate):
         return 2 * per_chunk * b * h * (s * r // rows)
 
     def tensor_flops(self, shape: Shape) -> int:
-        """All of :meth:`flops`: every counted operation is a chunk matmul."""
+        """All of :meth:`flops`: every counted operation is a chunk matmul (nominal: at 64-row chunks, whatever
+        chunk_rows the measured config uses)."""
         return self.flops(shape)

@@ -10,7 +10,7 @@ from tests.fixtures.studies import study_fields
 from tuner import db
 from tuner.driver.study import new_measurement
 from tuner.frozen import Config, Shape
-from tuner.report.markdown import Report, ReportRow, collect, kernel_label, render_markdown
+from tuner.report.markdown import Report, ReportRow, collect, kernel_label, render_markdown, tensor_peak_flops
 from tuner.results import (
     MeasureResult,
     SampleSummary,
@@ -112,23 +112,31 @@ def test_kernel_breakdown_goes_from_a_measurement_to_the_report(tmp_path) -> Non
     assert "Device time per kernel" not in render_markdown(report)
 
 
-def test_a_shape_tuned_under_two_fingerprints_shows_the_study_of_the_newest_final_round(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Two studies of one shape (another driver, so another fingerprint): the row is the one whose final
-    round is newer, whichever study was created last; a study without a final round never wins over one
-    with."""
+def test_a_shape_tuned_under_two_fingerprints_shows_the_study_that_published_last(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Three studies of one shape (other drivers: other fingerprints). The row is the study that published a
+    best last, whichever was created last; a final round that published nothing (a sweep stopped in its final
+    round, or nothing passed) does not take the row; with no best anywhere, the newest study."""
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     with store.session() as session:
         older = db.get_or_create_study(session, **study_fields(driver="570"))
         newer = db.get_or_create_study(session, **study_fields(driver="580"))
-        db.get_or_create_study(session, **study_fields(driver="590"))  # no final round at all
+        newest = db.get_or_create_study(session, **study_fields(driver="590"))
 
-    def final_round(study_id: int, us: float, round_id: str) -> None:
+    def final_round(study_id: int, us: float, round_id: str, publish: bool = True) -> None:
         result = MeasureResult(Status.OK, Config(block_h=8), SampleSummary.of([us]), timer=Timer.CUPTI)
-        store.record_measurement(new_measurement(result, study_id=study_id, role="final", candidate="config",
-                                                 round_id=round_id))
+        m = store.record_measurement(new_measurement(result, study_id=study_id, role="final", candidate="config",
+                                                     round_id=round_id))
+        if publish:
+            store.publish_best(study_id=study_id, measurement_id=m.id)
 
+    final_round(newest.id, 9.0, "x", publish=False)
+    (row,) = collect(store, "mamba2_chunk_cumsum").rows
+    assert row.best_us == 9.0  # nothing published anywhere: the newest study
     final_round(newer.id, 7.0, "a")
-    final_round(older.id, 5.0, "b")  # the older study measured last
+    final_round(older.id, 5.0, "b")  # the older study published last
+    (row,) = collect(store, "mamba2_chunk_cumsum").rows
+    assert row.best_us == 5.0
+    final_round(newest.id, 4.0, "y", publish=False)  # a newer final round that published nothing
     (row,) = collect(store, "mamba2_chunk_cumsum").rows
     assert row.best_us == 5.0
     final_round(newer.id, 6.0, "c")
@@ -160,3 +168,5 @@ def test_tensor_peak_column_for_a_template_that_counts_flops(tmp_path) -> None: 
     text = render_markdown(collect(store, template.name))
     assert "% tensor peak" in text and f"| {h200.tensor_pct:.1f}% |" in text
     assert "% tensor peak" not in render_markdown(Report("t", "1", (_row("w", "1"),)))
+    assert tensor_peak_flops("NVIDIA H100 PCIe") == 756e12 and tensor_peak_flops("NVIDIA H200 NVL") == 835e12
+    assert tensor_peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12 and tensor_peak_flops("Some GPU") is None

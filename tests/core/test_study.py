@@ -287,3 +287,35 @@ def test_a_time_limit_stops_new_trials_and_the_final_round_still_runs(db_url: st
 def test_a_time_limit_must_be_positive(seconds: float) -> None:
     with pytest.raises(ValueError, match="time limit must be positive"):
         DeadlineBudget(CountBudget(1), seconds)
+
+
+def test_a_config_stored_invalid_under_a_stricter_space_is_measured_once_it_is_valid(
+    db_url: str, measurer: Measurer
+) -> None:
+    """An INVALID trial row is what an earlier, stricter version of the space's constraints said: once the
+    config passes the check, the sweep measures it instead of answering from that row (as a duplicate), and
+    an exhaustive sweep counts it as still to measure."""
+    from tuner.driver.exhaustive import measured_configs
+    from tuner.driver.study import CONFIG_LABEL, new_measurement
+    from tuner.results import MeasureResult
+
+    store = db.Store.open(db_url)
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=3)
+    default = Config(mode="ok", BLOCK=64)  # queued first in a new study, valid for n=256
+    store.record_measurement(new_measurement(
+        MeasureResult(Status.INVALID, default, reason="C = 2 steps (an older constraint)"),
+        study_id=ctx.study_id, role="trial", candidate=CONFIG_LABEL, trial_number=None))
+    assert default not in measured_configs(store, ctx.study_id)
+    (record,) = run_trials(ctx, CountBudget(1))
+    assert record.config == default and record.status is Status.OK and record.measured
+    assert record.duplicate_of is None
+    assert default in measured_configs(store, ctx.study_id)
+
+
+def test_a_time_limit_passing_after_the_count_is_spent_is_not_reported_as_the_cut() -> None:
+    """The count ran out first: the limit did not cut the sweep, so ``expired`` stays false."""
+    ticks = iter(range(1000))
+    count = CountBudget(2)
+    budget = DeadlineBudget(count, 2.5, clock=lambda: float(next(ticks)))
+    assert budget.reserve() is not None and budget.reserve() is not None  # read at 1 and 2 s
+    assert budget.reserve() is None and not budget.expired and count.used == 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -57,12 +57,14 @@ class DeadlineBudget:
     """``inner``'s slots until ``seconds`` have passed since construction (``clock``: time.monotonic by
     default), then none: no new trial starts after the limit, the trials already granted finish (a batch
     compiled together runs to its end), and the caller goes on to its final round. The CLI's
-    ``--time-limit``. Not thread-safe (as the CountBudget it wraps)."""
+    ``--time-limit``. Not thread-safe (as the CountBudget it wraps). ValueError for a limit that is not
+    positive."""
 
     inner: TrialBudget
     seconds: float
     clock: Callable[[], float] = time.monotonic
-    expired: bool = False  # whether a reserve was refused for the time limit (not for the inner budget)
+    # whether a slot the inner budget granted was refused for the time limit (not set when it had none left)
+    expired: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         if not self.seconds > 0:
@@ -70,10 +72,12 @@ class DeadlineBudget:
         self._deadline = self.clock() + self.seconds
 
     def reserve(self) -> object | None:
-        if self.clock() >= self._deadline:
+        token = self.inner.reserve()
+        if token is not None and self.clock() >= self._deadline:
+            self.inner.release(token)
             self.expired = True
             return None
-        return self.inner.reserve()
+        return token
 
     def release(self, token: object) -> None:
         self.inner.release(token)

@@ -314,8 +314,11 @@ def _in_flight_twin(ctx: StudyContext, number: int, config: Config) -> int | Non
 
 
 def _previous_measurement(ctx: StudyContext, config: Config) -> MeasurementRecord | None:
-    rows = ctx.store.list_measurements(study_id=ctx.study_id, role="trial", config_json=config.to_json(), limit=1)
-    return rows[0] if rows else None
+    """The study's earliest stored trial of ``config`` that was measured. INVALID rows do not count: the
+    config passed the space's check just now, so such a row was written under an earlier version of the
+    space's constraints (a looser space admits it now) and says nothing about its speed."""
+    rows = ctx.store.list_measurements(study_id=ctx.study_id, role="trial", config_json=config.to_json())
+    return next((r for r in rows if r.status is not Status.INVALID), None)
 
 
 def _result_of(row: MeasurementRecord) -> MeasureResult:

@@ -62,9 +62,10 @@ def tune_shapes(
     ``exhaustive``: instead of ``trials`` sampled trials, measure every valid config of the space (of the
     subspace ``only``: parameter -> the values it may take) that the study does not hold yet, then run the
     final round; ``sampler`` and ``seed`` are not used then. ``device_index`` is recorded with every
-    measurement. ``time_limit`` (seconds per shape, from its study's opening): no new trial starts after it;
-the trials already started finish and the final round runs as usual. Raises what open_study raises,
-ConfigError for a bad ``only``, ValueError for a time limit that is not positive.
+    measurement. ``time_limit`` (seconds per shape, counted from the start of that shape's sweep, before its
+    study is opened): no new trial starts after it; the trials already started finish and the final round
+    runs as usual. Raises what open_study raises, ConfigError for a bad ``only``, ValueError for a time
+    limit that is not positive.
     """
     console = console or Console(quiet=True)
     workers = compile_workers or (os.cpu_count() or 1 if registry.get(template).compile_in_parallel else 1)
@@ -108,7 +109,8 @@ def _tune_one(
                 progress.advance(task)
 
         def final_round(task: TaskID = task) -> bool:
-            progress.update(task, description=f"{label}: final round")
+            cut = isinstance(budget, DeadlineBudget) and budget.expired
+            progress.update(task, description=f"{label}: final round", total=count.used if cut else count.n)
             return True
 
         run = run_study(template, shape, store=store, measurer=measurer, budget=budget, options=options,

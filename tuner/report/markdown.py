@@ -10,8 +10,9 @@ ceiling line (a kernel that only moves the template's minimum bytes) is no compe
 Rows of a shape that is a workload under a comparator's own contract (e.g. fp32 ``dt_out``) are labelled
 ``<workload> @ dim=value``: there the template runs on the comparator's contract, like for like.
 "% roofline" is the template's minimum bytes over the best time, against the fingerprint's copy bandwidth;
-"% tensor peak" (templates that count matmul flops: ``tensor_flops``) is those over the best time, against the
-device's dense 16-bit tensor-core peak (:data:`TENSOR_PEAKS`).
+"% tensor peak" (templates that count matmul flops: ``tensor_flops``, a nominal count that need not follow the
+best config's tiling) is those over the best time, against the device's dense 16-bit tensor-core peak
+(:data:`TENSOR_PEAKS`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tuner import registry
 from tuner.frozen import Config, Shape
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status, reason_line
 from tuner.store import MeasurementRecord, StudyRecord, TuningStore, VerificationRecord
-from tuner.store.records import active_seconds
+from tuner.store.records import active_seconds, current_studies
 from tuner.template import Comparator, KernelTemplate
 
 GREEN, RED = "🟢", "🔴"
@@ -104,18 +105,11 @@ class Report:
 
 
 def collect(store: TuningStore, template_name: str, *, device_kind: str | None = None) -> Report:
-    """One row per (shape, device) of a template: the study whose final round is the newest (a shape has
-    several studies when it was tuned under several software fingerprints; studies without a final round
-    come after, newest study first), with that final round."""
+    """One row per (shape, device) of a template, from the study that shows it
+    (:func:`tuner.store.records.current_studies`: the last to publish a best) and its latest final round."""
     template = registry.get(template_name)
     studies = store.list_studies(template=template_name, device_kind=device_kind)
-    latest: dict[tuple[str, str, str], StudyRecord] = {}
-    newest_final: dict[int, int] = {}  # study id -> id of its newest final row (-1: none)
-    for st in studies:
-        newest_final[st.id] = max((m.id for m in store.latest_round(study_id=st.id)), default=-1)
-        k = (st.shape_key, st.device_kind, st.device_name)
-        if k not in latest or (newest_final[st.id], st.id) > (newest_final[latest[k].id], latest[k].id):
-            latest[k] = st
+    latest = current_studies(studies, store.list_best(template=template_name, device_kind=device_kind))
     rows = []
     fingerprints: dict[str, dict[str, object]] = {}
     checks = store.latest_verifications(study_ids=[st.id for st in latest.values()])
@@ -153,7 +147,7 @@ def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerpr
     roofline = None
     if best is not None and best.median_us and bw:
         roofline = 100.0 * template.bytes_moved(shape) / (best.median_us * 1e-6) / float(bw)
-    peak, flops = tensor_peak_flops(str(fingerprint.get("device_name", ""))), _flops(template, shape)
+    peak, flops = tensor_peak_flops(st.device_name), _flops(template, shape)
     tensor = 100.0 * flops / (best.median_us * 1e-6) / peak if best and best.median_us and peak and flops else None
     return ReportRow(
         workload=_row_label(template, shape),
@@ -179,9 +173,13 @@ def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerpr
     )
 
 
-# Dense 16-bit (bf16/fp16) tensor-core peaks in FLOP/s, from NVIDIA's data sheets (SXM parts; without
-# sparsity), by a substring of the device name; a device not listed gets no "% tensor peak".
-TENSOR_PEAKS: tuple[tuple[str, float], ...] = (("H200", 989.4e12), ("H100", 989.4e12), ("A100", 312e12))
+# Dense 16-bit (bf16/fp16) tensor-core peaks in FLOP/s from NVIDIA's data sheets (without sparsity), by a
+# substring of the device name, the first that matches: the NVL and PCIe parts before the SXM ones. A device
+# not listed gets no "% tensor peak".
+TENSOR_PEAKS: tuple[tuple[str, float], ...] = (
+    ("H200 NVL", 835e12), ("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H200", 989.4e12), ("H100", 989.4e12),
+    ("A100", 312e12),
+)
 
 
 def tensor_peak_flops(device_name: str) -> float | None:

@@ -523,6 +523,28 @@ class VerificationRecord:
 SESSION_GAP_S = 300.0  # trials further apart than this belong to separate runs of the search
 
 
+def current_studies(
+    studies: Iterable[StudyRecord], bests: Iterable[BestRecord]
+) -> dict[tuple[str, str, str], StudyRecord]:
+    """The study each (shape key, device kind, device name) is shown by (``tuner report``, the template page):
+    the one whose best config was published last, else, among studies that published none, the newest. A
+    shape has several studies when it was tuned under several fingerprints (software versions); a study whose
+    sweep ended without publishing (stopped, nothing passed) does not hide one that did. Publication times
+    are compared without their zone (all UTC; some stores return them naive). Pure."""
+    published = {b.study_id: b.published_at.replace(tzinfo=None) for b in bests}
+
+    def rank(st: StudyRecord) -> tuple[bool, datetime, int]:
+        at = published.get(st.id)
+        return (at is not None, at or datetime.min, st.id)
+
+    chosen: dict[tuple[str, str, str], StudyRecord] = {}
+    for st in studies:
+        k = (st.shape_key, st.device_kind, st.device_name)
+        if k not in chosen or rank(st) > rank(chosen[k]):
+            chosen[k] = st
+    return chosen
+
+
 def active_seconds(stamps: Sequence[datetime]) -> float | None:
     """Wall time a search ran, from its trials' times: the sum of the gaps between consecutive trials,
     leaving out gaps longer than SESSION_GAP_S (the search was resumed later, e.g. in another session).

@@ -60,6 +60,9 @@ CASES = [
     ("split2", tiny(R=4, S=16, N=32), {"chunk_rows": 32}),
     ("split2", tiny(R=8, S=16), {"chunk_rows": 32}),  # C = 4 steps per chunk (R8's 32-row tiles)
     ("split2", tiny(R=4, S=16, N=32), {"chunk_rows": 16}),  # C = 4 at R4
+    ("split", tiny(R=8, S=16), {"chunk_rows": 32}),  # C = 4 in the other variants too
+    ("fused", tiny(R=4, S=16, N=32), {"chunk_rows": 16}),
+    ("grouped", tiny(R=4, S=64, N=32), {"chunk_rows": 16, "group_chunks": 2}),
     ("grouped", tiny(S=64), {"chunk_rows": 16, "group_chunks": 2}),  # 4 groups of 2 chunks
     ("grouped", tiny(S=64, R=1, N=32, H=4, G=2), {"chunk_rows": 16, "group_chunks": 2, "scan_chunks": 4}),
 ]
