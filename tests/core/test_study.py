@@ -319,3 +319,24 @@ def test_a_time_limit_passing_after_the_count_is_spent_is_not_reported_as_the_cu
     budget = DeadlineBudget(count, 2.5, clock=lambda: float(next(ticks)))
     assert budget.reserve() is not None and budget.reserve() is not None  # read at 1 and 2 s
     assert budget.reserve() is None and not budget.expired and count.used == 2
+
+
+def test_a_warm_start_pruned_as_invalid_under_a_stricter_space_is_queued_again(
+    db_url: str, measurer: Measurer
+) -> None:
+    """The study's default was proposed and pruned as INVALID (as under an earlier, stricter space); at the
+    next opening it is valid, so it is queued again and measured (a duplicate-pruned trial would not be)."""
+    from tuner.driver import optuna_access
+    from tuner.driver.study import settled_params
+
+    store = db.Store.open(db_url)
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=3)
+    trial = optuna_access.ask(ctx.study)  # pops the queued default
+    default = ctx.space.suggest(trial)
+    assert default == Config(mode="ok", BLOCK=64)
+    trial.set_user_attr("status", Status.INVALID.value)
+    ctx.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    assert default.to_dict() not in settled_params(ctx.study, heartbeats=False, waiting=False)
+    again = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=3)
+    (record,) = run_trials(again, CountBudget(1))
+    assert record.config == default and record.measured and record.status is Status.OK

@@ -174,7 +174,9 @@ def open_study(
 
 def settled_params(study: optuna.Study, *, heartbeats: bool, waiting: bool = True) -> list[dict[str, object]]:
     """Parameters of the study's trials that a warm start must not repeat: measured ones (complete,
-    pruned as invalid, failed with a stored measurement) and, with ``waiting``, queued ones. A trial failed without a
+    pruned as a duplicate, failed with a stored measurement) and, with ``waiting``, queued ones. A trial pruned
+    as invalid does not count: a warm start is valid for the shape now, so that trial was judged under an
+    earlier, stricter version of the space's constraints. A trial failed without a
     measurement (abandoned when its run was interrupted) does not count, nor, without heartbeats, a
     RUNNING one: no live process can own it then (a run killed outright leaves its trials RUNNING), so a
     seed it held is measured again rather than lost. With heartbeats a RUNNING trial may be another
@@ -183,7 +185,8 @@ def settled_params(study: optuna.Study, *, heartbeats: bool, waiting: bool = Tru
     for trial in study.get_trials(deepcopy=False):
         state = trial.state
         counts = (
-            state in (TrialState.COMPLETE, TrialState.PRUNED)
+            state is TrialState.COMPLETE
+            or (state is TrialState.PRUNED and trial.user_attrs.get("status") != Status.INVALID.value)
             or (state is TrialState.WAITING and waiting)
             or (state is TrialState.FAIL and "measurement_id" in trial.user_attrs)
             or (state is TrialState.RUNNING and heartbeats)
