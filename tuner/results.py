@@ -80,6 +80,20 @@ class Status(str, enum.Enum):
         return self.value
 
 
+# Reason prefix of a replayed trial whose config the record lacks (tuner.measure.devices.replay): an INVALID
+# outcome of the measurer, not a rejection by the search space.
+NOT_RECORDED = "not recorded"
+
+
+def is_space_rejection(status: Status | str, reason: str | None) -> bool:
+    """Whether a stored trial outcome is the search space's rejection of its config (INVALID, judged by the
+    space's constraints before anything was built), as opposed to a measurement. Such a row says nothing about
+    the config once a looser version of the space admits it: sweeps, exhaustive plans and warm starts then
+    treat the config as not yet measured. The replay device's INVALID for a config its record lacks is the
+    measurer's answer, not a rejection."""
+    return Status(status) is Status.INVALID and not (reason or "").startswith(NOT_RECORDED)
+
+
 class Timer(str, enum.Enum):
     """How the samples were taken; reports print it beside every figure."""
 

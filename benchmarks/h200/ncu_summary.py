@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 _KERNEL = re.compile(r"^  (\S.*?) \((\d+), (\d+), (\d+)\)x\((\d+), (\d+), (\d+)\), Context")
@@ -58,9 +59,10 @@ def _us(row: dict[str, str]) -> float:
     value = float(row.get("duration", "0").replace(",", ""))
     scale = {"s": 1e6, "second": 1e6, "ms": 1e3, "msecond": 1e3, "us": 1.0, "usecond": 1.0, "ns": 1e-3,
              "nsecond": 1e-3}  # newer ncu prints ms/us/ns, older msecond/usecond/nsecond
-    unit = row.get("duration_unit", "us")
-    if unit not in scale:
-        raise ValueError(f"unknown duration unit {unit!r} for kernel {row['kernel']}")
+    unit = row.get("duration_unit", "")
+    if unit not in scale:  # no unit printed, or one not known here: left out of the table, and said so
+        print(f"warning: kernel {row['kernel']}: duration {value} in unknown unit {unit!r}; left out", file=sys.stderr)
+        return -1.0
     return value * scale[unit]
 
 

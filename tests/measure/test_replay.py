@@ -118,3 +118,29 @@ def test_tuner_tune_replays_a_record_from_the_command_line(recorded: str, tmp_pa
     assert "published" in result.output
     result = CliRunner().invoke(app, ["tune", NAME, "--shape", "n=128", "--device", "replay", "--db", url])
     assert result.exit_code == 2 and "--device replay needs --record URL" in result.output
+
+
+def test_a_config_rejected_under_a_stricter_space_and_measured_since_replays_its_measurement(
+    recorded: str, tmp_path: Path
+) -> None:
+    """A space rejection stored before the config's measurement (the space was stricter then): the record
+    keeps the measurement, not the first row; the replay device's own "not recorded" answer is no such
+    rejection (sweeps count it as an outcome)."""
+    import shutil
+
+    from tuner.driver.study import CONFIG_LABEL, new_measurement
+    from tuner.results import MeasureResult, SampleSummary, is_space_rejection
+
+    path = tmp_path / "copy.db"
+    shutil.copy(recorded.removeprefix("sqlite:///"), path)
+    store = db.Store.open(db.sqlite_url(path), migrate_schema=False)
+    late = Config(mode="ok", BLOCK=8192)  # not in the record
+    assert late not in Record.load(store, NAME).configs[SHAPES[0]]
+    (study,) = [s for s in store.list_studies(template=NAME) if s.shape_key == SHAPES[0].key()]
+    for result in (MeasureResult(Status.INVALID, late, reason="C = 2 steps"),  # first, by id
+                   MeasureResult(Status.OK, late, SampleSummary.of([5.0, 6.0, 7.0]))):
+        store.record_measurement(new_measurement(result, study_id=study.id, role="trial", candidate=CONFIG_LABEL))
+    assert Record.load(store, NAME).configs[SHAPES[0]][late].status is Status.OK
+    assert is_space_rejection(Status.INVALID, "C = 2 steps")
+    assert not is_space_rejection(Status.INVALID, f"{NOT_RECORDED}: x of n=1 is not in the record r")
+    assert not is_space_rejection(Status.OK, None)

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.driver import optuna_access
 from tuner.errors import ConfigError, UserInputError
 from tuner.frozen import Config, Shape
-from tuner.results import Status
+from tuner.results import is_space_rejection
 from tuner.space import SearchSpace
 from tuner.store import TuningStore
 
@@ -98,11 +98,11 @@ def _text(value: object) -> str:
 
 
 def measured_configs(store: TuningStore, study_id: int) -> set[Config]:
-    """The configs with a stored trial measurement in the study (any status but INVALID, all workers and
-    runs). An INVALID row of a config in the plan was written under an earlier, stricter version of the
-    space's constraints: that config is still to measure."""
+    """The configs with a stored trial outcome in the study (any status, all workers and runs), rejections by
+    the space left out (:func:`~tuner.results.is_space_rejection`): a config of the plan rejected under an
+    earlier, stricter version of the space's constraints is still to measure."""
     return {Config.from_json(r.config_json) for r in store.list_measurements(study_id=study_id, role="trial")
-            if r.status is not Status.INVALID}
+            if not is_space_rejection(r.status, r.reason)}
 
 
 class ExhaustiveSampler(optuna.samplers.BaseSampler):

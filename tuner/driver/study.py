@@ -36,7 +36,7 @@ from tuner.keys import StudyKey
 from tuner.lookup import Entry, fit_distance, latest_per_shape, repair_config
 from tuner.measure.contract import Measuring
 from tuner.measure.measurer import Candidate
-from tuner.results import COMPARATOR_PREFIX, CONFIG_LABEL, DEFAULT_LABEL, MeasureResult, Status
+from tuner.results import COMPARATOR_PREFIX, CONFIG_LABEL, DEFAULT_LABEL, MeasureResult, Status, is_space_rejection
 from tuner.space import SearchSpace
 from tuner.store import NewMeasurement, TrialHeartbeats, TuningStore
 from tuner.template import KernelTemplate
@@ -174,11 +174,11 @@ def open_study(
 
 def settled_params(study: optuna.Study, *, heartbeats: bool, waiting: bool = True) -> list[dict[str, object]]:
     """Parameters of the study's trials that a warm start must not repeat: measured ones (complete,
-    pruned as a duplicate, failed with a stored measurement) and, with ``waiting``, queued ones. A trial pruned
-    as invalid does not count: a warm start is valid for the shape now, so that trial was judged under an
-    earlier, stricter version of the space's constraints. A trial failed without a
-    measurement (abandoned when its run was interrupted) does not count, nor, without heartbeats, a
-    RUNNING one: no live process can own it then (a run killed outright leaves its trials RUNNING), so a
+    pruned as a duplicate, failed with a stored measurement) and, with ``waiting``, queued ones. A trial the
+    space rejected does not count (:func:`~tuner.results.is_space_rejection`): a warm start is valid for the
+    shape now, so that trial was judged under an earlier, stricter version of its constraints. A trial failed
+    without a measurement (abandoned when its run was interrupted) does not count, nor, without heartbeats,
+    a RUNNING one: no live process can own it then (a run killed outright leaves its trials RUNNING), so a
     seed it held is measured again rather than lost. With heartbeats a RUNNING trial may be another
     worker's; if that worker died, Optuna fails the trial and its retry callback queues it again."""
     settled = []
@@ -186,7 +186,7 @@ def settled_params(study: optuna.Study, *, heartbeats: bool, waiting: bool = Tru
         state = trial.state
         counts = (
             state is TrialState.COMPLETE
-            or (state is TrialState.PRUNED and trial.user_attrs.get("status") != Status.INVALID.value)
+            or (state is TrialState.PRUNED and not _rejected_by_space(trial))
             or (state is TrialState.WAITING and waiting)
             or (state is TrialState.FAIL and "measurement_id" in trial.user_attrs)
             or (state is TrialState.RUNNING and heartbeats)
@@ -194,6 +194,11 @@ def settled_params(study: optuna.Study, *, heartbeats: bool, waiting: bool = Tru
         if counts:
             settled.append(optuna_access.queued_params(trial))
     return settled
+
+
+def _rejected_by_space(trial: optuna.trial.FrozenTrial) -> bool:
+    status = trial.user_attrs.get("status")
+    return status is not None and is_space_rejection(str(status), trial.user_attrs.get("reason"))
 
 
 def queue_in_order(study: optuna.Study, store: TuningStore, wanted: Sequence[Mapping[str, object]]) -> None:

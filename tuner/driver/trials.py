@@ -32,7 +32,7 @@ from tuner.errors import SlotLostError
 from tuner.frozen import Config
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.measurer import Candidate
-from tuner.results import MeasureResult, SampleSummary, Status, Timer
+from tuner.results import MeasureResult, SampleSummary, Status, Timer, is_space_rejection
 from tuner.store import MeasurementRecord
 
 log = logging.getLogger(__name__)
@@ -314,11 +314,11 @@ def _in_flight_twin(ctx: StudyContext, number: int, config: Config) -> int | Non
 
 
 def _previous_measurement(ctx: StudyContext, config: Config) -> MeasurementRecord | None:
-    """The study's earliest stored trial of ``config`` that was measured. INVALID rows do not count: the
-    config passed the space's check just now, so such a row was written under an earlier version of the
-    space's constraints (a looser space admits it now) and says nothing about its speed."""
+    """The study's earliest stored trial of ``config``, rejections by the space left out
+    (:func:`~tuner.results.is_space_rejection`): the config passed the space's check just now, so such a row
+    was written under an earlier, stricter version of its constraints and says nothing about its speed."""
     rows = ctx.store.list_measurements(study_id=ctx.study_id, role="trial", config_json=config.to_json())
-    return next((r for r in rows if r.status is not Status.INVALID), None)
+    return next((r for r in rows if not is_space_rejection(r.status, r.reason)), None)
 
 
 def _result_of(row: MeasurementRecord) -> MeasureResult:

@@ -12,7 +12,7 @@ import itertools
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from tuner.results import Status, Timer
@@ -529,13 +529,14 @@ def current_studies(
     """The study each (shape key, device kind, device name) is shown by (``tuner report``, the template page):
     the one whose best config was published last, else, among studies that published none, the newest. A
     shape has several studies when it was tuned under several fingerprints (software versions); a study whose
-    sweep ended without publishing (stopped, nothing passed) does not hide one that did. Publication times
-    are compared without their zone (all UTC; some stores return them naive). Pure."""
-    published = {b.study_id: b.published_at.replace(tzinfo=None) for b in bests}
+    sweep ended without publishing (stopped, nothing passed) does not hide one that did. The row then shows
+    that study's latest final round, which is the published one unless a later round of it published
+    nothing. Pure."""
+    published = {b.study_id: b.published_at for b in bests}
 
     def rank(st: StudyRecord) -> tuple[bool, datetime, int]:
         at = published.get(st.id)
-        return (at is not None, at or datetime.min, st.id)
+        return (at is not None, at or datetime.min.replace(tzinfo=timezone.utc), st.id)
 
     chosen: dict[tuple[str, str, str], StudyRecord] = {}
     for st in studies:

@@ -31,10 +31,9 @@ from tuner.errors import DeviceError
 from tuner.frozen import Config, Shape
 from tuner.measure.devices.base import Fingerprint
 from tuner.measure.protocol import Candidate, MeasureOptions
-from tuner.results import MeasureResult, SampleSummary, Status, Timer
+from tuner.results import NOT_RECORDED, MeasureResult, SampleSummary, Status, Timer, is_space_rejection
 from tuner.store import MeasurementRecord, TuningStore
 
-NOT_RECORDED = "not recorded"
 COMPARATOR_PREFIX = "comparator:"
 # Where the recorded quantiles sit on the quantile function's axis.
 _KNOTS = (0.0, 0.2, 0.5, 0.8, 1.0)
@@ -134,7 +133,9 @@ class Record:
         for s in studies:
             shape = Shape(json.loads(s.shape_json))
             outcomes: dict[Config, Recorded] = {}
-            for row in sorted(trials[s.id], key=lambda r: r.id):
+            # Per config its first trial row, a measurement before a rejection by the space (a config rejected
+            # under an earlier, stricter space and measured since is recorded by its measurement).
+            for row in sorted(trials[s.id], key=lambda r: (is_space_rejection(r.status, r.reason), r.id)):
                 outcomes.setdefault(Config.from_json(row.config_json), Recorded.of(row))
             configs[shape] = outcomes
             comparators[shape] = {
