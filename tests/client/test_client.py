@@ -186,7 +186,7 @@ def _export(store: db.Store, tmp_path: Path) -> Path:
 def test_the_export_file_repairs_an_invalid_nearest_config_as_the_server_does(
     store: db.Store, server: str, tmp_path: Path
 ) -> None:
-    # The Mamba3 MIMO backward best tuned for R=4 on the H200: invalid for R=8 (C = 32 rows / 8 = 4 steps).
+    # The Mamba3 MIMO backward best tuned for R=4 on the H200: invalid for R=16 (C = 32 rows / 16 = 2 steps).
     r4 = {"B": 4, "S": 2048, "H": 16, "G": 1, "N": 128, "P": 64, "R": 4, "rotary_divisor": 4, "dtype": "bfloat16"}
     r4_best = {"variant": "split2", "chunk_rows": 32, "block_n": 16, "prec": "lowp3", "prec_rot": "lowp3",
                "num_warps": 2, "num_stages": 2, "scan_block": 512, "scan_chunks": 4, "group_chunks": 4}
@@ -194,11 +194,11 @@ def test_the_export_file_repairs_an_invalid_nearest_config_as_the_server_does(
     path = tmp_path / "mimo.json"
     assert "1 best config(s) of 1 template(s)" in export(store, path, "mamba3_mimo_bwd")
     online, offline = Client(server, software=None), Client.from_file(path, software=None)
-    for shape in ({**r4, "R": 8}, {**r4, "R": 8, "N": 64}, {**r4, "R": 2}, r4, {**r4, "R": 8, "S": 8}):
+    for shape in ({**r4, "R": 16}, {**r4, "R": 16, "N": 64}, {**r4, "R": 2}, r4, {**r4, "R": 16, "S": 8}):
         a = online.best("mamba3_mimo_bwd", shape, device="cuda", device_name="NVIDIA H200")
         b = offline.best("mamba3_mimo_bwd", shape, device="cuda", device_name="NVIDIA H200")
         assert (a.match, dict(a.config), a.repaired, a.notes, a.source_shape) == (
             b.match, dict(b.config), b.repaired, b.notes, dict(b.source_shape or {}) or None), shape
-    r8 = offline.best("mamba3_mimo_bwd", {**r4, "R": 8}, device="cuda", device_name="NVIDIA H200")
-    assert r8.match == "nearest" and dict(r8.config) == {**r4_best, "chunk_rows": 64, "num_warps": 4}
-    assert r8.repaired == (ConfigChange("chunk_rows", 32, 64), ConfigChange("num_warps", 2, 4))
+    r16 = offline.best("mamba3_mimo_bwd", {**r4, "R": 16}, device="cuda", device_name="NVIDIA H200")
+    assert r16.match == "nearest" and dict(r16.config) == {**r4_best, "chunk_rows": 64, "num_warps": 4}
+    assert r16.repaired == (ConfigChange("chunk_rows", 32, 64), ConfigChange("num_warps", 2, 4))
