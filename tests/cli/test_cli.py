@@ -108,6 +108,16 @@ def test_tune_then_best_history_and_report(tmp_path: Path) -> None:
     assert "| n=256 | torch | 0.0e+00 |" in report.stdout
 
 
+def test_submit_refuses_a_wrong_option_combination_before_any_request() -> None:
+    """The job rule of the server (records.check_job_kind), asked locally: nothing listens on port 1, so a
+    request would fail otherwise."""
+    for args, says in ((["--comparator-processes", "2"], "comparator_processes applies to verify jobs only"),
+                       (["--verify", "--processes", "2", "--comparator-processes", "3"],
+                        "comparator_processes must be between 1 and processes (2), got 3")):
+        run = tuner("submit", VS, "--shape", "n=64", *args, "--url", "http://127.0.0.1:1")
+        assert run.returncode == 2 and says in run.stderr and "127.0.0.1:1" not in run.stderr, run.stderr
+
+
 def test_time_limit_ends_the_sweep_and_still_publishes(tmp_path: Path) -> None:
     """--time-limit: no trial starts after it (opening the study alone takes longer than 1 ms), the final
     round measures the default and publishes it; the output says the limit cut the sweep."""

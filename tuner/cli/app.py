@@ -659,6 +659,7 @@ def submit(
     a matching device run it)."""
     from tuner.service.remote import call
     from tuner.shapes import parse_shape_text
+    from tuner.store.records import check_job_kind
 
     body: dict[str, Any] = {
         "template": template, "workloads": workload, "shapes": [parse_shape_text(s) for s in shape],
@@ -669,7 +670,12 @@ def submit(
         body.update(kind="verify", processes=processes)
     else:
         body.update(trials=trials, sampler=sampler, finalists=finalists, seed=seed)
-    if comparator_processes is not None:  # the server checks it (a verify job's, 1..processes)
+    try:  # the server's own rule, asked here so that a wrong combination fails before any request
+        check_job_kind("verify" if verify else "tune", 0 if verify else trials, processes if verify else None,
+                       comparator_processes)
+    except ValueError as exc:
+        raise UserInputError(f"{exc} (--verify, --trials, --processes, --comparator-processes)") from None
+    if comparator_processes is not None:
         body.update(comparator_processes=comparator_processes)
     job = call("POST", "/v1/jobs", url=url, token=token, json=body)
     if as_json:
