@@ -670,12 +670,12 @@ def submit(
         body.update(kind="verify", processes=processes)
     else:
         body.update(trials=trials, sampler=sampler, finalists=finalists, seed=seed)
-    try:  # the server's own rule, asked here so that a wrong combination fails before any request
-        check_job_kind("verify" if verify else "tune", 0 if verify else trials, processes if verify else None,
-                       comparator_processes)
-    except ValueError as exc:
-        raise UserInputError(f"{exc} (--verify, --trials, --processes, --comparator-processes)") from None
     if comparator_processes is not None:
+        try:  # the server's own rule for it, asked here so that a wrong combination fails before any request
+            check_job_kind("verify" if verify else "tune", 0 if verify else max(trials, 1),
+                           processes if verify else None, comparator_processes)
+        except ValueError as exc:
+            raise UserInputError(f"{exc} (--comparator-processes goes with --verify, at most --processes)") from None
         body.update(comparator_processes=comparator_processes)
     job = call("POST", "/v1/jobs", url=url, token=token, json=body)
     if as_json:
