@@ -86,12 +86,13 @@ NOT_RECORDED = "not recorded"
 
 
 def is_space_rejection(status: Status | str, reason: str | None) -> bool:
-    """Whether a stored trial outcome is the search space's rejection of its config (INVALID, judged by the
-    space's constraints before anything was built), as opposed to a measurement. Such a row says nothing about
-    the config once a looser version of the space admits it: sweeps, exhaustive plans and warm starts then
-    treat the config as not yet measured. The replay device's INVALID for a config its record lacks is the
-    measurer's answer, not a rejection."""
-    return Status(status) is Status.INVALID and not (reason or "").startswith(NOT_RECORDED)
+    """Whether a stored trial outcome (``status``: a Status, or any trial status label such as DUPLICATE) is
+    the search space's rejection of its config (INVALID, judged by the space's constraints before anything
+    was built), as opposed to a measurement. Such a row says nothing about the config once a looser version
+    of the space admits it: sweeps, exhaustive plans and warm starts then treat the config as not yet
+    measured. The replay device's INVALID for a config its record lacks is the measurer's answer, not a
+    rejection."""
+    return str(status) == Status.INVALID.value and not (reason or "").startswith(NOT_RECORDED)
 
 
 class Timer(str, enum.Enum):

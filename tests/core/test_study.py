@@ -337,6 +337,12 @@ def test_a_warm_start_pruned_as_invalid_under_a_stricter_space_is_queued_again(
     trial.set_user_attr("status", Status.INVALID.value)
     ctx.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     assert default.to_dict() not in settled_params(ctx.study, heartbeats=False, waiting=False)
+    # A trial pruned as a duplicate (status label DUPLICATE, no Status) stays settled.
+    twin = optuna_access.ask(ctx.study)
+    other = ctx.space.suggest(twin)
+    twin.set_user_attr("status", "DUPLICATE")
+    ctx.study.tell(twin, state=optuna.trial.TrialState.PRUNED)
+    assert other.to_dict() in settled_params(ctx.study, heartbeats=False, waiting=False)
     again = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=3)
     (record,) = run_trials(again, CountBudget(1))
     assert record.config == default and record.measured and record.status is Status.OK
