@@ -49,7 +49,7 @@ from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
 from tuner.errors import ShapeError, StoreError, UnknownTemplateError
 from tuner.frozen import Shape
 from tuner.lookup import Answer, Entry, Requester, choose, fit_distance, verification_note
-from tuner.service.entries import published_entries
+from tuner.store.entries import published_entries
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from tuner.lookup import Requester, choose, requester_software
 from tuner.measure.devices.base import DeviceSpec
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.report.markdown import collect, render_markdown, render_verifications
-from tuner.service.entries import published_entries
 from tuner.service.worker import Worker, WorkerOptions
+from tuner.store.entries import published_entries
 
 CPU = DeviceSpec("cpu")
 OPTIONS = MeasureOptions(n_samples=15, warmup=2)

@@ -33,11 +33,12 @@ from tuner.driver.study import COMPARATOR_PREFIX, process_label
 from tuner.errors import UserInputError
 from tuner.frozen import Config, Shape
 from tuner.keys import software_of
-from tuner.lookup import Requester, requester_software
+from tuner.lookup import Requester, choose, requester_software
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
 from tuner.results import MeasureResult
 from tuner.store import BestRecord, TuningStore, VerificationRecord
+from tuner.store.entries import published_entries
 
 DRIFT_TOLERANCE = 0.03
 BEST_LABEL = "best"
@@ -199,31 +200,25 @@ def _published_best(
     store: TuningStore, template: str, version: str, backend: str, shape: Shape, fingerprint: Fingerprint
 ) -> BestRecord:
     """The best to verify: among the bests published for this exact shape (current version, this device
-    kind), the one the lookup would prefer for this host asking as a fully informed client
-    (:func:`tuner.lookup.requester_software` of its fingerprint): those of its device name first, then those
-    whose compared software (driver and runtime on CUDA, torch and the template's own backend library: a
-    Triton template ignores tilelang) is its, then the most recently published. ``GET /v1/best`` may serve a
-    nearer shape's entry of this device name where this shape has only foreign ones; verify keeps to the
+    kind), the one the lookup (:func:`tuner.lookup.choose`) prefers for this host asking as a fully informed
+    client (:func:`tuner.lookup.requester_software` of its fingerprint): those of its device name first, then
+    those whose compared software (driver and runtime on CUDA, torch and the template's own backend library:
+    a Triton template ignores tilelang) is its, then the most recently published. ``GET /v1/best`` may serve
+    a nearer shape's entry of this device name where this shape has only foreign ones; verify keeps to the
     shape's own bests."""
     mine = requester_software(fingerprint.kind, software_of(fingerprint.to_json()) or {})
-    compared = Requester(fingerprint.device_name, mine, version, backend).compared_software()
     key = shape.key()
-    found = [r for r in store.list_best(template=template, device_kind=fingerprint.kind)
-             if r.shape_key == key and r.template_version == version]
+    found = [(r, e) for r, e in published_entries(store, template=template, device_kind=fingerprint.kind,
+                                                   version=version) if r.shape_key == key]
     if not found:
         raise UserInputError(
             f"no best config of {template}@{version} is published for {key} on {fingerprint.kind}; "
             "run `tuner tune` first"
         )
-    studies = {s.id: s for s in store.list_studies(template=template, device_kind=fingerprint.kind)}
-
-    def rank(record: BestRecord) -> tuple[bool, bool]:
-        study = studies.get(record.study_id)
-        software = (software_of(study.fingerprint_json) if study is not None else None) or {}
-        return record.device_name != fingerprint.device_name, any(software.get(k) != v for k, v in compared.items())
-
-    newest_first = sorted(found, key=lambda r: (r.published_at, r.id), reverse=True)
-    return min(newest_first, key=rank)  # min keeps the first (the newest) of equal rank
+    answer = choose(shape.to_dict(), [e for _, e in found], default=None,
+                    requester=Requester(fingerprint.device_name, mine, version, backend))
+    assert answer is not None and answer.entry is not None  # entries of the shape itself: distance 0
+    return next(r for r, e in found if e is answer.entry)
 
 
 def _stored_figures(store: TuningStore, best: BestRecord) -> dict[str, float | None]:

@@ -42,10 +42,10 @@ from typing import Any
 
 from tuner import registry
 from tuner.errors import TunerError
-from tuner.service.entries import published_entries
 from tuner.space import SearchSpace
 from tuner.spec import TemplateSpec
 from tuner.store import TuningStore
+from tuner.store.entries import published_entries
 
 FORMAT = "tuner-best-configs"
 SCHEMA_VERSION = 1

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
 from tuner.lookup import ConfigChange, Domain, Entry, choose
-from tuner.service.entries import published_entries
 from tuner.store import TuningStore
+from tuner.store.entries import published_entries
 
 if TYPE_CHECKING:
     from tuner.measure.measurer import Measurer
