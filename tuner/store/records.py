@@ -21,7 +21,8 @@ __all__ = [
     "ACTIVE_JOB_STATES", "OPEN_TASK_STATES", "ROLES", "BestRecord", "Claim", "Claimant", "ClaimingWorker",
     "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord", "TaskAttemptRecord", "TaskRecord",
     "Timer", "WorkerRecord", "advertises", "attempts_error", "canonical_json", "check_candidate",
-    "check_max_attempts", "check_role", "check_tasks", "claimable_tasks", "has_free_slot", "is_live", "serves",
+    "check_max_attempts", "check_role", "check_tasks", "claimable_tasks", "current_studies", "has_free_slot",
+    "is_live", "serves",
     "task_may_still_run", "waiting_reason",
 ]
 
