@@ -9,6 +9,8 @@ which serialises writers instead of failing when a read transaction later tries 
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from typing import Any
 
 from sqlalchemy import Engine, event
@@ -30,11 +32,27 @@ def _on_connect(dbapi_connection: Any, _record: Any) -> None:
     try:
         # busy_timeout first: switching to WAL may have to wait for another connection's lock.
         cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _switch_to_wal(cursor)
         cursor.execute("PRAGMA synchronous = NORMAL")  # WAL-safe; may lose the last commits on power loss
         cursor.execute("PRAGMA foreign_keys = ON")
     finally:
         cursor.close()
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    """``PRAGMA journal_mode = WAL``, retried for up to BUSY_TIMEOUT_S while the database is locked: on a fresh
+    file two processes connecting at once race for the first switch, and SQLite may answer the loser "database
+    is locked" at once, without its busy handler (seen in CI: two processes migrating one new store). Once the
+    file is in WAL mode (persistent) the switch takes no lock."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _on_begin(conn: Connection) -> None:
