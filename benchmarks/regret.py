@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import glob
 import math
-import shutil
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -55,7 +54,7 @@ def load(paths: Sequence[Path], workdir: Path) -> Data:
     found: Data = {}
     for path in paths:
         copy = workdir / path.name
-        shutil.copyfile(path, copy)
+        db.copy_database(path, copy)
         with db.Store.open(db.sqlite_url(copy)) as store:
             for name in sorted({b.template for b in store.list_best()}):
                 try:

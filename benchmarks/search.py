@@ -37,7 +37,6 @@ import itertools
 import math
 import multiprocessing
 import platform
-import shutil
 import statistics
 import sys
 import tempfile
@@ -132,9 +131,7 @@ def load_cases(paths: Sequence[Path], workdir: Path) -> tuple[list[Case], list[s
     notes: list[str] = []
     for path in paths:
         copy = workdir / path.name
-        for suffix in ("", "-wal"):  # a store in WAL mode may hold its latest pages in its -wal file
-            if Path(f"{path}{suffix}").exists():
-                shutil.copyfile(f"{path}{suffix}", f"{copy}{suffix}")
+        db.copy_database(path, copy)  # with what a store in WAL mode holds in its -wal file
         store = db.Store.open(db.sqlite_url(copy))
         templates = sorted({s.template for s in store.list_studies()})
         for template in templates:

@@ -17,7 +17,6 @@ import argparse
 import itertools
 import os
 import platform
-import shutil
 import socket
 import statistics
 import tempfile
@@ -63,7 +62,7 @@ def _pages(store: db.Store) -> list[tuple[str, str]]:
 def measure(path: Path, repeat: int) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / path.name
-        shutil.copy(path, copy)
+        db.copy_database(path, copy)
         store = db.Store.open(db.sqlite_url(copy))
         base, server, thread = _serve(store)
         times: dict[str, list[float]] = {}

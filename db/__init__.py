@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tuner.db.engine import Store, default_path, default_url, mask_url, optuna_storage_url, sqlite_url
 from tuner.db.errors import RecordConflictError, RecordRejectedError, SlotLostError
+from tuner.db.sqlite import copy_database
 from tuner.db.jobs import (
     attach_study,
     begin_finalize,
@@ -74,6 +75,7 @@ from tuner.store.records import (
 )
 
 __all__ = [
+    "copy_database",
     "BestRecord",
     "Claim",
     "JobRecord",

@@ -9,8 +9,10 @@ which serialises writers instead of failing when a read transaction later tries 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, event
@@ -58,3 +60,20 @@ def _switch_to_wal(cursor: Any) -> None:
 def _on_begin(conn: Connection) -> None:
     mode = conn.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
     conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def copy_database(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Copy the SQLite database file ``source`` to ``target`` (replaced if it exists) as one consistent
+    snapshot, through SQLite's online backup: a store in WAL mode may hold its latest commits in its
+    ``-wal`` file, which a copy of the main file alone loses (a copied store without its tables was seen).
+    Raises sqlite3.Error when ``source`` is not a database; safe while other processes use ``source``."""
+    Path(target).unlink(missing_ok=True)
+    src = sqlite3.connect(f"file:{Path(source)}?mode=ro", uri=True)
+    try:
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+    finally:
+        src.close()

@@ -346,3 +346,32 @@ def test_a_warm_start_pruned_as_invalid_under_a_stricter_space_is_queued_again(
     again = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=3)
     (record,) = run_trials(again, CountBudget(1))
     assert record.config == default and record.measured and record.status is Status.OK
+
+
+def test_the_final_round_skips_configs_it_disproved_and_runs_the_incumbent_beside_the_finalists(
+    tmp_path, measurer: Measurer,  # type: ignore[no-untyped-def]
+) -> None:
+    """On the H200 a round's three finalists, fastest in their trials, all failed the error bound on the
+    round's own inputs, and the default was published over the faster incumbent. The incumbent now runs in
+    every round, and a config a round disproved gives its place to the next fastest."""
+    from tuner.driver.study import CONFIG_LABEL, store_result, top_configs
+    from tuner.results import MeasureResult, SampleSummary
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=3)
+    fast, second, held = (Config(mode="ok", BLOCK=b) for b in (16, 32, 128))
+    for number, (config, us) in enumerate([(fast, 1.0), (second, 2.0), (held, 3.0)]):  # the sweep's order
+        store_result(ctx, MeasureResult(Status.OK, config, SampleSummary.of([us])), role="trial",
+                     candidate=CONFIG_LABEL, trial_number=number)
+    assert top_configs(ctx, 1) == [fast]
+    # An earlier round: `fast` failed on the round's inputs, `held` was published.
+    store_result(ctx, MeasureResult(Status.WRONG_RESULT, fast, reason="relative L2 error over its bound"),
+                 role="final", candidate=CONFIG_LABEL, round_id="earlier")
+    published = store_result(ctx, MeasureResult(Status.OK, held, SampleSummary.of([3.0])), role="final",
+                             candidate=CONFIG_LABEL, round_id="earlier")
+    store.publish_best(study_id=ctx.study_id, measurement_id=published)
+    assert top_configs(ctx, 1) == [second]
+    final = finalize(ctx, finalists=1, comparators=False)
+    assert [(e.label, e.result.config) for e in final.entries] == [
+        (CONFIG_LABEL, second), (CONFIG_LABEL, held), ("default", Config(mode="ok", BLOCK=64))]
+    assert all(e.result.ok for e in final.entries) and final.published

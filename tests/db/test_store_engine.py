@@ -172,6 +172,31 @@ def test_sqlite_connections_use_wal_busy_timeout_and_foreign_keys(tmp_path: Path
         assert store.optuna_url.endswith("x.db?timeout=30")
 
 
+def test_a_copy_of_a_store_in_use_holds_what_its_wal_file_holds(tmp_path: Path) -> None:
+    """A store open in another connection keeps its latest commits in its -wal file: a copy of the main file
+    alone can lack even the tables; copy_database takes one consistent snapshot."""
+    import sqlite3
+
+    from tuner.db import copy_database
+
+    path = tmp_path / "live.db"
+    with Store.open(f"sqlite:///{path}") as store:
+        reader = sqlite3.connect(path)  # holds the WAL open: no checkpoint folds it back on close
+        try:
+            reader.execute("SELECT 1").fetchall()
+            with store.session() as session:
+                study = get_or_create_study(session, **study_fields())
+            assert Path(f"{path}-wal").stat().st_size > 0
+            copy_database(path, tmp_path / "copy.db")
+        finally:
+            reader.close()
+    with Store.open(f"sqlite:///{tmp_path / 'copy.db'}") as copy:
+        assert [s.id for s in copy.list_studies()] == [study.id]
+    with pytest.raises(sqlite3.Error):
+        (tmp_path / "not-a-db").write_text("plain text, not a database")
+        copy_database(tmp_path / "not-a-db", tmp_path / "copy2.db")
+
+
 @pytest.mark.postgres
 def test_postgres_optuna_url_keeps_the_password_and_adds_a_timeout(
     postgres_sandbox: PostgresSandbox,

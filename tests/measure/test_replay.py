@@ -126,13 +126,12 @@ def test_a_config_rejected_under_a_stricter_space_and_measured_since_replays_its
     """A space rejection stored before the config's measurement (the space was stricter then): the record
     keeps the measurement, not the first row; the replay device's own "not recorded" answer is no such
     rejection (sweeps count it as an outcome)."""
-    import shutil
 
     from tuner.driver.study import CONFIG_LABEL, new_measurement
     from tuner.results import MeasureResult, SampleSummary, is_space_rejection
 
     path = tmp_path / "copy.db"
-    shutil.copy(recorded.removeprefix("sqlite:///"), path)
+    db.copy_database(recorded.removeprefix("sqlite:///"), path)
     store = db.Store.open(db.sqlite_url(path), migrate_schema=False)
     late = Config(mode="ok", BLOCK=8192)  # not in the record
     assert late not in Record.load(store, NAME).configs[SHAPES[0]]

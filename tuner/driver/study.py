@@ -307,29 +307,59 @@ def store_result(
     return ctx.store.record_measurement(measurement, slot_id=slot_id).id
 
 
+# A config whose final-round measurement ended in one of these was disproved on the final round's inputs (a
+# fixed seed per study: measuring it again there fails again); a TIMEOUT may be the host's, not the config's.
+_DISPROVED = (Status.WRONG_RESULT, Status.RUNTIME_ERROR, Status.COMPILE_ERROR)
+
+
 def top_configs(ctx: StudyContext, k: int) -> list[Config]:
-    """The k fastest distinct OK configs measured in this study's trials (all workers, all runs)."""
+    """The k fastest distinct OK configs measured in this study's trials (all workers, all runs), leaving out
+    configs that an earlier final round of the study disproved (a wrong result, a crash or a build error on
+    its inputs): the next fastest take their places instead of failing again."""
+    disproved = {
+        Config.from_json(row.config_json)
+        for status in _DISPROVED
+        for row in ctx.store.list_measurements(study_id=ctx.study_id, role="final", status=status)
+        if not row.candidate.startswith(COMPARATOR_PREFIX)
+    }
     rows = ctx.store.list_measurements(study_id=ctx.study_id, role="trial", status=Status.OK, order="median_us")
     seen: list[Config] = []
     for row in rows:
-        config = Config.from_json(row.config_json)
-        if config not in seen:
-            seen.append(config)
         if len(seen) == k:
             break
+        config = Config.from_json(row.config_json)
+        if config not in seen and config not in disproved:
+            seen.append(config)
     return seen
+
+
+def incumbent(ctx: StudyContext) -> Config | None:
+    """The config the study publishes now, when it is still a valid config of the space for the shape."""
+    best = ctx.store.get_study_best(study_id=ctx.study_id)
+    if best is None:
+        return None
+    config = Config(best.config)
+    return config if _in_domain(ctx.space, config) and ctx.space.is_valid(config, ctx.shape) else None
 
 
 def finalize(
     ctx: StudyContext, *, finalists: int = 3, include_default: bool = True, comparators: bool = True,
     names: Sequence[str] | None = None,
 ) -> FinalRound:
-    """Re-measure finalists, the default and comparators interleaved; publish the fastest verified config.
+    """Re-measure finalists, the incumbent, the default and comparators interleaved; publish the fastest
+    verified config.
 
-    ``names`` restricts the comparators to those names. Every entry is stored (role ``final``) under one
-    ``round_id``, failures included, so that the report can show what ran in the same round.
+    The finalists are :func:`top_configs`; the study's published config (:func:`incumbent`) runs beside them,
+    so that a round whose new finalists all fail on its inputs (seen on the H200: three configs at their
+    error bound) publishes the incumbent again rather than the slower default. ``names`` restricts the
+    comparators to those names. Every entry is stored (role ``final``) under one ``round_id``, failures
+    included, so that the report can show what ran in the same round.
     """
-    labelled: list[tuple[str, Candidate]] = [(CONFIG_LABEL, Candidate(config=c)) for c in top_configs(ctx, finalists)]
+    configs = top_configs(ctx, finalists)
+    held = incumbent(ctx)
+    if held is not None and held not in configs:
+        configs.append(held)
+    labelled: list[tuple[str, Candidate]] = [(CONFIG_LABEL, Candidate(config=c)) for c in configs]
     default = ctx.space.default
     if include_default and ctx.space.is_valid(default, ctx.shape):
         labelled = [(DEFAULT_LABEL if c.config == default else label, c) for label, c in labelled]

@@ -32,7 +32,7 @@ from tuner.errors import SlotLostError
 from tuner.frozen import Config
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.measurer import Candidate
-from tuner.results import MeasureResult, SampleSummary, Status, Timer, is_space_rejection
+from tuner.results import MeasureResult, PhaseTimes, SampleSummary, Status, Timer, is_space_rejection
 from tuner.store import MeasurementRecord
 
 log = logging.getLogger(__name__)
@@ -129,10 +129,21 @@ def _measure_batch(
     emit: Callable[[TrialRecord], None], persist: Persist,
 ) -> None:
     try:
+        timed_out: frozenset[Config] = frozenset()
+        timeout_s, waited = ctx.measurer.options.timeout_s, PhaseTimes()
         if pool is not None and len(pending) > 1:
-            pool.compile(ctx.template, [p.config for p in pending], ctx.shape)
+            compiled_from = time.perf_counter()
+            timed_out = pool.compile(ctx.template, [p.config for p in pending], ctx.shape,
+                                     timeout_s=timeout_s).timed_out
+            # A build the pool gave up on would take as long again in the measurement: it is the
+            # candidate's TIMEOUT, recorded as measured (its build time is the wait).
+            waited = PhaseTimes(build_s=time.perf_counter() - compiled_from)
         while pending:
-            emit(_measure(ctx, budget, pending[0], persist))
+            p = pending[0]
+            given = None if p.config not in timed_out else MeasureResult(
+                Status.TIMEOUT, p.config, reason=f"no result within {timeout_s:g} s while building (parallel "
+                "compile)", phases=waited)
+            emit(_measure(ctx, budget, p, persist, given))
             pending.pop(0)
     finally:
         for p in pending:  # interrupted: no RUNNING trial and no reserved slot is left behind
@@ -171,11 +182,14 @@ def _propose(ctx: StudyContext, token: object) -> TrialRecord | _Pending:
     return _Pending(trial, config, token, started, time.perf_counter() - started)
 
 
-def _measure(ctx: StudyContext, budget: TrialBudget, p: _Pending, persist: Persist) -> TrialRecord:
+def _measure(
+    ctx: StudyContext, budget: TrialBudget, p: _Pending, persist: Persist, given: MeasureResult | None = None,
+) -> TrialRecord:
+    """Measure a pending trial (or take ``given``, its outcome known without measuring) and store it."""
     trial = p.trial
     measuring_from = time.perf_counter()
     try:
-        result = ctx.measurer.measure(
+        result = given if given is not None else ctx.measurer.measure(
             ctx.template_ref, ctx.shape, Candidate(config=p.config), seed=ctx.seed_base + trial.number
         )
         measurement_id = persist(lambda: _store_trial(ctx, budget, p, result))

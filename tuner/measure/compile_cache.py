@@ -305,7 +305,8 @@ def _run_pool(
     ref: str, configs: list[Config], shape: Shape, root: Path, workers: int
 ) -> tuple[dict[Config, str | None], list[Config]]:
     with _executor(min(workers, len(configs)) or 1, root) as pool:
-        return _submit_all(pool, ref, configs, shape)
+        results, crashed, _late = _submit_all(pool, ref, configs, shape)  # no deadline: nothing is late
+        return results, crashed
 
 
 def _executor(workers: int, root: Path) -> cf.ProcessPoolExecutor:
@@ -317,27 +318,93 @@ def _executor(workers: int, root: Path) -> cf.ProcessPoolExecutor:
     )
 
 
+_POLL_S = 0.25  # how often a batch with a timeout looks at its builds' start times
+
+
 def _submit_all(
-    pool: cf.ProcessPoolExecutor, ref: str, configs: list[Config], shape: Shape
-) -> tuple[dict[Config, str | None], list[Config]]:
+    pool: cf.ProcessPoolExecutor, ref: str, configs: list[Config], shape: Shape, workers: int = 1,
+    timeout_s: float | None = None,
+) -> tuple[dict[Config, str | None], list[Config], list[tuple[Config, bool]]]:
+    """Build ``configs`` in ``pool`` (of ``workers`` processes): (results, crashed, late).
+
+    Without ``timeout_s`` every build is waited for and ``late`` is empty. With it, each build gets
+    ``timeout_s`` from the moment its process starts it (after importing the template: a fresh process's
+    imports are not the build's); the batch ends once every unfinished build is over its time, or waits
+    behind builds that are (``late``: (config, True) for those, (config, False) for configs still queued
+    then), and the caller must then kill the pool's processes."""
     results: dict[Config, str | None] = {}
     crashed: list[Config] = []
-    futures = {pool.submit(_worker_build, ref, c.to_json(), shape.to_json()): c for c in configs}
-    for future in cf.as_completed(futures):
-        config = futures[future]
-        try:
-            results[config] = future.result()
-        except cf.process.BrokenProcessPool:
-            crashed.append(config)
-    return results, crashed
+    with tempfile.TemporaryDirectory(prefix="tuner-builds-") as marks:
+        futures = {
+            pool.submit(_worker_build, ref, c.to_json(), shape.to_json(), os.path.join(marks, f"{i}.start")): c
+            for i, c in enumerate(configs)
+        }
+        started = {f: os.path.join(marks, f"{i}.start") for i, f in enumerate(futures)}
+        pending: set[cf.Future[str | None]] = set(futures)
+        late: list[tuple[Config, bool]] = []
+        while pending:
+            done, pending = cf.wait(pending, timeout=None if timeout_s is None else _POLL_S,
+                                    return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                try:
+                    results[futures[future]] = future.result()
+                except cf.process.BrokenProcessPool:
+                    crashed.append(futures[future])
+            if timeout_s is None or not pending:
+                continue
+            now = time.time()
+            since = {f: _start_time(started[f]) for f in pending}
+            overdue = {f for f, t in since.items() if t is not None and now - t > timeout_s}
+            in_time = [f for f, t in since.items() if t is not None and f not in overdue]
+            queued = [f for f, t in since.items() if t is None]
+            if not in_time and (not queued or len(overdue) >= workers):
+                late = [(futures[f], f in overdue) for f in pending]
+                break
+    return results, crashed, late
+
+
+def _mark_start(path: str) -> None:
+    """Write the start time of a build to ``path`` (whole or not at all; nothing when the batch that wanted
+    it is over and its folder gone)."""
+    with contextlib.suppress(OSError):
+        with open(path + ".tmp", "w") as f:
+            f.write(repr(time.time()))
+        os.replace(path + ".tmp", path)
+
+
+def _start_time(path: str) -> float | None:
+    """When a build's process started it (its mark file), or None while it waits in the queue."""
+    try:
+        with open(path) as f:
+            return float(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class CompileBatch:
+    """What :meth:`CompilePool.compile` did with a batch. Immutable.
+
+    ``errors``: config → None when it built (or was left unbuilt, see ``unbuilt``), else the error
+    (``Type: message``). ``timed_out``: configs whose build was still running when the batch's time ran out
+    (its processes were killed; measuring them would build them again, for as long). ``unbuilt``: configs
+    the batch's deadline caught in the queue, not started here (their measurement builds them)."""
+
+    errors: Mapping[Config, str | None]
+    timed_out: frozenset[Config] = frozenset()
+    unbuilt: frozenset[Config] = frozenset()
 
 
 class CompilePool:
     """A pool of compile processes kept warm across batches (their torch/TileLang imports cost seconds).
 
     ``compile(template, configs, shape)`` behaves as :func:`precompile` with this pool's workers; a batch
-    in which a compiler crashed a worker restarts the pool and isolates the culprit. Not thread-safe; use
-    as a context manager or call :meth:`close`.
+    in which a compiler crashed a worker restarts the pool and isolates the culprit. With ``timeout_s`` each
+    build gets that long from its start: a build still running then (a compiler that hangs, or takes longer
+    than a candidate may) is reported as timed out, and the pool's processes are killed (the next batch
+    starts fresh ones) once nothing else in the batch can finish; without it a hung compiler
+    blocks the batch for good (seen on the H200: a Triton build of a 3-stage P = 128 MIMO config, 8 minutes
+    without an answer). Not thread-safe; use as a context manager or call :meth:`close`.
     """
 
     def __init__(self, workers: int, cache: CompileCache | None = None) -> None:
@@ -345,21 +412,40 @@ class CompilePool:
         self.cache = cache if cache is not None else default_cache()
         self._pool: cf.ProcessPoolExecutor | None = None
 
-    def compile(self, template: KernelTemplate, configs: Iterable[Config], shape: Shape) -> dict[Config, str | None]:
+    def compile(
+        self, template: KernelTemplate, configs: Iterable[Config], shape: Shape, *, timeout_s: float | None = None,
+    ) -> CompileBatch:
         configs = list(dict.fromkeys(configs))
         if not configs:
-            return {}
+            return CompileBatch({})
         ref = f"{type(template).__module__}:{type(template).__qualname__}"
         if self._pool is None:
             self._pool = _executor(self.workers, self.cache.root)
-        results, crashed = _submit_all(self._pool, ref, configs, shape)
+        results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s)
+        timed_out = {config for config, started in late if started}
+        unbuilt = {config for config, started in late if not started}
+        for config, started in late:
+            results[config] = f"TimeoutError: compile timed out after {timeout_s:g} s" if started else None
+        if late:
+            self._kill()
         if crashed:
             self.close()  # a broken pool cannot be reused
             for config in crashed:
                 retry, still = _run_pool(ref, [config], shape, self.cache.root, 1)
                 results.update(retry)
                 results.update({c: "compile worker died (the compiler crashed the process twice)" for c in still})
-        return {c: results[c] for c in configs}
+        return CompileBatch({c: results[c] for c in configs}, frozenset(timed_out), frozenset(unbuilt))
+
+    def _kill(self) -> None:
+        """Kill the pool's processes (a build cannot be cancelled otherwise) and drop the pool."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        # ProcessPoolExecutor has no public way to stop a running task: its worker processes are killed.
+        for process in list(getattr(pool, "_processes", {}).values()):
+            with contextlib.suppress(Exception):
+                process.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -377,10 +463,12 @@ def _init_worker(root: str) -> None:
     set_default_cache(CompileCache(root))
 
 
-def _worker_build(ref: str, config_json: str, shape_json: str) -> str | None:
+def _worker_build(ref: str, config_json: str, shape_json: str, mark: str | None = None) -> str | None:
     from tuner import registry
 
     template = registry.load(ref)
+    if mark is not None:  # the build starts now: its timeout counts from here
+        _mark_start(mark)
     return _build_one(template, Config.from_json(config_json), Shape.from_json(shape_json))
 
 

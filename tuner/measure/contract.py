@@ -11,7 +11,7 @@ from typing import Protocol
 
 from tuner.frozen import Shape
 from tuner.measure.devices.base import Fingerprint
-from tuner.measure.protocol import Candidate
+from tuner.measure.protocol import Candidate, MeasureOptions
 from tuner.results import MeasureResult
 
 
@@ -21,6 +21,11 @@ class Measuring(Protocol):
     Candidate failures are results (a status and a reason), never exceptions; errors outside any candidate
     raise :class:`tuner.errors.MeasureSetupError` or :class:`tuner.errors.DeviceError`.
     """
+
+    @property
+    def options(self) -> MeasureOptions:
+        """The options of the next call (samples, timeout per candidate, seed). Immutable."""
+        ...
 
     def fingerprint(self) -> Fingerprint:
         """The device fingerprint the measurements are keyed by."""

@@ -1,0 +1,74 @@
+"""The compile pool under a deadline: a build that never finishes costs its batch one timeout, not the sweep.
+
+Real spawned compile processes and a real study on the CPU backend; the hanging build is the slow-compile
+fixture template's ``compile_hang`` config (it sleeps, as a compiler that hangs)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fixtures.fault_templates import SLOW_COMPILE_REF, SlowCompileVectorScale
+from tuner import db, registry
+from tuner.driver.budget import CountBudget
+from tuner.driver.study import open_study
+from tuner.driver.trials import run_trials
+from tuner.frozen import Config, Shape
+from tuner.measure.compile_cache import CompileCache, CompilePool
+from tuner.measure.devices.base import DeviceSpec
+from tuner.measure.measurer import MeasureOptions, Measurer
+from tuner.results import Status
+
+NAME = "fault_vector_scale_slow_compile"
+HANG = Config(mode="compile_hang", BLOCK=64)
+
+
+@pytest.fixture(scope="module")
+def measurer() -> Iterator[Measurer]:
+    registry.register(NAME, SLOW_COMPILE_REF)
+    with Measurer(DeviceSpec("cpu"), MeasureOptions(n_samples=3, warmup=1, timeout_s=4)) as m:
+        yield m
+
+
+def test_a_build_that_hangs_times_out_and_the_pool_serves_the_next_batch(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    template, shape = SlowCompileVectorScale(), Shape(n=256)
+    ok = [Config(mode="ok", BLOCK=b) for b in (16, 32)]
+    with CompilePool(3, CompileCache(tmp_path / "cache")) as pool:
+        started = time.monotonic()
+        batch = pool.compile(template, [*ok, HANG], shape, timeout_s=3)
+        took = time.monotonic() - started
+        assert batch.timed_out == {HANG} and not batch.unbuilt
+        assert "timed out after 3 s" in (batch.errors[HANG] or "")
+        assert [batch.errors[c] for c in ok] == [None, None]
+        assert took < 30  # one round of builds: 3 s, plus the processes' start and kill
+        # The killed processes are replaced: the next batch builds.
+        again = pool.compile(template, [Config(mode="ok", BLOCK=128)], shape, timeout_s=3)
+        assert again.errors == {Config(mode="ok", BLOCK=128): None} and not again.timed_out
+
+
+def test_without_a_timeout_a_batch_waits_for_every_build(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+        batch = pool.compile(SlowCompileVectorScale(), [Config(mode="ok", BLOCK=16)], Shape(n=64))
+    assert batch.errors == {Config(mode="ok", BLOCK=16): None} and not batch.timed_out
+
+
+def test_a_sweep_records_a_hung_build_as_a_timeout_and_goes_on(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=1)
+    started = time.monotonic()
+    with CompilePool(3, CompileCache(tmp_path / "cache")) as pool:
+        records = run_trials(ctx, CountBudget(6), batch=3, compile_pool=pool)
+    measured = [r for r in records if r.measured]
+    assert len(measured) == 6
+    hung = [r for r in measured if r.config == HANG]
+    assert len(hung) == 1 and hung[0].status is Status.TIMEOUT
+    assert "while building (parallel compile)" in (hung[0].reason or "")
+    assert all(r.status is Status.OK for r in measured if r.config["mode"] == "ok")
+    # The hung build was not started again by the measurer (that would wait for its 4 s timeout, twice).
+    assert time.monotonic() - started < 120
+    with store.session() as session:
+        (row,) = [m for m in db.list_measurements(session, study_id=ctx.study_id, role="trial")
+                  if m.config_json == HANG.to_json()]
+    assert row.status is Status.TIMEOUT and row.build_s >= 4
