@@ -193,3 +193,35 @@ def test_tuner_templates_naming_what_does_not_import_is_one_clear_line(tmp_path:
     assert VS in done.stdout and "mamba2_chunk_cumsum" in done.stdout and "ghost" not in done.stdout
     assert len(lines) == 2 and any(ln.startswith(clear) for ln in lines), done.stderr
     assert any("broken_space.yaml" in ln for ln in lines), done.stderr
+
+
+def test_a_narrow_console_folds_the_final_rounds_configs_and_reasons_instead_of_cutting_them() -> None:
+    """A piped `tuner tune` prints at 80 columns: a MIMO config (a JSON object without spaces) was cut with
+    an ellipsis there, and the finalists of a failed round could not be told apart in the log."""
+    import io
+    import json
+
+    from rich.console import Console
+
+    from tuner.driver.study import FinalEntry, FinalRound
+    from tuner.driver.tuning import ShapeSummary, _print_summary
+    from tuner.frozen import Config, Shape
+    from tuner.results import MeasureResult, Status
+
+    config = Config(variant="split2", chunk_rows=32, block_n=16, prec="tf32", prec_rot="lowp3", num_warps=2,
+                    num_stages=2, scan_block=512, scan_chunks=4, group_chunks=4)
+    reason = "inputs seed 1000004: output 'dMIMO_Z': relative L2 error 0.001 exceeds its bound 0.001"
+    entry = FinalEntry("config", MeasureResult(Status.WRONG_RESULT, config, reason=reason), 1)
+    out = io.StringIO()
+    summary = ShapeSummary("w", Shape(n=1), "s", (), FinalRound("r", (entry,), None, False))
+    _print_summary(Console(file=out, width=80), summary)
+    cells = {"config": "", "reason": "", "status": ""}
+    for line in out.getvalue().splitlines():
+        parts = [p.strip() for p in line.split("│")]
+        if len(parts) == 8:  # a body row: the cells between the borders
+            cells["config"] += parts[2]
+            cells["status"] += parts[3]
+            cells["reason"] += parts[6]
+    assert cells["config"] == json.dumps(config.to_dict(), separators=(",", ":"))
+    assert cells["status"] == "WRONG_RESULT"
+    assert cells["reason"].replace(" ", "") == reason.replace(" ", "")

@@ -375,3 +375,32 @@ def test_the_final_round_skips_configs_it_disproved_and_runs_the_incumbent_besid
     assert [(e.label, e.result.config) for e in final.entries] == [
         (CONFIG_LABEL, second), (CONFIG_LABEL, held), ("default", Config(mode="ok", BLOCK=64))]
     assert all(e.result.ok for e in final.entries) and final.published
+
+
+def test_the_final_round_verifies_on_several_input_sets(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    """A config right on the trial's inputs and wrong on others (the fixture's ``edge`` mode, as a config at
+    its error bound) is not published: the final round checks FINAL_CHECK_SEEDS input sets."""
+    from tests.fixtures.fault_templates import EDGE_SCALE, TunableFaultVectorScale
+    from tuner.driver.study import CONFIG_LABEL, FINAL_CHECK_SEEDS, store_result
+    from tuner.results import MeasureResult, SampleSummary
+
+    template, shape = TunableFaultVectorScale(), Shape(n=256)
+
+    def wrong_on(seed: int) -> bool:
+        return float(template.make_inputs(shape, "cpu", seed)["a"]) > EDGE_SCALE
+
+    # A study seed whose final round starts on inputs the edge config gets right, then meets wrong ones.
+    first = 1_000_003
+    seed = next(s for s in range(500) if not wrong_on(s + first)
+                and any(wrong_on(s + first + k) for k in range(1, FINAL_CHECK_SEEDS)))
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, shape, store=store, measurer=measurer, sampler="random", seed=seed)
+    edge = Config(mode="edge", BLOCK=64)
+    store_result(ctx, MeasureResult(Status.OK, edge, SampleSummary.of([1.0])), role="trial",
+                 candidate=CONFIG_LABEL, trial_number=0)
+    one_set = finalize(ctx, finalists=1, comparators=False, check_seeds=1)
+    assert one_set.entries[0].result.config == edge and one_set.entries[0].result.ok
+    final = finalize(ctx, finalists=1, comparators=False)
+    (checked,) = [e for e in final.entries if e.result.config == edge]
+    assert checked.result.status is Status.WRONG_RESULT
+    assert f"inputs seed {seed + first}" not in (checked.result.reason or "")

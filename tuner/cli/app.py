@@ -164,17 +164,18 @@ def tune(
         spec = resolve(DeviceSpec(device))  # type: ignore[arg-type]
         measurer, kind = Measurer(spec, options), spec.kind
     store = _store(db_url)
-    console.print(f"store: {store.url}", highlight=False)
+    out = console if console.is_terminal else Console(width=100_000)  # a log gets whole configs and reasons
+    out.print(f"store: {store.url}", highlight=False)
     signal.signal(signal.SIGTERM, _interrupted)
     with measurer:
         tune_shapes(
             t.name, selected, store=store, measurer=measurer, trials=trials, sampler=sampler, seed=seed,
-            finalists=finalists, comparators=comparators, compile_workers=compile_workers, console=console,
+            finalists=finalists, comparators=comparators, compile_workers=compile_workers, console=out,
             exhaustive=exhaustive, only=subspace, device_index=None if record is not None else spec.index,
             time_limit=time_limit,
         )
-    console.print()
-    console.print(render_markdown(collect(store, t.name, device_kind=kind)), markup=False, highlight=False)
+    out.print()
+    out.print(render_markdown(collect(store, t.name, device_kind=kind)), markup=False, highlight=False)
 
 
 def _interrupted(signum: int, _frame: object) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from optuna.trial import TrialState
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from tuner import registry
 from tuner.driver import optuna_access
@@ -171,7 +171,10 @@ def _print_summary(console: Console, s: ShapeSummary) -> None:
         f"[bold]{s.label}[/bold]: {len(measured)} measured trials ({failed} failed), {invalid} invalid pruned, "
         f"{dups} duplicates; median per-trial overhead {med_overhead:.1f} ms"
     )
-    table = Table("candidate", "config", "status", "median µs", "p20–p80 µs", "reason", title="final round")
+    # A config has no spaces to wrap at: folded, not cut with an ellipsis, so that a log of a narrow or piped
+    # console still tells the finalists apart.
+    table = Table("candidate", Column("config", overflow="fold"), Column("status", overflow="fold"), "median µs",
+                  "p20–p80 µs", Column("reason", overflow="fold"), title="final round")
     rows = merge_unmeasured_comparators(s.final.entries, label=lambda e: e.label,
                                         status=lambda e: e.result.status.value, reason=lambda e: e.result.reason)
     for e, labels in rows:

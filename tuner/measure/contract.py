@@ -38,7 +38,10 @@ class Measuring(Protocol):
         ...
 
     def measure_interleaved(
-        self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None
+        self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None,
+        check_seeds: int | None = None,
     ) -> list[MeasureResult]:
-        """Each candidate, timed in one interleaved round; one result per candidate, in order."""
+        """Each candidate, timed in one interleaved round; one result per candidate, in order. Each is
+        verified on ``check_seeds`` input sets (``seed``, ``seed + 1``, …; default: the options' count)
+        before it is timed."""
         ...

@@ -109,22 +109,26 @@ class Measurer:
         return self.measure_interleaved(template_ref, shape, [candidate], seed=seed)[0]
 
     def measure_interleaved(
-        self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None
+        self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None,
+        check_seeds: int | None = None,
     ) -> list[MeasureResult]:
         """Build and verify each candidate, then time the verified ones together, one sample of each per
         round, so that their figures come from the same run. One result per candidate, in order; a failing
         candidate never loses the others' results (they are measured again without it if it kills the
-        worker)."""
+        worker). ``check_seeds``: verify on that many input sets this call (default: the options')."""
         if not candidates:
             return []
         ref = template_ref if ":" in template_ref else registry.ref_of(template_ref)
         chosen_seed = self.options.seed if seed is None else seed
         results: dict[int, MeasureResult] = {}
         with self._lock:
+            options = self.options
+            if check_seeds is not None:
+                options = dataclasses.replace(options, check_seeds=check_seeds)
             groups = [list(range(len(candidates)))]
             while groups:
                 group = groups.pop(0)
-                outcome = self._run_round(ref, shape, candidates, group, chosen_seed)
+                outcome = self._run_round(ref, shape, candidates, group, chosen_seed, options)
                 if self._interrupted:  # its results are the kill's, not the candidates'
                     raise MeasureInterrupted("the measurement was interrupted")
                 results.update(outcome.results)
@@ -208,10 +212,11 @@ class Measurer:
 
     # -- one request --------------------------------------------------------------------------------
     def _run_round(
-        self, ref: str, shape: Shape, candidates: Sequence[Candidate], group: list[int], seed: int
+        self, ref: str, shape: Shape, candidates: Sequence[Candidate], group: list[int], seed: int,
+        options: MeasureOptions,
     ) -> _Round:
         request = MeasureRequest(
-            ref, shape.to_json(), tuple(WireCandidate.of(candidates[i]) for i in group), seed, self.options
+            ref, shape.to_json(), tuple(WireCandidate.of(candidates[i]) for i in group), seed, options
         )
         worker = self._ready_worker()
         worker.clear_log()

@@ -194,11 +194,14 @@ class ReplayMeasurer:
         return self.measure_interleaved(template_ref, shape, [candidate], seed=seed)[0]
 
     def measure_interleaved(
-        self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None
+        self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None,
+        check_seeds: int | None = None,
     ) -> list[MeasureResult]:
         """One result per candidate, in order: the recorded outcome, its samples drawn afresh
         (seeded by ``seed``, the shape and the candidate); ``INVALID`` with ``not recorded: …`` for a
-        candidate the record lacks. ``template_ref`` is not imported (the record names the template)."""
+        candidate the record lacks. ``template_ref`` is not imported (the record names the template);
+        ``check_seeds`` changes nothing (the record holds one verdict per config)."""
+        del check_seeds
         chosen = self.options.seed if seed is None else seed
         results = []
         for candidate in candidates:
