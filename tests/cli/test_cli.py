@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -79,6 +80,13 @@ def test_tune_then_best_history_and_report(tmp_path: Path) -> None:
     best = tuner("best", VS, "--shape", "n=256", "--db", url, "--json")
     assert best.returncode == 0, best.stderr
     assert '"mode": "ok"' in best.stdout and '"timer": "cpu-wall"' in best.stdout
+    # The fields of GET /v1/best's answer, named alike (an exact match: the shape is the measured one).
+    from api.schemas import BestOut
+
+    answer = json.loads(best.stdout)
+    assert set(answer) <= set(BestOut.model_fields)
+    assert answer["match"] == "exact" and answer["shape"] == answer["source_shape"] == {"n": 256}
+    assert answer["template_version"] == "1" and answer["device_kind"] == "cpu"
 
     history = tuner("history", VS, "--shape", "n=256", "--db", url, "--role", "trial")
     assert history.returncode == 0, history.stderr
@@ -199,7 +207,6 @@ def test_a_narrow_console_folds_the_final_rounds_configs_and_reasons_instead_of_
     """A piped `tuner tune` prints at 80 columns: a MIMO config (a JSON object without spaces) was cut with
     an ellipsis there, and the finalists of a failed round could not be told apart in the log."""
     import io
-    import json
 
     from rich.console import Console
 

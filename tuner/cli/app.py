@@ -304,11 +304,14 @@ def best(
                              + (f" on {device}" if device else "") + "; run `tuner tune` first (this command "
                              "reads this exact shape; `GET /v1/best` and the runtime client serve a nearest "
                              "shape's best or the default)")
+    # The fields of `GET /v1/best`'s answer (api/schemas.py BestOut) that an exact match has, named alike.
     data = {
-        "template": record.template, "version": record.template_version, "shape": record.shape_key,
-        "device": f"{record.device_kind}:{record.device_name}", "config": json.loads(record.config_json),
-        "median_us": record.median_us, "p20_us": record.p20_us, "p80_us": record.p80_us, "timer": record.timer,
-        "fingerprint": record.fingerprint_hash, "published_at": record.published_at.isoformat(),
+        "template": record.template, "template_version": record.template_version, "shape": record.shape,
+        "shape_key": record.shape_key, "device_kind": record.device_kind, "device_name": record.device_name,
+        "match": "exact", "distance": 0.0, "config": record.config, "median_us": record.median_us,
+        "p20_us": record.p20_us, "p80_us": record.p80_us, "n_samples": record.n_samples, "timer": record.timer,
+        "measurement_id": record.measurement_id, "fingerprint": record.fingerprint_hash,
+        "published_at": record.published_at.isoformat(), "source_shape": record.shape,
     }
     if as_json:
         print(json.dumps(data, indent=2))
