@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -63,17 +64,28 @@ def _on_begin(conn: Connection) -> None:
 
 
 def copy_database(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
-    """Copy the SQLite database file ``source`` to ``target`` (replaced if it exists) as one consistent
-    snapshot, through SQLite's online backup: a store in WAL mode may hold its latest commits in its
-    ``-wal`` file, which a copy of the main file alone loses (a copied store without its tables was seen).
-    Raises sqlite3.Error when ``source`` is not a database; safe while other processes use ``source``."""
-    Path(target).unlink(missing_ok=True)
-    src = sqlite3.connect(f"file:{Path(source)}?mode=ro", uri=True)
+    """Copy the SQLite database file ``source`` to ``target`` as one consistent snapshot, through SQLite's
+    online backup: a store in WAL mode may hold its latest commits in its ``-wal`` file, which a copy of the
+    main file alone loses (a copied store without its tables was seen). The copy is written beside ``target``
+    and renamed over it: a failed copy leaves ``target`` as it was. Raises sqlite3.Error when ``source`` is
+    not a database (or is missing), ValueError when both name the same file; safe while other processes
+    use ``source``."""
+    src_path, dst_path = Path(source).resolve(), Path(target).resolve()
+    if src_path == dst_path:
+        raise ValueError(f"copy_database: {src_path} is both the source and the target")
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst_path.name}.", suffix=".copy", dir=dst_path.parent)
+    os.close(fd)
     try:
-        dst = sqlite3.connect(target)
+        src = sqlite3.connect(f"{src_path.as_uri()}?mode=ro", uri=True)
         try:
-            src.backup(dst)
+            dst = sqlite3.connect(tmp)
+            try:
+                src.backup(dst)
+            finally:
+                dst.close()
         finally:
-            dst.close()
-    finally:
-        src.close()
+            src.close()
+        os.replace(tmp, dst_path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -177,13 +177,13 @@ def test_a_copy_of_a_store_in_use_holds_what_its_wal_file_holds(tmp_path: Path) 
     alone can lack even the tables; copy_database takes one consistent snapshot."""
     import sqlite3
 
-    from tuner.db import copy_database
+    from tuner.db import copy_database, sqlite_url
 
     path = tmp_path / "live.db"
     with Store.open(f"sqlite:///{path}") as store:
-        reader = sqlite3.connect(path)  # holds the WAL open: no checkpoint folds it back on close
+        reader = sqlite3.connect(path)  # a second connection: its reads keep the WAL from being folded back
         try:
-            reader.execute("SELECT 1").fetchall()
+            reader.execute("SELECT count(*) FROM sqlite_master").fetchall()
             with store.session() as session:
                 study = get_or_create_study(session, **study_fields())
             assert Path(f"{path}-wal").stat().st_size > 0
@@ -192,9 +192,21 @@ def test_a_copy_of_a_store_in_use_holds_what_its_wal_file_holds(tmp_path: Path) 
             reader.close()
     with Store.open(f"sqlite:///{tmp_path / 'copy.db'}") as copy:
         assert [s.id for s in copy.list_studies()] == [study.id]
+    # A failed copy leaves the target as it was, and nothing beside it.
+    (tmp_path / "not-a-db").write_text("plain text, not a database")
+    before = (tmp_path / "copy.db").read_bytes()
     with pytest.raises(sqlite3.Error):
-        (tmp_path / "not-a-db").write_text("plain text, not a database")
-        copy_database(tmp_path / "not-a-db", tmp_path / "copy2.db")
+        copy_database(tmp_path / "not-a-db", tmp_path / "copy.db")
+    assert (tmp_path / "copy.db").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".copy.db")) == []
+    with pytest.raises(ValueError, match="both the source and the target"):
+        copy_database(tmp_path / "copy.db", tmp_path / "." / "copy.db")
+    odd = tmp_path / "a%41 b?c#d"  # characters a file URI must escape
+    odd.mkdir()
+    copy_database(tmp_path / "copy.db", odd / "x.db")
+    copy_database(odd / "x.db", tmp_path / "back.db")
+    with Store.open(sqlite_url(tmp_path / "back.db")) as again:
+        assert [s.id for s in again.list_studies()] == [study.id]
 
 
 @pytest.mark.postgres

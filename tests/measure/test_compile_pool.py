@@ -48,6 +48,43 @@ def test_a_build_that_hangs_times_out_and_the_pool_serves_the_next_batch(tmp_pat
         assert again.errors == {Config(mode="ok", BLOCK=128): None} and not again.timed_out
 
 
+def test_a_crash_beside_a_hung_build_still_ends_the_batch_in_its_time(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A crash fails every build pending in the pool, the hung one too: each is retried alone, under the same
+    timeout (before, the hung build's retry had none and the batch never ended)."""
+    template, shape = SlowCompileVectorScale(), Shape(n=256)
+    crash, ok = Config(mode="compile_crash", BLOCK=16), Config(mode="ok", BLOCK=32)
+    with CompilePool(3, CompileCache(tmp_path / "cache")) as pool:
+        started = time.monotonic()
+        batch = pool.compile(template, [crash, HANG, ok], shape, timeout_s=3)
+        assert time.monotonic() - started < 90
+    assert HANG in batch.timed_out and crash not in batch.timed_out
+    assert "crashed the process twice" in (batch.errors[crash] or "")
+    assert batch.errors[ok] is None
+
+
+def test_killing_a_hung_build_kills_the_compiler_it_started(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    pid_file = tmp_path / "child.pid"
+    monkeypatch.setenv("TUNER_TEST_CHILD_PID", str(pid_file))
+    with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+        batch = pool.compile(SlowCompileVectorScale(), [Config(mode="compile_hang_child", BLOCK=16)], Shape(n=64),
+                             timeout_s=3)
+    assert batch.timed_out == {Config(mode="compile_hang_child", BLOCK=16)}
+    child = int(pid_file.read_text())
+    for _ in range(50):  # killed with its process group; give the kernel a moment to reap it
+        if not _alive(child):
+            break
+        time.sleep(0.1)
+    assert not _alive(child), f"the build's child process {child} outlived the pool"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie is dead, only not yet reaped
+    except FileNotFoundError:
+        return False
+
+
 def test_without_a_timeout_a_batch_waits_for_every_build(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
         batch = pool.compile(SlowCompileVectorScale(), [Config(mode="ok", BLOCK=16)], Shape(n=64))
@@ -71,4 +108,4 @@ def test_a_sweep_records_a_hung_build_as_a_timeout_and_goes_on(tmp_path, measure
     with store.session() as session:
         (row,) = [m for m in db.list_measurements(session, study_id=ctx.study_id, role="trial")
                   if m.config_json == HANG.to_json()]
-    assert row.status is Status.TIMEOUT and row.build_s >= 4
+    assert row.status is Status.TIMEOUT and row.build_s >= 8  # twice the candidate timeout

@@ -307,21 +307,21 @@ def store_result(
     return ctx.store.record_measurement(measurement, slot_id=slot_id).id
 
 
-# A config whose final-round measurement ended in one of these was disproved on the final round's inputs (a
-# fixed seed per study: measuring it again there fails again); a TIMEOUT may be the host's, not the config's.
-_DISPROVED = (Status.WRONG_RESULT, Status.RUNTIME_ERROR, Status.COMPILE_ERROR)
+def disproved_configs(ctx: StudyContext) -> set[Config]:
+    """Configs a final round of the study found wrong (WRONG_RESULT on the round's inputs): right on their
+    trial's inputs and wrong on others, at or over an error bound. A crash or a build error in a round is left
+    out: it may be the host's (memory, a killed process), not the config's."""
+    return {
+        Config.from_json(row.config_json)
+        for row in ctx.store.list_measurements(study_id=ctx.study_id, role="final", status=Status.WRONG_RESULT)
+        if not row.candidate.startswith(COMPARATOR_PREFIX)
+    }
 
 
 def top_configs(ctx: StudyContext, k: int) -> list[Config]:
     """The k fastest distinct OK configs measured in this study's trials (all workers, all runs), leaving out
-    configs that an earlier final round of the study disproved (a wrong result, a crash or a build error on
-    its inputs): the next fastest take their places instead of failing again."""
-    disproved = {
-        Config.from_json(row.config_json)
-        for status in _DISPROVED
-        for row in ctx.store.list_measurements(study_id=ctx.study_id, role="final", status=status)
-        if not row.candidate.startswith(COMPARATOR_PREFIX)
-    }
+    the :func:`disproved_configs`: the next fastest take their places instead of failing again."""
+    disproved = disproved_configs(ctx)
     rows = ctx.store.list_measurements(study_id=ctx.study_id, role="trial", status=Status.OK, order="median_us")
     seen: list[Config] = []
     for row in rows:
@@ -334,12 +334,14 @@ def top_configs(ctx: StudyContext, k: int) -> list[Config]:
 
 
 def incumbent(ctx: StudyContext) -> Config | None:
-    """The config the study publishes now, when it is still a valid config of the space for the shape."""
+    """The config the study publishes now, when it is still a valid config of the space for the shape and
+    no later round disproved it."""
     best = ctx.store.get_study_best(study_id=ctx.study_id)
     if best is None:
         return None
     config = Config(best.config)
-    return config if _in_domain(ctx.space, config) and ctx.space.is_valid(config, ctx.shape) else None
+    valid = _in_domain(ctx.space, config) and ctx.space.is_valid(config, ctx.shape)
+    return config if valid and config not in disproved_configs(ctx) else None
 
 
 # Input sets every final-round candidate is verified on before it is timed (a trial is checked on one): a

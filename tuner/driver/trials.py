@@ -130,18 +130,19 @@ def _measure_batch(
 ) -> None:
     try:
         timed_out: frozenset[Config] = frozenset()
-        timeout_s, waited = ctx.measurer.options.timeout_s, PhaseTimes()
+        # A build in the pool gets twice the candidate's timeout (its processes share the host's cores: a
+        # build that fits alone may not among them); one still running then would not fit in a measurement
+        # either: it is the candidate's TIMEOUT, recorded as measured (its build time is the wait).
+        limit_s, waited = 2 * ctx.measurer.options.timeout_s, PhaseTimes()
         if pool is not None and len(pending) > 1:
             compiled_from = time.perf_counter()
             timed_out = pool.compile(ctx.template, [p.config for p in pending], ctx.shape,
-                                     timeout_s=timeout_s).timed_out
-            # A build the pool gave up on would take as long again in the measurement: it is the
-            # candidate's TIMEOUT, recorded as measured (its build time is the wait).
+                                     timeout_s=limit_s).timed_out
             waited = PhaseTimes(build_s=time.perf_counter() - compiled_from)
         while pending:
             p = pending[0]
             given = None if p.config not in timed_out else MeasureResult(
-                Status.TIMEOUT, p.config, reason=f"no result within {timeout_s:g} s while building (parallel "
+                Status.TIMEOUT, p.config, reason=f"no result within {limit_s:g} s while building (parallel "
                 "compile)", phases=waited)
             emit(_measure(ctx, budget, p, persist, given))
             pending.pop(0)

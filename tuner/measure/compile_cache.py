@@ -30,6 +30,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import signal
 import tempfile
 import threading
 import time
@@ -292,9 +293,9 @@ def precompile(
             return {c: _build_one(template, c, shape) for c in configs}
         finally:
             set_default_cache(previous)
-    results, crashed = _run_pool(ref, configs, shape, cache.root, workers)
+    results, crashed, _ = _run_pool(ref, configs, shape, cache.root, workers)  # no timeout: nothing is late
     for config in crashed:  # isolate the culprit(s): one config per fresh process
-        retry, still_crashed = _run_pool(ref, [config], shape, cache.root, 1)
+        retry, still_crashed, _ = _run_pool(ref, [config], shape, cache.root, 1)
         results.update(retry)
         for c in still_crashed:
             results[c] = "compile worker died (the compiler crashed the process twice)"
@@ -302,11 +303,15 @@ def precompile(
 
 
 def _run_pool(
-    ref: str, configs: list[Config], shape: Shape, root: Path, workers: int
-) -> tuple[dict[Config, str | None], list[Config]]:
-    with _executor(min(workers, len(configs)) or 1, root) as pool:
-        results, crashed, _late = _submit_all(pool, ref, configs, shape)  # no deadline: nothing is late
-        return results, crashed
+    ref: str, configs: list[Config], shape: Shape, root: Path, workers: int, timeout_s: float | None = None,
+) -> tuple[dict[Config, str | None], list[Config], list[tuple[Config, bool]]]:
+    """Build ``configs`` in a fresh pool of ``workers`` processes: (results, crashed, late), as
+    :func:`_submit_all`; a late build's processes are killed before the pool is shut down."""
+    pool = _executor(min(workers, len(configs)) or 1, root)
+    try:
+        return _submit_all(pool, ref, configs, shape, workers, timeout_s)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _executor(workers: int, root: Path) -> cf.ProcessPoolExecutor:
@@ -316,6 +321,21 @@ def _executor(workers: int, root: Path) -> cf.ProcessPoolExecutor:
         initializer=_init_worker,
         initargs=(str(root),),
     )
+
+
+def _kill_processes(pool: cf.ProcessPoolExecutor) -> None:
+    """Kill the pool's processes and whatever they started (a compiler they wait on): each worker leads a
+    process group of its own (:func:`_init_worker`). ProcessPoolExecutor has no public way to stop a
+    running task."""
+    for process in list(getattr(pool, "_processes", {}).values()):
+        pid = process.pid
+        if pid is None:
+            continue
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(Exception):
+                process.kill()
 
 
 _POLL_S = 0.25  # how often a batch with a timeout looks at its builds' start times
@@ -331,17 +351,18 @@ def _submit_all(
     ``timeout_s`` from the moment its process starts it (after importing the template: a fresh process's
     imports are not the build's); the batch ends once every unfinished build is over its time, or waits
     behind builds that are (``late``: (config, True) for those, (config, False) for configs still queued
-    then), and the caller must then kill the pool's processes."""
+    then), and the pool's processes are killed then (the pool is broken: shut it down). A crash fails every
+    build still pending in the pool (``crashed``): the caller retries each alone."""
     results: dict[Config, str | None] = {}
     crashed: list[Config] = []
-    with tempfile.TemporaryDirectory(prefix="tuner-builds-") as marks:
+    late: list[tuple[Config, bool]] = []
+    with tempfile.TemporaryDirectory(prefix="tuner-builds-", ignore_cleanup_errors=True) as marks:
         futures = {
             pool.submit(_worker_build, ref, c.to_json(), shape.to_json(), os.path.join(marks, f"{i}.start")): c
             for i, c in enumerate(configs)
         }
         started = {f: os.path.join(marks, f"{i}.start") for i, f in enumerate(futures)}
         pending: set[cf.Future[str | None]] = set(futures)
-        late: list[tuple[Config, bool]] = []
         while pending:
             done, pending = cf.wait(pending, timeout=None if timeout_s is None else _POLL_S,
                                     return_when=cf.FIRST_COMPLETED)
@@ -352,23 +373,24 @@ def _submit_all(
                     crashed.append(futures[future])
             if timeout_s is None or not pending:
                 continue
-            now = time.time()
+            now = time.monotonic()
             since = {f: _start_time(started[f]) for f in pending}
             overdue = {f for f, t in since.items() if t is not None and now - t > timeout_s}
             in_time = [f for f, t in since.items() if t is not None and f not in overdue]
             queued = [f for f, t in since.items() if t is None]
             if not in_time and (not queued or len(overdue) >= workers):
                 late = [(futures[f], f in overdue) for f in pending]
+                _kill_processes(pool)  # before the marks' folder goes: no build starts in between
                 break
     return results, crashed, late
 
 
 def _mark_start(path: str) -> None:
     """Write the start time of a build to ``path`` (whole or not at all; nothing when the batch that wanted
-    it is over and its folder gone)."""
+    it is over and its folder gone). ``time.monotonic`` is one clock for every process of a Linux host."""
     with contextlib.suppress(OSError):
         with open(path + ".tmp", "w") as f:
-            f.write(repr(time.time()))
+            f.write(repr(time.monotonic()))
         os.replace(path + ".tmp", path)
 
 
@@ -386,9 +408,9 @@ class CompileBatch:
     """What :meth:`CompilePool.compile` did with a batch. Immutable.
 
     ``errors``: config → None when it built (or was left unbuilt, see ``unbuilt``), else the error
-    (``Type: message``). ``timed_out``: configs whose build was still running when the batch's time ran out
-    (its processes were killed; measuring them would build them again, for as long). ``unbuilt``: configs
-    the batch's deadline caught in the queue, not started here (their measurement builds them)."""
+    (``Type: message``). ``timed_out``: configs whose build was still running when its time ran out (its
+    process was killed; measuring it would build it again, for as long). ``unbuilt``: configs the batch's
+    end caught in the queue, not started here (their measurement builds them)."""
 
     errors: Mapping[Config, str | None]
     timed_out: frozenset[Config] = frozenset()
@@ -399,12 +421,13 @@ class CompilePool:
     """A pool of compile processes kept warm across batches (their torch/TileLang imports cost seconds).
 
     ``compile(template, configs, shape)`` behaves as :func:`precompile` with this pool's workers; a batch
-    in which a compiler crashed a worker restarts the pool and isolates the culprit. With ``timeout_s`` each
-    build gets that long from its start: a build still running then (a compiler that hangs, or takes longer
-    than a candidate may) is reported as timed out, and the pool's processes are killed (the next batch
-    starts fresh ones) once nothing else in the batch can finish; without it a hung compiler
-    blocks the batch for good (seen on the H200: a Triton build of a 3-stage P = 128 MIMO config, 8 minutes
-    without an answer). Not thread-safe; use as a context manager or call :meth:`close`.
+    in which a compiler crashed a worker restarts the pool and isolates the culprit (each crashed config
+    alone in a fresh process, under the same timeout). With ``timeout_s`` each build gets that long from its
+    start: a build still running then (a compiler that hangs) is reported as timed out, and the pool's
+    processes — with the compilers they started — are killed (the next batch starts fresh ones) once nothing
+    else in the batch can finish; without it a hung compiler blocks the batch for good (seen on the H200: a
+    Triton build of a 3-stage P = 128 MIMO config, 8 minutes without an answer). Not thread-safe; use as a
+    context manager or call :meth:`close`.
     """
 
     def __init__(self, workers: int, cache: CompileCache | None = None) -> None:
@@ -422,34 +445,22 @@ class CompilePool:
         if self._pool is None:
             self._pool = _executor(self.workers, self.cache.root)
         results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s)
+        if late or crashed:
+            self.close()  # killed or broken: a pool in either state cannot be reused
+        for config in crashed:  # each alone in a fresh process: the culprit crashes again, the others build
+            retry, still, retry_late = _run_pool(ref, [config], shape, self.cache.root, 1, timeout_s)
+            results.update(retry)
+            results.update({c: "compile worker died (the compiler crashed the process twice)" for c in still})
+            late.extend(retry_late)
         timed_out = {config for config, started in late if started}
         unbuilt = {config for config, started in late if not started}
         for config, started in late:
             results[config] = f"TimeoutError: compile timed out after {timeout_s:g} s" if started else None
-        if late:
-            self._kill()
-        if crashed:
-            self.close()  # a broken pool cannot be reused
-            for config in crashed:
-                retry, still = _run_pool(ref, [config], shape, self.cache.root, 1)
-                results.update(retry)
-                results.update({c: "compile worker died (the compiler crashed the process twice)" for c in still})
         return CompileBatch({c: results[c] for c in configs}, frozenset(timed_out), frozenset(unbuilt))
-
-    def _kill(self) -> None:
-        """Kill the pool's processes (a build cannot be cancelled otherwise) and drop the pool."""
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        # ProcessPoolExecutor has no public way to stop a running task: its worker processes are killed.
-        for process in list(getattr(pool, "_processes", {}).values()):
-            with contextlib.suppress(Exception):
-                process.kill()
-        pool.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
     def __enter__(self) -> CompilePool:
@@ -460,6 +471,9 @@ class CompilePool:
 
 
 def _init_worker(root: str) -> None:
+    # A process group of its own: killing the pool kills the compilers (nvcc, ptxas) a build started too.
+    with contextlib.suppress(OSError):
+        os.setsid()
     set_default_cache(CompileCache(root))
 
 
