@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from tuner.db.engine import Store, default_path, default_url, mask_url, optuna_storage_url, sqlite_url
 from tuner.db.errors import RecordConflictError, RecordRejectedError, SlotLostError
-from tuner.db.sqlite import copy_database
 from tuner.db.jobs import (
     attach_study,
     begin_finalize,
@@ -61,6 +60,7 @@ from tuner.db.repository import (
     publish_best,
 )
 from tuner.db.settings import StoreSettings, store_settings
+from tuner.db.sqlite import copy_database
 from tuner.store.records import (
     BestRecord,
     Claim,
@@ -75,7 +75,6 @@ from tuner.store.records import (
 )
 
 __all__ = [
-    "copy_database",
     "BestRecord",
     "Claim",
     "JobRecord",
@@ -99,6 +98,7 @@ __all__ = [
     "cancel_job",
     "claim_task",
     "complete_slot",
+    "copy_database",
     "count_jobs",
     "count_measurements",
     "create_job",
