@@ -27,6 +27,12 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _full_console() -> Console:
+    """The console on a terminal; for a file or a pipe, one wide enough that every character of a table
+    gets through (rich would cut cells at 80 columns)."""
+    return console if console.is_terminal else Console(width=100_000)
 F = TypeVar("F", bound=Callable[..., Any])
 
 TemplateArg = Annotated[str, typer.Argument(help="Template name (see `tuner templates`).")]
@@ -164,7 +170,7 @@ def tune(
         spec = resolve(DeviceSpec(device))  # type: ignore[arg-type]
         measurer, kind = Measurer(spec, options), spec.kind
     store = _store(db_url)
-    out = console if console.is_terminal else Console(width=100_000)  # a log gets whole configs and reasons
+    out = _full_console()  # a log gets whole configs and reasons
     out.print(f"store: {store.url}", highlight=False)
     signal.signal(signal.SIGTERM, _interrupted)
     with measurer:
@@ -356,7 +362,7 @@ def history(
     if as_json or as_csv:
         sys.stdout.write((explore.history_json(sections) + "\n") if as_json else explore.history_csv(sections))
         return
-    out = console if console.is_terminal else Console(width=100_000)  # a file or a pipe gets every character
+    out = _full_console()
     for table in explore.history_tables(sections):
         out.print(table)
 
@@ -389,7 +395,7 @@ def studies(
     if as_json:
         print(json.dumps([explore.study_dict(s, label) for s, label in rows], indent=2))
         return
-    (console if console.is_terminal else Console(width=100_000)).print(explore.studies_table(rows))
+    _full_console().print(explore.studies_table(rows))
 
 
 @app.command()

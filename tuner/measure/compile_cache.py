@@ -294,12 +294,25 @@ def precompile(
         finally:
             set_default_cache(previous)
     results, crashed, _ = _run_pool(ref, configs, shape, cache.root, workers)  # no timeout: nothing is late
-    for config in crashed:  # isolate the culprit(s): one config per fresh process
-        retry, still_crashed, _ = _run_pool(ref, [config], shape, cache.root, 1)
-        results.update(retry)
-        for c in still_crashed:
-            results[c] = "compile worker died (the compiler crashed the process twice)"
+    retried, _ = _retry_alone(ref, crashed, shape, cache.root)
+    results.update(retried)
     return {c: results[c] for c in configs}
+
+
+def _retry_alone(
+    ref: str, crashed: list[Config], shape: Shape, root: Path, timeout_s: float | None = None,
+) -> tuple[dict[Config, str | None], list[tuple[Config, bool]]]:
+    """Build each config a crash failed (it fails every build pending in the pool) alone in a fresh process,
+    under the same timeout: the culprit crashes again, the others build. (results, late) as
+    :func:`_submit_all`."""
+    results: dict[Config, str | None] = {}
+    late: list[tuple[Config, bool]] = []
+    for config in crashed:
+        retry, still, retry_late = _run_pool(ref, [config], shape, root, 1, timeout_s)
+        results.update(retry)
+        results.update({c: "compile worker died (the compiler crashed the process twice)" for c in still})
+        late.extend(retry_late)
+    return results, late
 
 
 def _run_pool(
@@ -357,11 +370,10 @@ def _submit_all(
     crashed: list[Config] = []
     late: list[tuple[Config, bool]] = []
     with tempfile.TemporaryDirectory(prefix="tuner-builds-", ignore_cleanup_errors=True) as marks:
-        futures = {
-            pool.submit(_worker_build, ref, c.to_json(), shape.to_json(), os.path.join(marks, f"{i}.start")): c
-            for i, c in enumerate(configs)
-        }
-        started = {f: os.path.join(marks, f"{i}.start") for i, f in enumerate(futures)}
+        paths = [os.path.join(marks, f"{i}.start") for i in range(len(configs))]
+        futures = {pool.submit(_worker_build, ref, c.to_json(), shape.to_json(), path): c
+                   for c, path in zip(configs, paths, strict=True)}
+        started = dict(zip(futures, paths, strict=True))
         pending: set[cf.Future[str | None]] = set(futures)
         while pending:
             done, pending = cf.wait(pending, timeout=None if timeout_s is None else _POLL_S,
@@ -447,11 +459,9 @@ class CompilePool:
         results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s)
         if late or crashed:
             self.close()  # killed or broken: a pool in either state cannot be reused
-        for config in crashed:  # each alone in a fresh process: the culprit crashes again, the others build
-            retry, still, retry_late = _run_pool(ref, [config], shape, self.cache.root, 1, timeout_s)
-            results.update(retry)
-            results.update({c: "compile worker died (the compiler crashed the process twice)" for c in still})
-            late.extend(retry_late)
+        retried, retry_late = _retry_alone(ref, crashed, shape, self.cache.root, timeout_s)
+        results.update(retried)
+        late.extend(retry_late)
         timed_out = {config for config, started in late if started}
         unbuilt = {config for config, started in late if not started}
         for config, started in late:
