@@ -20,7 +20,7 @@ import socket
 import uuid
 import warnings
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import optuna
@@ -318,10 +318,11 @@ def disproved_configs(ctx: StudyContext) -> set[Config]:
     }
 
 
-def top_configs(ctx: StudyContext, k: int) -> list[Config]:
+def top_configs(ctx: StudyContext, k: int, disproved: Collection[Config] | None = None) -> list[Config]:
     """The k fastest distinct OK configs measured in this study's trials (all workers, all runs), leaving out
-    the :func:`disproved_configs`: the next fastest take their places instead of failing again."""
-    disproved = disproved_configs(ctx)
+    ``disproved`` (default: the :func:`disproved_configs`): the next fastest take their places instead of
+    failing again."""
+    disproved = disproved_configs(ctx) if disproved is None else disproved
     rows = ctx.store.list_measurements(study_id=ctx.study_id, role="trial", status=Status.OK, order="median_us")
     seen: list[Config] = []
     for row in rows:
@@ -333,15 +334,16 @@ def top_configs(ctx: StudyContext, k: int) -> list[Config]:
     return seen
 
 
-def incumbent(ctx: StudyContext) -> Config | None:
+def incumbent(ctx: StudyContext, disproved: Collection[Config] | None = None) -> Config | None:
     """The config the study publishes now, when it is still a valid config of the space for the shape and
-    no later round disproved it."""
+    not ``disproved`` by a later round (default: the :func:`disproved_configs`)."""
     best = ctx.store.get_study_best(study_id=ctx.study_id)
     if best is None:
         return None
     config = Config(best.config)
     valid = _in_domain(ctx.space, config) and ctx.space.is_valid(config, ctx.shape)
-    return config if valid and config not in disproved_configs(ctx) else None
+    disproved = disproved_configs(ctx) if disproved is None else disproved
+    return config if valid and config not in disproved else None
 
 
 # Input sets every final-round candidate is verified on before it is timed (a trial is checked on one): a
@@ -365,8 +367,9 @@ def finalize(
     comparators to those names. Every entry is stored (role ``final``) under one ``round_id``, failures
     included, so that the report can show what ran in the same round.
     """
-    configs = top_configs(ctx, finalists)
-    held = incumbent(ctx)
+    disproved = disproved_configs(ctx)
+    configs = top_configs(ctx, finalists, disproved)
+    held = incumbent(ctx, disproved)
     if held is not None and held not in configs:
         configs.append(held)
     labelled: list[tuple[str, Candidate]] = [(CONFIG_LABEL, Candidate(config=c)) for c in configs]
