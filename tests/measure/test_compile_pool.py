@@ -13,7 +13,7 @@ import pytest
 from tests.fixtures.fault_templates import SLOW_COMPILE_REF, SlowCompileVectorScale
 from tuner import db, registry
 from tuner.driver.budget import CountBudget
-from tuner.driver.study import open_study
+from tuner.driver.study import _prebuild, finalize, open_study
 from tuner.driver.trials import run_trials
 from tuner.frozen import Config, Shape
 from tuner.measure.compile_cache import CompileCache, CompilePool
@@ -109,3 +109,28 @@ def test_a_sweep_records_a_hung_build_as_a_timeout_and_goes_on(tmp_path, measure
         (row,) = [m for m in db.list_measurements(session, study_id=ctx.study_id, role="trial")
                   if m.config_json == HANG.to_json()]
     assert row.status is Status.TIMEOUT and row.build_s >= 8  # twice the candidate timeout
+
+
+def test_a_final_round_builds_its_configs_in_the_pool_first(tmp_path, measurer: Measurer, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=1)
+    run_trials(ctx, CountBudget(4))  # built one after another by the measurer
+    log = tmp_path / "builds.log"
+    monkeypatch.setenv("TUNER_TEST_BUILD_LOG", str(log))  # the pool's processes, spawned below, inherit it
+    with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+        final = finalize(ctx, finalists=2, comparators=False, pool=pool)
+    configs = {e.result.config for e in final.entries if e.label != "comparator:torch"}
+    assert len(configs) >= 2 and all(e.result.ok for e in final.entries) and final.published
+    pooled = {Config.from_json(line.split(" ", 1)[1]) for line in log.read_text().splitlines()
+              if line.startswith("SpawnProcess")}
+    assert pooled == configs  # each of the round's configs, and nothing else, was built in the pool
+
+
+def test_a_final_round_config_whose_build_hangs_is_a_timeout(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=1)
+    ok = Config(mode="ok", BLOCK=64)
+    with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+        late = _prebuild(ctx, [HANG, ok], pool)
+    assert set(late) == {HANG}
+    assert late[HANG].status is Status.TIMEOUT and late[HANG].phases.build_s >= 8

@@ -76,5 +76,5 @@ def run_study(
     final = None
     stopped = should_stop is not None and should_stop()
     if not stopped and (take_final_round is None or take_final_round()):
-        final = finalize(ctx, finalists=options.finalists, comparators=options.comparators)
+        final = finalize(ctx, finalists=options.finalists, comparators=options.comparators, pool=pool)
     return StudyRun(ctx, tuple(records), final)

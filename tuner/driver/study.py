@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import socket
+import time
 import uuid
 import warnings
 import zlib
@@ -34,9 +35,18 @@ from tuner.driver.samplers import make_sampler
 from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
 from tuner.lookup import Entry, fit_distance, latest_per_shape, repair_config
+from tuner.measure.compile_cache import CompilePool
 from tuner.measure.contract import Measuring
 from tuner.measure.measurer import Candidate
-from tuner.results import COMPARATOR_PREFIX, CONFIG_LABEL, DEFAULT_LABEL, MeasureResult, Status, is_space_rejection
+from tuner.results import (
+    COMPARATOR_PREFIX,
+    CONFIG_LABEL,
+    DEFAULT_LABEL,
+    MeasureResult,
+    PhaseTimes,
+    Status,
+    is_space_rejection,
+)
 from tuner.space import SearchSpace
 from tuner.store import NewMeasurement, TrialHeartbeats, TuningStore
 from tuner.template import KernelTemplate
@@ -355,7 +365,7 @@ FINAL_CHECK_SEEDS = 3
 
 def finalize(
     ctx: StudyContext, *, finalists: int = 3, include_default: bool = True, comparators: bool = True,
-    names: Sequence[str] | None = None, check_seeds: int = FINAL_CHECK_SEEDS,
+    names: Sequence[str] | None = None, check_seeds: int = FINAL_CHECK_SEEDS, pool: CompilePool | None = None,
 ) -> FinalRound:
     """Re-measure finalists, the incumbent, the default and comparators interleaved; publish the fastest
     verified config.
@@ -364,8 +374,11 @@ def finalize(
     so that a round whose new finalists all fail on its inputs (seen on the H200: three configs at their
     error bound) publishes the incumbent again rather than the slower default. Every candidate is verified
     on ``check_seeds`` input sets before the timing (:data:`FINAL_CHECK_SEEDS`). ``names`` restricts the
-    comparators to those names. Every entry is stored (role ``final``) under one ``round_id``, failures
-    included, so that the report can show what ran in the same round.
+    comparators to those names. With ``pool`` the round's configs are first built in it, in parallel (a
+    fresh host would otherwise build them one after another: minutes for the MIMO template); a build over
+    twice the candidate timeout is that config's TIMEOUT, as in a trial batch. Every entry is stored (role
+    ``final``) under one ``round_id``, failures included, so that the report can show what ran in the same
+    round.
     """
     disproved = disproved_configs(ctx)
     configs = top_configs(ctx, finalists, disproved)
@@ -385,10 +398,12 @@ def finalize(
     round_id = uuid.uuid4().hex
     if not labelled:
         return FinalRound(round_id, (), None, False)
-    results = ctx.measurer.measure_interleaved(
-        ctx.template_ref, ctx.shape, [c for _, c in labelled], seed=ctx.seed_base + 1_000_003,
-        check_seeds=check_seeds,
-    )
+    late = _prebuild(ctx, [c.config for _, c in labelled if c.config is not None], pool)
+    timed = [c for _, c in labelled if c.config not in late]
+    measured = iter(ctx.measurer.measure_interleaved(
+        ctx.template_ref, ctx.shape, timed, seed=ctx.seed_base + 1_000_003, check_seeds=check_seeds,
+    ) if timed else ())
+    results = [late[c.config] if c.config in late else next(measured) for _, c in labelled]
     entries = tuple(
         FinalEntry(label, result, store_result(ctx, result, role="final", candidate=label, round_id=round_id))
         for (label, _), result in zip(labelled, results, strict=True)
@@ -399,6 +414,25 @@ def finalize(
         ctx.store.publish_best(study_id=ctx.study_id, measurement_id=winner.measurement_id)
     _describe_round(ctx.study, entries, winner)
     return FinalRound(round_id, entries, winner, winner is not None)
+
+
+def pool_build_limit_s(ctx: StudyContext) -> float:
+    """How long a build in a compile pool may take before its config is a TIMEOUT: twice the candidate's
+    timeout (the pool's processes share the host's cores: a build that fits alone may not among them; one
+    still running then would not fit in a measurement either)."""
+    return 2 * ctx.measurer.options.timeout_s
+
+
+def _prebuild(ctx: StudyContext, configs: Sequence[Config], pool: CompilePool | None) -> dict[Config, MeasureResult]:
+    """Build the round's configs in ``pool``; the TIMEOUT results of those whose build outlived its limit."""
+    if pool is None or len(configs) < 2:
+        return {}
+    limit_s = pool_build_limit_s(ctx)
+    started = time.perf_counter()
+    timed_out = pool.compile(ctx.template, configs, ctx.shape, timeout_s=limit_s).timed_out
+    waited = PhaseTimes(build_s=time.perf_counter() - started)
+    return {c: MeasureResult(Status.TIMEOUT, c, reason=f"no result within {limit_s:g} s while building "
+                             "(parallel compile)", phases=waited) for c in timed_out}
 
 
 def _describe_round(study: optuna.Study, entries: Sequence[FinalEntry], winner: FinalEntry | None) -> None:

@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 from tuner.driver import optuna_access
 from tuner.driver.budget import TrialBudget
 from tuner.driver.samplers import exhausted
-from tuner.driver.study import CONFIG_LABEL, StudyContext, store_result
+from tuner.driver.study import CONFIG_LABEL, StudyContext, pool_build_limit_s, store_result
 from tuner.errors import SlotLostError
 from tuner.frozen import Config
 from tuner.measure.compile_cache import CompilePool
@@ -130,10 +130,9 @@ def _measure_batch(
 ) -> None:
     try:
         timed_out: frozenset[Config] = frozenset()
-        # A build in the pool gets twice the candidate's timeout (its processes share the host's cores: a
-        # build that fits alone may not among them); one still running then would not fit in a measurement
-        # either: it is the candidate's TIMEOUT, recorded as measured (its build time is the wait).
-        limit_s, waited = 2 * ctx.measurer.options.timeout_s, PhaseTimes()
+        # A build still running after its limit is the candidate's TIMEOUT, recorded as measured (its build
+        # time is the wait).
+        limit_s, waited = pool_build_limit_s(ctx), PhaseTimes()
         if pool is not None and len(pending) > 1:
             compiled_from = time.perf_counter()
             timed_out = pool.compile(ctx.template, [p.config for p in pending], ctx.shape,
