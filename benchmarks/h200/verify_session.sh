@@ -14,11 +14,14 @@
 #                    default all), after warming the compile caches with each shape's published best and the
 #                    comparator (WARM=0 skips that), and timing a fresh process's comparator build (cache probe)
 #   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 16's sweeps in the committed MIMO store: after warming the
-#                    compile caches (TileLang, the default and seeds; WARM=0 skips that, WARM=bg builds the
+#                    compile caches (TileLang, the default and seeds of WARM_WORKLOADS, default the sweep's;
+#                    COMPARATOR_ONLY=1: TileLang alone; WARM=0 skips that, WARM=bg builds the
 #                    TileLang comparators of WARM_WORKLOADS in the background during the sweeps), up to TRIALS (40)
 #                    more trials and a final round with the TileLang line on each of SWEEP_WORKLOADS (default
 #                    N128 P64 R2), each within TUNE_TIMEOUT seconds and the BUDGET left (`tuner tune
-#                    --time-limit` stops new trials RESERVE_S before that); then issue 17's MIMO exhaustive subspace
+#                    --time-limit` stops new trials RESERVE_S before that; FINAL_ONLY=1: no new trial, the final
+#                    round alone; CANDIDATE_TIMEOUT, default 240 s, bounds a candidate and twice it a pool build);
+#                    then issue 17's MIMO exhaustive subspace
 #                    (variant × chunk_rows × num_warps × num_stages × prec) on two shapes into
 #                    exhaustive_mimo_bwd.db for EXH_TIMEOUT seconds (1: skip)
 #   mimo-profile OUTDIR (bundle --tilelang mamba) issue 16's profiles: Nsight Compute (`--set full`, one launch
@@ -133,8 +136,11 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
                --only scan_chunks=4 --only group_chunks=4)
     SWEEP=${SWEEP_WORKLOADS:-mimo-n128-p64-r2}
     if [[ ${WARM:-1} == 1 ]]; then  # TileLang (minutes per shape) and the default and seeds, all in parallel
+      # WARM_WORKLOADS (default: the sweep's) can name shapes of later calls on the same warm machine;
+      # COMPARATOR_ONLY=1 builds only their TileLang comparators (their studies hold the default and seeds).
       step warm "${WARM_TIMEOUT:-240}" python3 "$H/warm_mimo.py" --workers 16 \
-        --timeout "$(( ${WARM_TIMEOUT:-240} - 10 ))" --workloads $SWEEP
+        --timeout "$(( ${WARM_TIMEOUT:-240} - 10 ))" --workloads ${WARM_WORKLOADS:-$SWEEP} \
+        ${COMPARATOR_ONLY:+--comparator-only}
     elif [[ ${WARM:-1} == bg ]]; then
       # The TileLang comparators of WARM_WORKLOADS (default: the sweep's) built in the background, one process
       # each, while the first sweep runs (its studies hold their default and seeds already): the final rounds
@@ -155,8 +161,10 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       if (( LIMIT - ${RESERVE_S:-150} < 30 )); then
         echo "== tune_$w skipped: ${LIMIT}s left of BUDGET=${BUDGET:-570}" | tee "$W/tune_$w.log"; continue
       fi
+      # FINAL_ONLY=1: no new trial, only the final round (finalists, incumbent, default, TileLang).
+      TIME_LIMIT=$(( LIMIT - ${RESERVE_S:-150} )); [[ ${FINAL_ONLY:-0} == 1 ]] && TIME_LIMIT=0.001
       step "tune_$w" "$LIMIT" $TUNER tune mamba3_mimo_bwd -w "$w" --trials "${TRIALS:-40}" \
-        --time-limit "$(( LIMIT - ${RESERVE_S:-150} ))" --samples 30 --finalists 3 --timeout 240 --device cuda \
+        --time-limit "$TIME_LIMIT" --samples 30 --finalists 3 --timeout "${CANDIDATE_TIMEOUT:-240}" --device cuda \
         --seed 1 --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
       cp "$H/mamba3_mimo_bwd.db" "$OUT/"
     done
