@@ -10,7 +10,15 @@ devices: it imports nothing of the engine but the store contract (:mod:`tuner.st
 
 from __future__ import annotations
 
-from tuner.db.engine import Store, default_path, default_url, mask_url, optuna_storage_url, sqlite_url
+from tuner.db.engine import (
+    Store,
+    default_path,
+    default_url,
+    mask_url,
+    optuna_storage_url,
+    sqlite_file,
+    sqlite_url,
+)
 from tuner.db.errors import RecordConflictError, RecordRejectedError, SlotLostError
 from tuner.db.jobs import (
     attach_study,
@@ -136,6 +144,7 @@ __all__ = [
     "release_slot",
     "release_task",
     "reserve_slot",
+    "sqlite_file",
     "sqlite_url",
     "stop_worker",
     "store_settings",

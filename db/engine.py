@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit
 
 import filelock
 from sqlalchemy import Engine, create_engine, text
@@ -57,8 +58,34 @@ def default_path() -> Path:
 
 
 def sqlite_url(path: str | os.PathLike[str]) -> str:
-    """The SQLAlchemy URL of an SQLite file (made absolute)."""
-    return f"sqlite:///{Path(path).expanduser().resolve()}"
+    """The SQLAlchemy URL of an SQLite file (made absolute), whatever characters its path holds.
+
+    A plain ``sqlite:////abs/path`` URL is used when it names the file; a path holding ``?``, ``#`` or
+    ``%`` (which SQLAlchemy would read as a query, a fragment or an escape) becomes an SQLite URI filename
+    (``sqlite:///file:…?uri=true``, its path percent-escaped twice: SQLAlchemy undoes one, SQLite the
+    other). :func:`sqlite_file` reads either form back."""
+    resolved = Path(path).expanduser().resolve()
+    if not any(ch in str(resolved) for ch in "?#%"):
+        return f"sqlite:///{resolved}"
+    return f"sqlite:///{quote(resolved.as_uri(), safe=':/')}?uri=true"
+
+
+def sqlite_file(url: str | URL) -> Path | None:
+    """The file an SQLite URL names (either form :func:`sqlite_url` writes), or None for another database,
+    an in-memory one or a URL SQLAlchemy cannot parse."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except Exception:
+        return None
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or database in (None, "", ":memory:"):
+        return None
+    if parsed.query.get("uri") == "true" and database.startswith("file:"):
+        location = urlsplit(database)
+        if location.query and "mode=memory" in location.query:
+            return None
+        return Path(unquote(location.path))
+    return Path(database)
 
 
 def default_url() -> str:
@@ -200,8 +227,8 @@ class Store(StoreMethods):
             if self.dialect == "postgresql":
                 with self._pg_schema_lock(timeout_s):
                     yield
-            elif self._url.database not in (None, "", ":memory:"):
-                lock = filelock.FileLock(f"{self._url.database}.schema-lock", timeout=timeout_s)
+            elif (file := sqlite_file(self._url)) is not None:
+                lock = filelock.FileLock(f"{file}.schema-lock", timeout=timeout_s)
                 try:
                     lock.acquire()
                 except filelock.Timeout as exc:

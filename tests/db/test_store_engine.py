@@ -209,6 +209,38 @@ def test_a_copy_of_a_store_in_use_holds_what_its_wal_file_holds(tmp_path: Path) 
         assert [s.id for s in again.list_studies()] == [study.id]
 
 
+def test_a_store_in_a_folder_whose_name_holds_url_characters(tmp_path: Path) -> None:
+    """``?``, ``#`` and ``%`` in a path would be a query, a fragment and an escape in a plain URL: sqlite_url
+    names the file anyway, and the store, its schema lock and Optuna's storage all use that file."""
+    import optuna
+
+    from tuner.db import sqlite_file, sqlite_url
+
+    odd = tmp_path / "runs?v=2#best 100%"
+    odd.mkdir()
+    url = sqlite_url(odd / "t.db")
+    assert sqlite_file(url) == odd / "t.db"
+    with Store.open(url) as store:
+        with store.session() as session:
+            study = get_or_create_study(session, **study_fields())
+        with store.schema_lock():
+            assert (odd / "t.db.schema-lock").exists()
+        storage = optuna.storages.RDBStorage(store.optuna_url)
+        optuna.create_study(storage=storage, study_name="odd")
+        storage.remove_session()
+        storage.engine.dispose()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [odd.name]  # nothing written beside the folder
+    with Store.open(sqlite_url(odd / "t.db")) as again:
+        assert [s.id for s in again.list_studies()] == [study.id]
+        with again.session(readonly=True) as session:
+            tables = set(inspect(session.get_bind()).get_table_names())
+    assert {"tuner_studies", "studies"} <= tables  # ours and Optuna's, in the one file
+    # Plain paths keep the plain form; other databases name no file.
+    assert sqlite_url(tmp_path / "plain.db") == f"sqlite:///{tmp_path / 'plain.db'}"
+    assert sqlite_file(f"sqlite:///{tmp_path / 'plain.db'}") == tmp_path / "plain.db"
+    assert sqlite_file("sqlite://") is None and sqlite_file("postgresql+psycopg://u@h/db") is None
+
+
 @pytest.mark.postgres
 def test_postgres_optuna_url_keeps_the_password_and_adds_a_timeout(
     postgres_sandbox: PostgresSandbox,
