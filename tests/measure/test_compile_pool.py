@@ -134,3 +134,16 @@ def test_a_final_round_config_whose_build_hangs_is_a_timeout(tmp_path, measurer:
         late = _prebuild(ctx, [HANG, ok], pool)
     assert set(late) == {HANG}
     assert late[HANG].status is Status.TIMEOUT and late[HANG].phases.build_s >= 8
+
+
+def test_a_batch_whose_processes_never_start_a_build_ends_in_its_time(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tests.fixtures.import_hang import ImportHangVectorScale  # imported here before the variable is set
+
+    monkeypatch.setenv("TUNER_TEST_IMPORT_HANG", "1")  # the pool's processes hang importing the template
+    configs = [Config(mode="ok", BLOCK=64), Config(mode="ok", BLOCK=128), Config(mode="ok", BLOCK=256)]
+    started = time.monotonic()
+    with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+        batch = pool.compile(ImportHangVectorScale(), configs, Shape(n=256), timeout_s=2)
+    # Two rounds of two builds, plus one limit for the imports: 3 x 2 s, then the kill.
+    assert 6 <= time.monotonic() - started < 60
+    assert batch.unbuilt == set(configs) and not batch.timed_out  # never started: not the configs' fault

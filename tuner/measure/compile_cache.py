@@ -364,8 +364,12 @@ def _submit_all(
     ``timeout_s`` from the moment its process starts it (after importing the template: a fresh process's
     imports are not the build's); the batch ends once every unfinished build is over its time, or waits
     behind builds that are (``late``: (config, True) for those, (config, False) for configs still queued
-    then), and the pool's processes are killed then (the pool is broken: shut it down). A crash fails every
-    build still pending in the pool (``crashed``): the caller retries each alone."""
+    then), and the pool's processes are killed then (the pool is broken: shut it down). A batch also ends
+    after ``timeout_s`` times (its rounds of ``workers`` builds + 1) in all, the time its builds could take
+    one round after another plus one for the processes' imports: a process that never starts its build
+    (an import that hangs) holds its config as queued, and the configs neither started nor over their time
+    then are late as (config, False). A crash fails every build still pending in the pool (``crashed``):
+    the caller retries each alone."""
     results: dict[Config, str | None] = {}
     crashed: list[Config] = []
     late: list[tuple[Config, bool]] = []
@@ -375,6 +379,8 @@ def _submit_all(
                    for c, path in zip(configs, paths, strict=True)}
         started = dict(zip(futures, paths, strict=True))
         pending: set[cf.Future[str | None]] = set(futures)
+        rounds = -(-len(configs) // max(1, workers))
+        batch_ends = None if timeout_s is None else time.monotonic() + timeout_s * (rounds + 1)
         while pending:
             done, pending = cf.wait(pending, timeout=None if timeout_s is None else _POLL_S,
                                     return_when=cf.FIRST_COMPLETED)
@@ -390,7 +396,8 @@ def _submit_all(
             overdue = {f for f, t in since.items() if t is not None and now - t > timeout_s}
             in_time = [f for f, t in since.items() if t is not None and f not in overdue]
             queued = [f for f, t in since.items() if t is None]
-            if not in_time and (not queued or len(overdue) >= workers):
+            stuck = not in_time and (not queued or len(overdue) >= workers)
+            if stuck or (batch_ends is not None and now > batch_ends):
                 late = [(futures[f], f in overdue) for f in pending]
                 _kill_processes(pool)  # before the marks' folder goes: no build starts in between
                 break
