@@ -189,7 +189,9 @@ def waiting_reason(
     for task in open_tasks:
         tried = {a.worker_id for a in attempts.get(task.id, ())}
         if all(w.id in tried for w in capable):
-            reasons = "; ".join(f"{a.worker_id}: {a.reason}" for a in attempts.get(task.id, ()))
+            # Only the live workers' reasons: a stopped worker's (its device gone) no longer holds the job.
+            ids = {w.id for w in capable}
+            reasons = "; ".join(f"{a.worker_id}: {a.reason}" for a in attempts.get(task.id, ()) if a.worker_id in ids)
             return f"every live worker gave {task.label} up: {reasons}"
     return None
 
