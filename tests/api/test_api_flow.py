@@ -151,6 +151,9 @@ def test_best_answers_are_cached_then_refreshed_in_the_background(tmp_path: Path
         publish(store, NAME, {"n": 512}, {"mode": "ok", "BLOCK": 128}, 3.0)
         again = get()  # fresh for the TTL: the cached answer, although the store changed
         assert again.headers["x-cache"] == "hit" and again.content == first.content
+        # A cached answer is no reason to skip the token check: an unknown token is refused, hit or not.
+        forged = httpx.get(f"{base}/v1/best", params=query, headers={"Authorization": "Bearer " + "w" * 32})
+        assert forged.status_code == 401 and "x-cache" not in forged.headers
         now[0] += 0.6
         stale = get()  # expired: still served at once, while a background refresh recomputes it
         assert stale.headers["x-cache"] == "hit" and stale.content == first.content

@@ -89,6 +89,9 @@ def test_studies_bad_input_and_auth(tmp_path: object) -> None:
             (f"/v1/studies/{sweep.study_id}/trials", {"sort": "speed"}, 422, ["query", "sort"]),
             (f"/v1/studies/{sweep.study_id}/trials", {"role": "x"}, 422, ["query", "role"]),
             (f"/v1/studies/{sweep.study_id}/trials", {"offset": -1}, 422, ["query", "offset"]),
+            # past 64 bits: the field's own error, not the store's refusal of the value
+            (f"/v1/studies/{sweep.study_id}/trials", {"offset": 2**63}, 422, ["query", "offset"]),
+            ("/v1/studies", {"offset": 2**63}, 422, ["query", "offset"]),
         ):
             r = http.get(path, params=params)
             assert r.status_code == status, (path, params, r.text)

@@ -32,6 +32,13 @@ def _jobs(store: db.Store) -> list[db.JobRecord]:
         return db.list_jobs(session)
 
 
+def _worker(store: db.Store, device_name: str, templates: dict[str, str] | None = None) -> None:
+    """A live worker of that CPU device name (a re-verification is queued only where one could run it)."""
+    store.register_worker(worker_id=f"w-{device_name}", host="h", pid=1, device_kind="cpu",  # type: ignore[arg-type]
+                          device_name=device_name, device_index=0, backends=["triton"], fingerprint_hash="f",
+                          fingerprint_json="{}", lease_s=600.0, templates=templates)
+
+
 def _serve(store: db.Store, **settings: object) -> AbstractContextManager[str]:
     values: dict[str, object] = {"db_url": store.unmasked_url(), "tokens": TOKENS, "warm_templates": False,
                                  "best_cache_ttl_s": 0, **settings}
@@ -39,6 +46,9 @@ def _serve(store: db.Store, **settings: object) -> AbstractContextManager[str]:
 
 
 def test_a_foreign_answer_queues_one_verify_job_on_the_requesters_device(store: db.Store) -> None:
+    _worker(store, "other-cpu")
+    _worker(store, "third-cpu", templates={NAME: "1"})
+    _worker(store, "old-cpu", templates={NAME: "0"})  # another version of the template: cannot verify this one
     with _serve(store) as base, httpx.Client(base_url=base) as http:
         def best(**params: object) -> dict:  # type: ignore[type-arg]
             response = http.get("/v1/best", params={"template": NAME, "device": "cpu", "n": 1024, **params})
@@ -68,7 +78,13 @@ def test_a_foreign_answer_queues_one_verify_job_on_the_requesters_device(store: 
         best(n=2048, device_name="other-cpu")
         time.sleep(1.0)
         assert len(_jobs(store)) == 1
-        # Another device name is another job.
+        # A device name no live worker serves (or none with this version of the template) queues nothing:
+        # a reader's requests alone cannot fill the queue with jobs nobody can run.
+        for name in ("nobody-cpu", "old-cpu", *(f"made-up-{i}" for i in range(20))):
+            assert best(device_name=name)["match"] == "nearest"
+        time.sleep(1.0)
+        assert len(_jobs(store)) == 1
+        # Another device name that a live worker serves is another job.
         best(device_name="third-cpu")
         wait_for(lambda: len(_jobs(store)) == 2, 30, "the second verify job")
 
@@ -84,6 +100,7 @@ def test_re_verification_can_be_turned_off(store: db.Store) -> None:
 def test_re_verification_jobs_can_limit_the_comparators_to_the_first_processes(store: db.Store) -> None:
     """TUNER_REVERIFY_COMPARATOR_PROCESSES reaches the queued job; above TUNER_REVERIFY_PROCESSES it is refused
     when the settings are read."""
+    _worker(store, "other-cpu")
     with _serve(store, reverify_processes=3, reverify_comparator_processes=1) as base:
         answer = httpx.get(f"{base}/v1/best", params={"template": NAME, "device": "cpu", "n": 1024,
                                                        "device_name": "other-cpu"})

@@ -169,7 +169,10 @@ def test_compare_says_which_study_is_faster(tmp_path: Path) -> None:
     # ids beyond 64 bits: the page names the field, never the store's raw JSON refusal
     ("/ui/studies/9223372036854775808", 422, "study_id: Input should be less than or equal to 9223372036854775807"),
     ("/ui/jobs/99999999999999999999", 422, "job_id: Input should be less than or equal to 9223372036854775807"),
-    ("/ui/compare?study=1&study=9223372036854775808", 422, "study.1: Input should be less than or equal to"),
+    ("/ui/compare?study=1&study=9223372036854775808", 422, "study.1: Input should be a study id from 1 to"),
+    # the form's empty select ("none chosen") is left out: the page to choose from, not an error
+    ("/ui/compare?study=1&study=", 200, 'class="card compare-form"'),
+    ("/ui/compare?study=&study=", 200, 'class="card compare-form"'),
     ("/ui/studies/9223372036854775807", 404, "no study 9223372036854775807"),
     (f"/ui/templates/{NAME}?device=nowhere", 404, "no study of fault_vector_scale_tunable on &#39;nowhere&#39;"),
 ])
@@ -257,6 +260,17 @@ def test_pages_need_the_read_token_when_reads_do(tmp_path: Path) -> None:
         cookie = signed.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age" not in cookie
         assert http.get("/").status_code == 200  # the session cookie is sent back
+        # The pages' scripts read /v1 with that cookie alone (trials tables, job polling)...
+        assert http.get("/v1/jobs", params={"limit": 20}).status_code == 200
+        assert http.get("/v1/studies").status_code == 200
+        # ...which grants reads only: a submission still needs a bearer token with the submit scope.
+        assert http.post("/v1/jobs", json={"template": NAME, "shapes": ["n=256"]}).status_code == 401
+        anonymous = httpx.get(f"{base}/v1/jobs")
+        assert anonymous.status_code == 401
+        # A login form with fields it does not have is refused as such, not a server error.
+        odd = http.post("/ui/login", content=b"a=1&b=2&c=3&d=4&e=5",
+                        headers={"content-type": "application/x-www-form-urlencoded"})
+        assert odd.status_code == 400 and "login" in odd.text
 
 
 def test_job_page_says_why_it_waits_and_who_gave_its_shape_up(db_url: str) -> None:
