@@ -214,9 +214,11 @@ class BestService:
         out, entry_set = self._compute(request)
         return out.model_dump_json().encode(), request, entry_set.signature
 
-    def answer(self, request: BestRequest) -> BestOut:
-        """The answer for one request. Raises FieldError (404 unknown template, 422 bad shape), StoreError."""
-        return self._compute(request)[0]
+    def answer(self, request: BestRequest, *, report_foreign: bool = True) -> BestOut:
+        """The answer for one request. Raises FieldError (404 unknown template, 422 bad shape), StoreError.
+        ``report_foreign=False``: a foreign answer is not reported to ``on_foreign`` (a page showing what a
+        device would be served asks nothing of the workers)."""
+        return self._compute(request, report_foreign)[0]
 
     def signature(self, request: BestRequest) -> object:
         """The signature of the entries the answer to ``request`` depends on now (may query the store)."""
@@ -228,7 +230,7 @@ class BestService:
         except UnknownTemplateError as exc:
             raise FieldError.wrap(exc, ("query", "template")) from None
 
-    def _compute(self, request: BestRequest) -> tuple[BestOut, EntrySet]:
+    def _compute(self, request: BestRequest, report_foreign: bool = True) -> tuple[BestOut, EntrySet]:
         entry = self._template(request)
         try:
             shape = entry.spec.make_shape(request.raw_shape)
@@ -244,7 +246,7 @@ class BestService:
                         valid=entry.space.constraint_check, domains=entry.space.domains,
                         distance=entry_set.distance)
         assert answer is not None, "a search space always has a default"
-        if answer.foreign and self.on_foreign is not None:
+        if answer.foreign and report_foreign and self.on_foreign is not None:
             try:
                 self.on_foreign(request, answer)
             except Exception as exc:  # queueing a re-verification must never fail a lookup

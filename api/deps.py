@@ -110,10 +110,18 @@ async def submitter(
     return authenticate(get_settings(request), credentials, "submit", required=True)
 
 
+# The session cookie `/ui/login` sets: a browser's pages and the page scripts' own /v1 reads carry it
+# (SameSite=Strict, HttpOnly); it grants reads only, never a submission.
+READ_COOKIE = "tuner_read_token"
+
+
 async def reader(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Principal:
+    """The caller of a read: a bearer header, else the session cookie of ``/ui/login``."""
     settings = get_settings(request)
+    if credentials is None and (token := request.cookies.get(READ_COOKIE)):
+        credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=token)
     return authenticate(settings, credentials, "read", required=settings.read_requires_token)
 
 

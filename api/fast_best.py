@@ -37,8 +37,9 @@ class CachedBest:
         await self.app(scope, receive, send)
 
     def _may_read(self, scope: Scope) -> bool:
-        if not self.settings.read_requires_token:
-            return True
+        """Whether the route would answer this caller: a bearer token it knows with the read scope, or none
+        when reads are open. A token is checked even then (the route refuses an unknown one); anything
+        else (another scheme, the session cookie) goes to the route."""
         for name, value in scope["headers"]:
             if name == b"authorization":
                 scheme, _, token = value.decode("latin-1").partition(" ")
@@ -46,4 +47,4 @@ class CachedBest:
                     return False
                 scopes = self.settings.scopes_of(token.strip())
                 return scopes is not None and "read" in scopes
-        return False
+        return not self.settings.read_requires_token

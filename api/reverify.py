@@ -8,8 +8,11 @@ entry's shape on the requester's device kind and device name (any device of the 
 none), so that a worker there re-measures the config in fresh processes and records the verification
 with its own fingerprint.
 
-At most one job per (template, entry shape, device kind, device name, requested software) per server
-process, and none while a verify job for the same template, shape and device is queued or running.
+Only when a live worker of that device kind (and name, when given) advertises the template at its version:
+a device name or software that no worker serves queues nothing (a reader's requests alone cannot fill the
+queue with jobs nobody can run). At most one job per (template, entry shape, device kind, device name,
+requested software) among the latest 4096 such requests of a server process, and none while a verify job
+for the same template, shape and device is queued or running.
 Submission happens on one background thread: a lookup never waits for it, and a failure (store down…) is
 logged, never raised. ``tuner serve`` turns it on by default (``TUNER_REVERIFY_FOREIGN``,
 ``--no-reverify``). Thread-safe.
@@ -19,8 +22,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 
 from tuner.api.best_service import BestRequest
 from tuner.api.catalog import Catalog
@@ -28,10 +33,11 @@ from tuner.api.deps import StoreProvider
 from tuner.frozen import Shape
 from tuner.lookup import Answer
 from tuner.settings import engine_settings
-from tuner.store.records import ACTIVE_JOB_STATES, check_job_kind
+from tuner.store.records import ACTIVE_JOB_STATES, check_job_kind, is_live
 
 log = logging.getLogger(__name__)
 SUBMITTER = "tuner-serve:reverify"  # submitted_by of the jobs it queues
+SEEN_MAX = 4096  # requests remembered as handled (each asks for one job at most once while remembered)
 
 
 class Reverifier:
@@ -44,7 +50,7 @@ class Reverifier:
         check_job_kind("verify", 0, processes, comparator_processes)  # the jobs it queues must be valid
         self.stores, self.catalog, self.processes, self.on_queued = stores, catalog, processes, on_queued
         self.comparator_processes = comparator_processes
-        self._seen: set[tuple[object, ...]] = set()
+        self._seen: OrderedDict[tuple[object, ...], None] = OrderedDict()  # the latest SEEN_MAX requests
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-reverify")
 
@@ -57,8 +63,11 @@ class Reverifier:
                tuple(sorted(request.software.items())))
         with self._lock:
             if key in self._seen:
+                self._seen.move_to_end(key)
                 return
-            self._seen.add(key)
+            self._seen[key] = None
+            if len(self._seen) > SEEN_MAX:
+                self._seen.popitem(last=False)
         self._pool.submit(self._queue, entry.template, shape, request.device_kind, request.device_name, answer)
 
     def _queue(self, template: str, shape: Shape, device_kind: str, device_name: str | None, answer: Answer) -> None:
@@ -76,9 +85,18 @@ class Reverifier:
             self.on_queued(job_id)
 
     def _submit(self, template: str, shape: Shape, device_kind: str, device_name: str | None) -> int | None:
-        """The id of the verify job queued, or None when an equal one is already queued or running."""
+        """The id of the verify job queued, or None when no live worker could run it (a device name or
+        software nobody serves: the caller's request alone must not fill the queue) or an equal job is
+        already queued or running."""
         spec = self.catalog.get(template).spec
         store = self.stores.get()
+        now = datetime.now(timezone.utc)
+        if not any(is_live(w, now) and w.device_kind == device_kind and device_name in (None, w.device_name)
+                   and (w.templates is None or w.templates.get(template) == spec.version)
+                   for w in store.list_workers()):
+            log.info("no live worker of %s %s has %s version %s: no re-verification queued", device_kind,
+                     device_name or "(any)", template, spec.version)
+            return None
         for state in ACTIVE_JOB_STATES:
             for job in store.list_jobs(state=state, limit=1000):
                 if (job.kind == "verify" and job.template == template and job.device_kind == device_kind

@@ -12,7 +12,7 @@ from tuner.api import explore
 from tuner.api.deps import CatalogDep, Reader, StoreDep
 from tuner.api.errors import FieldError
 from tuner.api.importance import ImportanceOut, Importances
-from tuner.api.schemas import MAX_ID, DeviceKind, MeasurementOut
+from tuner.api.schemas import MAX_ID, MAX_OFFSET, DeviceKind, MeasurementOut
 from tuner.api.study_schemas import StudyDetail, StudyPage, TrialPage
 from tuner.db.explore import SORTS
 from tuner.errors import ShapeError, UnknownTemplateError
@@ -68,7 +68,7 @@ def list_studies(
     device_name: Annotated[str | None, Query(max_length=256)] = None,
     shape: Annotated[str | None, Query(max_length=2048, description="Dims to match, e.g. B=8,H=64.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> StudyPage:
     dims = shape_dims(shape, catalog, template)
     summaries, total = store.list_study_summaries(
@@ -103,7 +103,7 @@ def list_trials(
     = "trial",
     sort: SortName = "id",
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> TrialPage:
     if sort not in SORTS:
         raise FieldError(f"sort must be one of {', '.join(SORTS)}", ("query", "sort"))

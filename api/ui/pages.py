@@ -21,7 +21,6 @@ from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 from pydantic import Field
@@ -29,7 +28,8 @@ from pydantic import Field
 from tuner import db
 from tuner.api.best_service import BestService
 from tuner.api.catalog import Catalog
-from tuner.api.deps import Principal, authenticate, get_catalog, get_settings, get_store
+from tuner.api.deps import READ_COOKIE, Reader, get_catalog, get_settings, get_store
+from tuner.api.errors import FieldError
 from tuner.api.routes.jobs import JobId
 from tuner.api.routes.studies import StudyId
 from tuner.api.schemas import MAX_ID
@@ -38,7 +38,7 @@ from tuner.api.ui.assets import PAGE_HEADERS, asset_url
 from tuner.results import reason_line
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-COOKIE = "tuner_read_token"
+COOKIE = READ_COOKIE
 router = APIRouter(include_in_schema=False)
 
 
@@ -97,16 +97,7 @@ TEMPLATES.env.filters.update(us=_us, ratio=_ratio, ago=_ago, tojson_script=_json
 TEMPLATES.env.globals.update(asset=asset_url)
 
 
-def page_reader(request: Request) -> Principal:
-    """The caller of a page: a bearer header (scripts) or the session cookie of ``/ui/login`` (browsers)."""
-    settings = get_settings(request)
-    header = request.headers.get("authorization", "")
-    token = header[7:].strip() if header.lower().startswith("bearer ") else request.cookies.get(COOKIE)
-    credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=token) if token else None
-    return authenticate(settings, credentials, "read", required=settings.read_requires_token)
-
-
-PageReader = Annotated[Principal, Depends(page_reader)]
+PageReader = Reader  # a bearer header (scripts) or the session cookie of /ui/login (browsers)
 StoreDep = Annotated[db.Store, Depends(get_store)]
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 
@@ -147,10 +138,26 @@ def job(request: Request, job_id: JobId, _: PageReader, store: StoreDep, catalog
 @router.get("/ui/compare", response_class=HTMLResponse)
 def compare(
     request: Request, _: PageReader, store: StoreDep, catalog: CatalogDep,
-    study: Annotated[list[Annotated[int, Field(ge=1, le=MAX_ID)]] | None,
-                     Query(max_length=4, description="Study ids (two to four).")] = None,
+    study: Annotated[list[Annotated[str, Field(max_length=20)]] | None,
+                     Query(max_length=4, description="Study ids (two to four); empty ones are left out.")] = None,
 ) -> HTMLResponse:
-    return render(request, "compare.html", views.compare_page(store, catalog, study or []))
+    return render(request, "compare.html", views.compare_page(store, catalog, _study_ids(study or [])))
+
+
+def _study_ids(values: list[str]) -> list[int]:
+    """The study ids of the compare form: its selects send an empty value for "none chosen", left out here;
+    anything else must be an id (422 on the field otherwise)."""
+    ids = []
+    for i, value in enumerate(values):
+        text = value.strip()
+        if not text:
+            continue
+        if not (text.isascii() and text.isdigit()):
+            raise FieldError("Input should be a valid integer", ("query", "study", i))
+        if not 1 <= int(text) <= MAX_ID:
+            raise FieldError(f"Input should be a study id from 1 to {MAX_ID}", ("query", "study", i))
+        ids.append(int(text))
+    return ids
 
 
 @router.get("/ui/login", response_class=HTMLResponse)
@@ -161,7 +168,10 @@ def login_form(request: Request, next: Annotated[str, Query(max_length=512)] = "
 @router.post("/ui/login", response_class=HTMLResponse)
 async def login(request: Request) -> Response:
     # The form is parsed here (URL-encoded, two fields) rather than by FastAPI's Form, which needs another package.
-    fields = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=4)
+    try:
+        fields = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=4)
+    except ValueError:  # more fields than a login form has
+        return render(request, "login.html", {"next": "/", "error": "a login form has a token and a next page"}, 400)
     token, next = (fields.get("token") or [""])[0][:512], (fields.get("next") or ["/"])[0][:512]
     settings = get_settings(request)
     scopes = settings.scopes_of(token)

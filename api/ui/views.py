@@ -176,7 +176,7 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
 
 def _match(best: BestService, template: str, shape: dict[str, Any], kind: str, device_name: str) -> str:
     try:
-        return best.answer(BestRequest(template, shape, kind, device_name)).match
+        return best.answer(BestRequest(template, shape, kind, device_name), report_foreign=False).match
     except TunerError as exc:  # the shape no longer fits the template (older version): say so
         return f"none ({type(exc).__name__})"
 
