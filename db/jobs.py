@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
@@ -278,32 +279,37 @@ def rejoin_worker(session: Session, *, worker_id: str, lease_s: float) -> None:
 def _release_worker(session: Session, worker_id: str, *, new_state: str) -> None:
     now = utcnow()
     _free_slots(session, worker_id, now)
-    # A final round it had begun goes back to 'running', where any worker may claim and finish it.
-    session.execute(
-        update(TaskRow).where(TaskRow.finalizer_id == worker_id, TaskRow.state == "finalizing")
-        .values(state="running", finalizer_id=None, updated_at=now)
-    )
+    _return_final_round(session, worker_id, now)
     session.execute(
         update(WorkerRow).where(WorkerRow.id == worker_id)
         .values(state=new_state, current_task_id=None, lease_expires_at=now)
     )
 
 
+def _return_final_round(session: Session, worker_id: str, now: datetime) -> None:
+    """A final round the worker began and did not finish goes back to 'running', where any worker may claim
+    and finish it (it left the task: a store error in the round, or it stopped or was declared lost)."""
+    session.execute(
+        update(TaskRow).where(TaskRow.finalizer_id == worker_id, TaskRow.state == "finalizing")
+        .values(state="running", finalizer_id=None, updated_at=now)
+    )
+
+
 def _free_slots(session: Session, worker_id: str, now: datetime) -> None:
-    """Give the worker's reserved (not yet measured) slots back to their tasks."""
-    reserved = session.execute(
-        select(SlotRow.task_id, func.count(SlotRow.id))
-        .where(SlotRow.worker_id == worker_id, SlotRow.state == "reserved")
-        .group_by(SlotRow.task_id)
-    ).all()
-    for task_id, n in reserved:
+    """Give the worker's reserved (not yet measured) slots back to their tasks.
+
+    Each task gives back exactly the slots this statement deleted: counted from the deleted rows, not from an
+    earlier read, so that a slot the worker itself released or spent meanwhile (it may still be alive when
+    reaped; PostgreSQL's READ COMMITTED lets that commit in between) is not given back twice."""
+    freed = Counter(session.scalars(
+        delete(SlotRow).where(SlotRow.worker_id == worker_id, SlotRow.state == "reserved")
+        .returning(SlotRow.task_id)
+    ).all())
+    for task_id, n in sorted(freed.items()):
         session.execute(
             update(TaskRow).where(TaskRow.id == task_id)
             .values(trials_reserved=TaskRow.trials_reserved - n, updated_at=now)
         )
-    session.execute(
-        delete(SlotRow).where(SlotRow.worker_id == worker_id, SlotRow.state == "reserved")
-    )
 
 
 # -- claiming and trial slots ----------------------------------------------------------------------------
@@ -514,8 +520,12 @@ def fail_task(session: Session, *, task_id: int, error: str) -> None:
 
 def release_task(session: Session, *, worker_id: str) -> None:
     """The worker leaves its current task (it stays claimable by others) and becomes idle; trial slots it
-    still holds reserved go back to their tasks (nothing it does not measure now stays reserved)."""
-    _free_slots(session, worker_id, utcnow())
+    still holds reserved go back to their tasks (nothing it does not measure now stays reserved), and a
+    final round it began and did not finish (a store error in the round) goes back to 'running' for any
+    worker to finish."""
+    now = utcnow()
+    _free_slots(session, worker_id, now)
+    _return_final_round(session, worker_id, now)
     session.execute(
         update(WorkerRow).where(WorkerRow.id == worker_id, WorkerRow.state == "busy")
         .values(state="idle", current_task_id=None)

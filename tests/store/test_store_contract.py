@@ -463,9 +463,10 @@ def test_the_claim_rule_holds_for_device_names_versions_backends_and_verify_task
                                     device_name=None, tasks=[("n=0", "n=0", '{"n": 0}')], processes=2)
     claim = _claims_as_the_rule_says(store, check.id, "w")
     assert claim is not None and store.begin_finalize(task_id=claim.task.id, worker_id="w")
-    store.release_task(worker_id="w")
     _worker(store, "v")
     assert _claims_as_the_rule_says(store, check.id, "v") is None  # being finalised by w
+    store.release_task(worker_id="w")  # w leaves it unfinished (a store error in its round): open again
+    assert _claims_as_the_rule_says(store, check.id, "v") is not None
 
 
 def test_a_task_given_up_by_k_distinct_workers_fails_with_every_reason(store: Any) -> None:
@@ -525,6 +526,23 @@ def test_a_final_round_given_up_goes_back_to_the_others(store: Any) -> None:
     done = store.finish_task(task_id=task_id, worker_id=b, best_us=1.0, best_config_json="{}")
     assert done.id == job.id and done.state == "done"
     assert store.fail_attempt(task_id=task_id, worker_id=b, reason="late").state == "done"
+
+
+def test_a_final_round_left_by_a_live_worker_goes_back_to_the_others(store: Any) -> None:
+    """A worker that leaves its task during the final round (a store error in the round: it releases the task
+    and lives on) does not keep it 'finalizing': any worker, itself included, may take the round again."""
+    job = _job(store, trials=1)
+    a, b = _worker(store, "a"), _worker(store, "b")
+    task_id = _claim(store, a).task.id
+    slot = store.reserve_slot(task_id=task_id, worker_id=a)
+    store.record_measurement(_m(_study(store).id, trial_number=0), slot_id=slot)
+    assert store.begin_finalize(task_id=task_id, worker_id=a) is True
+    store.release_task(worker_id=a)
+    task = store.get_task(task_id=task_id)
+    assert (task.state, task.finalizer_id, task.attempts, task.trials_done) == ("running", None, 0, 1)
+    assert _claim(store, b).task.id == task_id and store.begin_finalize(task_id=task_id, worker_id=b) is True
+    assert store.finish_task(task_id=task_id, worker_id=b, best_us=1.0, best_config_json="{}").state == "done"
+    assert store.get_job(job_id=job.id).state == "done"
 
 
 

@@ -469,12 +469,15 @@ class MemoryStore:
     def _release_worker(self, worker_id: str, new_state: str) -> None:
         now = _now()
         self._free_slots(worker_id, now)
-        for task in [t for t in self._tasks.values() if t.finalizer_id == worker_id and t.state == "finalizing"]:
-            self._tasks[task.id] = dataclasses.replace(task, state="running", finalizer_id=None, updated_at=now)
+        self._return_final_round(worker_id, now)
         worker = self._workers.get(worker_id)
         if worker is not None:
             self._workers[worker_id] = dataclasses.replace(
                 worker, state=new_state, current_task_id=None, lease_expires_at=now)
+
+    def _return_final_round(self, worker_id: str, now: datetime) -> None:
+        for task in [t for t in self._tasks.values() if t.finalizer_id == worker_id and t.state == "finalizing"]:
+            self._tasks[task.id] = dataclasses.replace(task, state="running", finalizer_id=None, updated_at=now)
 
     def _free_slots(self, worker_id: str, now: datetime) -> None:
         for slot in [s for s in self._slots.values() if s.worker_id == worker_id and s.state == "reserved"]:
@@ -594,14 +597,18 @@ class MemoryStore:
 
     def release_task(self, *, worker_id: str) -> None:
         with self._lock:
-            self._free_slots(worker_id, _now())
+            now = _now()
+            self._free_slots(worker_id, now)
+            self._return_final_round(worker_id, now)
             worker = self._workers.get(worker_id)
             if worker is not None and worker.state == "busy":
                 self._workers[worker_id] = dataclasses.replace(worker, state="idle", current_task_id=None)
 
     def withdraw_template(self, *, worker_id: str, template: str, version: str) -> None:
         with self._lock:
-            self._free_slots(worker_id, _now())
+            now = _now()
+            self._free_slots(worker_id, now)
+            self._return_final_round(worker_id, now)
             worker = self._workers.get(worker_id)
             if worker is None:
                 return

@@ -262,7 +262,8 @@ class JobQueue(Protocol):
 
     def release_task(self, *, worker_id: str) -> None:
         """The worker leaves its current task (it stays claimable by others) and becomes idle; the trial
-        slots it still holds reserved go back to their tasks."""
+        slots it still holds reserved go back to their tasks, and a final round it began and did not finish
+        goes back to 'running' (any worker may finish it)."""
 
     def withdraw_template(self, *, worker_id: str, template: str, version: str) -> None:
         """The worker cannot load ``template`` at ``version`` (not importable, another version): it stops

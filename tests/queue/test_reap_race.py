@@ -1,0 +1,57 @@
+"""Reaping a worker that is still alive races with its own slot writes (PostgreSQL, READ COMMITTED): the
+reaper gives back exactly the slots it deleted, never one the worker released or spent meanwhile."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tuner import db
+from tuner.db import jobs, measurements
+from tuner.store.records import NewMeasurement
+
+
+def _setup(url: str) -> tuple[db.Store, int, int]:
+    store = db.Store.open(url)
+    job = store.create_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                           device_name=None, trials=5, sampler="random", samples=3, candidate_timeout_s=10,
+                           tasks=[("a", "a", '{"n":1}')])
+    task_id = job.tasks[0].id
+    store.register_worker(worker_id="W", host="h", pid=1, device_kind="cpu", device_name="x", device_index=0,
+                          backends=["triton"], fingerprint_hash="f", fingerprint_json="{}", lease_s=0.01)
+    store.claim_task(worker_id="W", device_kind="cpu", device_name="x", backends=["triton"])
+    first = store.reserve_slot(task_id=task_id, worker_id="W")
+    assert first is not None and store.reserve_slot(task_id=task_id, worker_id="W") is not None
+    time.sleep(0.05)  # the lease has lapsed: the worker is reapable while it still writes
+    return store, task_id, first
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("write", ["release", "spend"])
+def test_a_reap_meanwhile_a_slot_write_gives_back_only_what_it_deleted(postgres_sandbox, write: str) -> None:  # type: ignore[no-untyped-def]
+    store, task_id, slot = _setup(postgres_sandbox.new_url())
+    with store.session() as session:  # the worker's own transaction, open while the reaper runs
+        if write == "release":
+            jobs.release_slot(session, slot_id=slot)
+        else:
+            study = store.get_or_create_study(
+                name="st", template="t", template_version="1", shape_key="a", shape_json='{"n":1}',
+                device_kind="cpu", device_name="x", fingerprint_hash="f", fingerprint_json="{}")
+            row = measurements.add_new(session, NewMeasurement(
+                study_id=study.id, role="trial", candidate="config", config_json='{"a":1}', status="OK",
+                trial_number=0, median_us=1.0))
+            jobs.complete_slot(session, slot_id=slot, trial_number=0, measurement_id=row.id, ok=True,
+                               median_us=1.0, config_json='{"a":1}')
+        reaped: list[list[str]] = []
+        reaper = threading.Thread(target=lambda: reaped.append(store.reap_lost_workers()))
+        reaper.start()
+        time.sleep(1.0)  # the reaper now waits on the rows this transaction holds
+    reaper.join(timeout=60)
+    assert reaped == [["W"]]
+    task = store.get_task(task_id=task_id)
+    # released: both slots are back (0 reserved, not -1); spent: the measured one stays (done <= reserved)
+    expected = (0, 0) if write == "release" else (1, 1)
+    assert (task.trials_reserved, task.trials_done) == expected, task
+    store.close()
