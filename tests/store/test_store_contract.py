@@ -513,13 +513,19 @@ def test_a_job_fails_by_attempts_once_none_of_its_tasks_runs(store: Any) -> None
         "w0: could not run on 1 worker(s): w1: gone; w1: could not run on 1 worker(s): w1: gone too")
 
 
-def test_a_final_round_given_up_goes_back_to_the_others(store: Any) -> None:
+def _finalising(store: Any) -> tuple[Any, int, str, str]:
+    """A one-trial job whose trial worker "a" measured and whose final round it began; "b" waits."""
     job = _job(store, trials=1)
     a, b = _worker(store, "a"), _worker(store, "b")
     task_id = _claim(store, a).task.id
     slot = store.reserve_slot(task_id=task_id, worker_id=a)
     store.record_measurement(_m(_study(store).id, trial_number=0), slot_id=slot)
     assert store.begin_finalize(task_id=task_id, worker_id=a) is True
+    return job, task_id, a, b
+
+
+def test_a_final_round_given_up_goes_back_to_the_others(store: Any) -> None:
+    job, task_id, a, b = _finalising(store)
     task = store.fail_attempt(task_id=task_id, worker_id=a, reason="DeviceError: lost")
     assert (task.state, task.finalizer_id, task.attempts, task.trials_done) == ("running", None, 1, 1)
     assert _claim(store, b).task.id == task_id and store.begin_finalize(task_id=task_id, worker_id=b) is True
@@ -531,12 +537,7 @@ def test_a_final_round_given_up_goes_back_to_the_others(store: Any) -> None:
 def test_a_final_round_left_by_a_live_worker_goes_back_to_the_others(store: Any) -> None:
     """A worker that leaves its task during the final round (a store error in the round: it releases the task
     and lives on) does not keep it 'finalizing': any worker, itself included, may take the round again."""
-    job = _job(store, trials=1)
-    a, b = _worker(store, "a"), _worker(store, "b")
-    task_id = _claim(store, a).task.id
-    slot = store.reserve_slot(task_id=task_id, worker_id=a)
-    store.record_measurement(_m(_study(store).id, trial_number=0), slot_id=slot)
-    assert store.begin_finalize(task_id=task_id, worker_id=a) is True
+    job, task_id, a, b = _finalising(store)
     store.release_task(worker_id=a)
     task = store.get_task(task_id=task_id)
     assert (task.state, task.finalizer_id, task.attempts, task.trials_done) == ("running", None, 0, 1)
