@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 import filelock
 from sqlalchemy import Engine, create_engine, text
@@ -80,11 +80,13 @@ def sqlite_file(url: str | URL) -> Path | None:
     database = parsed.database
     if parsed.get_backend_name() != "sqlite" or database in (None, "", ":memory:"):
         return None
-    if parsed.query.get("uri") == "true" and database.startswith("file:"):
+    if str(parsed.query.get("uri", "")).lower() in ("true", "1", "yes", "on") and database.startswith("file:"):
+        # An SQLite URI filename: its own parameters sit in the URL's query (mode=memory there, or in the
+        # database string when its "?" was escaped); an in-memory one names no file.
         location = urlsplit(database)
-        if location.query and "mode=memory" in location.query:
+        if parsed.query.get("mode") == "memory" or "mode=memory" in location.query or location.path == ":memory:":
             return None
-        return Path(unquote(location.path))
+        return Path(os.fsdecode(unquote_to_bytes(location.path)))
     return Path(database)
 
 

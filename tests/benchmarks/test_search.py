@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.fixtures.fault_templates import TUNABLE_REF
 from tests.fixtures.recorded import NAME
-from tuner import registry
+from tuner import db, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -15,7 +15,9 @@ from search import STRATEGIES, load_cases, main, simulate  # noqa: E402
 
 
 def _path(url: str) -> Path:
-    return Path(url.removeprefix("sqlite:///"))
+    path = db.sqlite_file(url)
+    assert path is not None, url
+    return path
 
 
 def test_every_strategy_reaches_the_exhaustive_best_of_a_small_record(recorded_sweep: str, tmp_path: Path) -> None:

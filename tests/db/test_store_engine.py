@@ -239,6 +239,10 @@ def test_a_store_in_a_folder_whose_name_holds_url_characters(tmp_path: Path) -> 
     assert sqlite_url(tmp_path / "plain.db") == f"sqlite:///{tmp_path / 'plain.db'}"
     assert sqlite_file(f"sqlite:///{tmp_path / 'plain.db'}") == tmp_path / "plain.db"
     assert sqlite_file("sqlite://") is None and sqlite_file("postgresql+psycopg://u@h/db") is None
+    # URI filenames written by hand: in-memory ones name no file; uri=1 is as good as uri=true.
+    assert sqlite_file("sqlite:///file:memdb1?mode=memory&cache=shared&uri=true") is None
+    assert sqlite_file("sqlite:///file::memory:?uri=true") is None
+    assert sqlite_file(f"sqlite:///file:{tmp_path}/u.db?uri=1") == tmp_path / "u.db"
 
 
 @pytest.mark.postgres

@@ -5,6 +5,9 @@ fixture template's ``compile_hang`` config (it sleeps, as a compiler that hangs)
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -147,3 +150,34 @@ def test_a_batch_whose_processes_never_start_a_build_ends_in_its_time(tmp_path, 
     # Two rounds of two builds, plus one limit for the imports: 3 x 2 s, then the kill.
     assert 6 <= time.monotonic() - started < 60
     assert batch.unbuilt == set(configs) and not batch.timed_out  # never started: not the configs' fault
+
+
+def test_a_pool_whose_idle_process_died_is_replaced_at_the_next_batch(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ok = [Config(mode="ok", BLOCK=16), Config(mode="ok", BLOCK=32)]
+    with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+        assert pool.compile(SlowCompileVectorScale(), ok, Shape(n=256), timeout_s=30).errors == dict.fromkeys(ok)
+        assert pool._pool is not None
+        os.kill(next(iter(pool._pool._processes.values())).pid, signal.SIGKILL)  # the OOM killer, say
+        time.sleep(1.0)
+        more = [Config(mode="ok", BLOCK=64), Config(mode="ok", BLOCK=128)]
+        assert pool.compile(SlowCompileVectorScale(), more, Shape(n=256), timeout_s=30).errors == dict.fromkeys(more)
+
+
+def test_an_interrupted_batch_kills_its_builds(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C (or the CLI's stop signal) while a build hangs: the pool's processes and the compilers they
+    started are killed, and closing the pool does not wait on the hung build."""
+    pid_file = tmp_path / "child.pid"
+    monkeypatch.setenv("TUNER_TEST_CHILD_PID", str(pid_file))
+    timer = threading.Timer(3.0, lambda: signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT))
+    started = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt), CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+        pool.compile(SlowCompileVectorScale(), [Config(mode="compile_hang_child", BLOCK=16)], Shape(n=64),
+                     timeout_s=600)
+    assert time.monotonic() - started < 60
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child)  # the build's own child process (a compiler) went with it
+

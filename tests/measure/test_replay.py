@@ -131,7 +131,7 @@ def test_a_config_rejected_under_a_stricter_space_and_measured_since_replays_its
     from tuner.results import MeasureResult, SampleSummary, is_space_rejection
 
     path = tmp_path / "copy.db"
-    db.copy_database(recorded.removeprefix("sqlite:///"), path)
+    db.copy_database(db.sqlite_file(recorded) or recorded, path)
     store = db.Store.open(db.sqlite_url(path), migrate_schema=False)
     late = Config(mode="ok", BLOCK=8192)  # not in the record
     assert late not in Record.load(store, NAME).configs[SHAPES[0]]

@@ -369,7 +369,9 @@ def _submit_all(
     one round after another plus one for the processes' imports: a process that never starts its build
     (an import that hangs) holds its config as queued, and the configs neither started nor over their time
     then are late as (config, False). A crash fails every build still pending in the pool (``crashed``):
-    the caller retries each alone."""
+    the caller retries each alone. Interrupted (KeyboardInterrupt, the CLI's stop signal), it kills the
+    pool's processes and their compilers before re-raising: closing the pool would otherwise wait on a
+    build that hangs, and the builds (each in a session of its own) would outlive the program."""
     results: dict[Config, str | None] = {}
     crashed: list[Config] = []
     late: list[tuple[Config, bool]] = []
@@ -381,26 +383,30 @@ def _submit_all(
         pending: set[cf.Future[str | None]] = set(futures)
         rounds = -(-len(configs) // max(1, workers))
         batch_ends = None if timeout_s is None else time.monotonic() + timeout_s * (rounds + 1)
-        while pending:
-            done, pending = cf.wait(pending, timeout=None if timeout_s is None else _POLL_S,
-                                    return_when=cf.FIRST_COMPLETED)
-            for future in done:
-                try:
-                    results[futures[future]] = future.result()
-                except cf.process.BrokenProcessPool:
-                    crashed.append(futures[future])
-            if timeout_s is None or not pending:
-                continue
-            now = time.monotonic()
-            since = {f: _start_time(started[f]) for f in pending}
-            overdue = {f for f, t in since.items() if t is not None and now - t > timeout_s}
-            in_time = [f for f, t in since.items() if t is not None and f not in overdue]
-            queued = [f for f, t in since.items() if t is None]
-            stuck = not in_time and (not queued or len(overdue) >= workers)
-            if stuck or (batch_ends is not None and now > batch_ends):
-                late = [(futures[f], f in overdue) for f in pending]
-                _kill_processes(pool)  # before the marks' folder goes: no build starts in between
-                break
+        try:
+            while pending:
+                done, pending = cf.wait(pending, timeout=None if timeout_s is None else _POLL_S,
+                                        return_when=cf.FIRST_COMPLETED)
+                for future in done:
+                    try:
+                        results[futures[future]] = future.result()
+                    except cf.process.BrokenProcessPool:
+                        crashed.append(futures[future])
+                if timeout_s is None or not pending:
+                    continue
+                now = time.monotonic()
+                since = {f: _start_time(started[f]) for f in pending}
+                overdue = {f for f, t in since.items() if t is not None and now - t > timeout_s}
+                in_time = [f for f, t in since.items() if t is not None and f not in overdue]
+                queued = [f for f, t in since.items() if t is None]
+                stuck = not in_time and (not queued or len(overdue) >= workers)
+                if stuck or (batch_ends is not None and now > batch_ends):
+                    late = [(futures[f], f in overdue) for f in pending]
+                    _kill_processes(pool)  # before the marks' folder goes: no build starts in between
+                    break
+        except BaseException:  # interrupted (Ctrl-C, a stop signal): no build outlives its caller
+            _kill_processes(pool)
+            raise
     return results, crashed, late
 
 
@@ -445,7 +451,8 @@ class CompilePool:
     start: a build still running then (a compiler that hangs) is reported as timed out, and the pool's
     processes — with the compilers they started — are killed (the next batch starts fresh ones) once nothing
     else in the batch can finish; without it a hung compiler blocks the batch for good (seen on the H200: a
-    Triton build of a 3-stage P = 128 MIMO config, 8 minutes without an answer). Not thread-safe; use as a
+    Triton build of a 3-stage P = 128 MIMO config, 8 minutes without an answer). A pool one of whose idle
+    processes died meanwhile is replaced when the next batch is submitted. Not thread-safe; use as a
     context manager or call :meth:`close`.
     """
 
@@ -463,7 +470,12 @@ class CompilePool:
         ref = f"{type(template).__module__}:{type(template).__qualname__}"
         if self._pool is None:
             self._pool = _executor(self.workers, self.cache.root)
-        results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s)
+        try:
+            results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s)
+        except cf.process.BrokenProcessPool:  # a process died while the pool sat idle (the OOM killer)
+            self.close()
+            self._pool = _executor(self.workers, self.cache.root)
+            results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s)
         if late or crashed:
             self.close()  # killed or broken: a pool in either state cannot be reused
         retried, retry_late = _retry_alone(ref, crashed, shape, self.cache.root, timeout_s)
