@@ -213,6 +213,10 @@ class StoreMethods:
         with self.session() as s:
             return jobs.begin_finalize(s, task_id=task_id, worker_id=worker_id)
 
+    def end_search(self, *, task_id: int) -> bool:
+        with self.session() as s:
+            return jobs.end_search(s, task_id=task_id)
+
     def finish_task(
         self, *, task_id: int, worker_id: str, best_us: float | None, best_config_json: str | None,
         error: str | None = None,

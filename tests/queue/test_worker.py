@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -69,6 +70,32 @@ def test_a_worker_runs_a_job_to_the_end(db_url: str) -> None:
     with store.session() as session:
         (w,) = db.list_workers(session, include_stopped=True)
     assert w.state == "stopped" and w.device_kind == "cpu" and w.backends == ["tilelang", "triton"]
+
+
+def test_a_job_asking_more_trials_than_its_space_holds_ends_with_what_there_is(tmp_path: Path) -> None:
+    """A grid search over fewer valid configs than the job's trials runs out of configs: the worker closes
+    the search at the trials done and takes the final round (the task stayed claimable, and each claim
+    ended there again, for ever)."""
+    registry.register(NAME, TUNABLE_REF)
+    store = db.Store.open(db.sqlite_url(tmp_path / "q.db"))
+    shape = Shape(n=16)
+    space = registry.get(NAME).space()
+    valid = sum(1 for c in space.iter_configs() if space.is_valid(c, shape))
+    job_id = _submit(store, [shape], trials=valid + 5, sampler="grid")
+    worker = Worker(store, WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=10))
+    stop = threading.Event()
+    runner = threading.Thread(target=worker.run, args=(stop,), kwargs={"exit_when_idle": True})
+    runner.start()
+    runner.join(timeout=180)
+    ended = not runner.is_alive()
+    stop.set()
+    runner.join(timeout=60)
+    assert ended, "the worker kept claiming a task its search had no config left for"
+    job = _job(store, job_id)
+    (task,) = job.tasks
+    assert job.state in ("done", "failed") and task.state in ("done", "failed"), job
+    assert task.trials_target == task.trials_done == task.trials_reserved <= valid
+    assert task.study_id is not None and len(_measured_trials(store, task.study_id)) == task.trials_done
 
 
 def test_cancelled_jobs_are_not_claimed_and_a_template_the_worker_lacks_is_left_to_others(tmp_path: Path) -> None:

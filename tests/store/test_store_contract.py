@@ -524,6 +524,27 @@ def _finalising(store: Any) -> tuple[Any, int, str, str]:
     return job, task_id, a, b
 
 
+def test_a_search_out_of_configs_ends_at_what_was_done(store: Any) -> None:
+    """end_search brings the target down to the trials done, only while no trial is in flight; then the
+    final round can be taken."""
+    _job(store, trials=5)
+    a, b = _worker(store, "a"), _worker(store, "b")
+    task_id = _claim(store, a).task.id
+    spent = store.reserve_slot(task_id=task_id, worker_id=a)
+    store.record_measurement(_m(_study(store).id, trial_number=0), slot_id=spent)
+    assert _claim(store, b).task.id == task_id
+    in_flight = store.reserve_slot(task_id=task_id, worker_id=b)
+    assert store.end_search(task_id=task_id) is False  # b's trial may still find something
+    store.release_slot(slot_id=in_flight)
+    assert store.begin_finalize(task_id=task_id, worker_id=a) is False
+    assert store.end_search(task_id=task_id) is True
+    task = store.get_task(task_id=task_id)
+    assert (task.trials_target, task.trials_done, task.trials_reserved) == (1, 1, 1)
+    assert store.end_search(task_id=task_id) is False  # nothing left to close
+    assert store.begin_finalize(task_id=task_id, worker_id=a) is True
+    assert store.end_search(task_id=task_id) is False  # not while finalizing
+
+
 def test_a_final_round_given_up_goes_back_to_the_others(store: Any) -> None:
     job, task_id, a, b = _finalising(store)
     task = store.fail_attempt(task_id=task_id, worker_id=a, reason="DeviceError: lost")

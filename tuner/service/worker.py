@@ -87,9 +87,12 @@ class SlotBudget:
 
     def __init__(self, queue: JobQueue, task_id: int, worker_id: str) -> None:
         self.queue, self.task_id, self.worker_id = queue, task_id, worker_id
+        self.refused = False  # the last reserve found no free slot (the task's trials are all handed out)
 
     def reserve(self) -> object | None:
-        return self.queue.reserve_slot(task_id=self.task_id, worker_id=self.worker_id)
+        slot = self.queue.reserve_slot(task_id=self.task_id, worker_id=self.worker_id)
+        self.refused = slot is None
+        return slot
 
     def release(self, token: object) -> None:
         self.queue.release_slot(slot_id=int(token))  # type: ignore[call-overload]
@@ -296,14 +299,22 @@ class Worker:
                 return True
             return self.store.job_state(job_id=job.id) not in ACTIVE_JOB_STATES
 
+        budget = SlotBudget(self.store, task_id, self.id)
+
         def take_final_round() -> bool:  # False: trials still running elsewhere, or another worker finalises
-            return self.store.begin_finalize(task_id=task_id, worker_id=self.id)
+            if self.store.begin_finalize(task_id=task_id, worker_id=self.id):
+                return True
+            # Trials were left but the search stopped asking for them: its space has no config left to
+            # measure (fewer valid configs than trials). Close the search at what was done, or the task
+            # would stay claimable and every claim would end here again.
+            return (not budget.refused and self.store.end_search(task_id=task_id)
+                    and self.store.begin_finalize(task_id=task_id, worker_id=self.id))
 
         options = StudyOptions(sampler=job.sampler, seed=job.seed, finalists=job.finalists,
                                comparators=job.comparators, heartbeat_s=self.options.heartbeat_s,
                                device_index=self.device_index)
         return run_study(job.template, shape, store=self.store, measurer=measurer,
-                         budget=SlotBudget(self.store, task_id, self.id), options=options, pool=pool,
+                         budget=budget, options=options, pool=pool,
                          on_open=on_open, should_stop=should_stop, take_final_round=take_final_round,
                          persist=self._durable)
 

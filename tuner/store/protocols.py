@@ -251,6 +251,12 @@ class JobQueue(Protocol):
     def begin_finalize(self, *, task_id: int, worker_id: str) -> bool:
         """Take the final round of a task whose trials are all done; True for exactly one caller."""
 
+    def end_search(self, *, task_id: int) -> bool:
+        """A worker's search found no config left to measure (the sampler exhausted its space, or it proposed
+        only configs already measured or invalid): the task's trial target comes down to the trials done, so
+        that its final round can be taken. Only while no trial of it is in flight anywhere (every reserved
+        slot spent) and it still runs; True when the target came down."""
+
     def finish_task(
         self, *, task_id: int, worker_id: str, best_us: float | None, best_config_json: str | None,
         error: str | None = None,
