@@ -16,7 +16,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.fixtures.fault_templates import TUNABLE_REF
+from tests.fixtures.fault_templates import NO_MEMORY_REF, TUNABLE_REF
 from tests.fixtures.processes import start_worker, wait_for
 from tuner import db, registry
 from tuner.frozen import Shape
@@ -96,6 +96,26 @@ def test_a_job_asking_more_trials_than_its_space_holds_ends_with_what_there_is(t
     assert job.state in ("done", "failed") and task.state in ("done", "failed"), job
     assert task.trials_target == task.trials_done == task.trials_reserved <= valid
     assert task.study_id is not None and len(_measured_trials(store, task.study_id)) == task.trials_done
+
+
+def test_a_measurement_that_cannot_be_set_up_here_is_given_up_not_failed_for_all(tmp_path: Path) -> None:
+    """A measurement whose setup fails on this worker (its reference out of this host's memory) may well
+    run on another: the worker gives the task up (an attempt), the task stays open for the others and fails
+    only once its job's max_attempts workers gave it up."""
+    registry.register("fault_vector_scale_no_memory", NO_MEMORY_REF)
+    store = db.Store.open(db.sqlite_url(tmp_path / "q.db"))
+    with store.session() as session:
+        job = db.create_job(
+            session, template="fault_vector_scale_no_memory", template_version="1", backend="triton",
+            device_kind="cpu", device_name=None, trials=3, sampler="random", seed=7, samples=3,
+            candidate_timeout_s=60.0, finalists=2, comparators=False, max_attempts=2,
+            tasks=[("n=256", "n=256", '{"n":256}')])
+    for n in (1, 2):
+        Worker(store, WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=10)).run(exit_when_idle=True)
+        (task,) = _job(store, job.id).tasks
+        assert task.attempts == n, task
+        assert task.state == ("running" if n == 1 else "failed"), task
+    assert "MeasureSetupError" in (_job(store, job.id).error or "")
 
 
 def test_cancelled_jobs_are_not_claimed_and_a_template_the_worker_lacks_is_left_to_others(tmp_path: Path) -> None:

@@ -46,7 +46,14 @@ from tuner.driver.heartbeat import Heartbeat
 from tuner.driver.reverify import verify_best
 from tuner.driver.run import StudyOptions, StudyRun, run_study
 from tuner.driver.study import StudyContext
-from tuner.errors import DeviceError, MeasureInterrupted, RecordConflictError, TunerError, UserInputError
+from tuner.errors import (
+    DeviceError,
+    MeasureInterrupted,
+    MeasureSetupError,
+    RecordConflictError,
+    TunerError,
+    UserInputError,
+)
 from tuner.frozen import Shape
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
@@ -237,6 +244,12 @@ class Worker:
         except DeviceError as exc:  # the device failed on this task: give the task up, then stop
             self._give_up(task.id, f"{type(exc).__name__}: {exc}")
             raise
+        except MeasureSetupError as exc:
+            # Its measurement could not be set up here (its measuring process would not start, the inputs
+            # or reference ran out of this device's memory...): maybe this host's, maybe the task's. Give
+            # it up, as a device failure: the task fails once its job's max_attempts workers gave it up.
+            log.warning("task %s of job %s: measurement setup failed: %s", task.id, job.id, exc)
+            self._give_up(task.id, f"{type(exc).__name__}: {exc}")
         except TunerError as exc:
             log.exception("task %s of job %s failed", task.id, job.id)
             error = f"{type(exc).__name__}: {exc}"
