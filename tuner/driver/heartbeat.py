@@ -107,3 +107,5 @@ class Heartbeat:
                 self._health.ok()
             except STORAGE_ERRORS as exc:  # an outage: logged once (StoreHealth), retried at the next beat
                 self._health.failed(exc)
+            except Exception:  # anything else (a bug, a trial Optuna no longer has): say so, beat on
+                log.exception("worker %s: heartbeat failed; retried at the next beat", self._worker_id)
