@@ -208,3 +208,19 @@ def _study_name(store: db.Store, study_id: int | None) -> str:
         study = db.get_study(session, study_id=study_id)
     assert study is not None
     return study.name
+
+
+def test_a_final_round_without_a_winner_says_what_its_configs_did() -> None:
+    """Not "the correctness gate" when the configs timed out building on a busy host: the task's error counts
+    what each config of the round did (comparators left out)."""
+    from tuner.driver.study import FinalEntry, FinalRound
+    from tuner.frozen import Config
+    from tuner.results import MeasureResult
+    from tuner.service.worker import _no_winner
+
+    def entry(label: str, status: Status) -> FinalEntry:
+        return FinalEntry(label, MeasureResult(status, Config(BLOCK=64, mode="ok")), 1)
+
+    final = FinalRound("r", (entry("config", Status.TIMEOUT), entry("default", Status.TIMEOUT),
+                             entry("config", Status.WRONG_RESULT), entry("comparator:torch", Status.OK)), None, False)
+    assert _no_winner(final) == "no config of the final round ran correctly (2 TIMEOUT, 1 WRONG_RESULT)"

@@ -36,6 +36,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -45,7 +46,7 @@ from tuner.db.retry import STORAGE_ERRORS, StoreHealth, durable
 from tuner.driver.heartbeat import Heartbeat
 from tuner.driver.reverify import verify_best
 from tuner.driver.run import StudyOptions, StudyRun, run_study
-from tuner.driver.study import StudyContext
+from tuner.driver.study import FinalRound, StudyContext
 from tuner.errors import (
     DeviceError,
     MeasureInterrupted,
@@ -58,6 +59,7 @@ from tuner.frozen import Shape
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import MeasureOptions, Measurer
+from tuner.results import COMPARATOR_PREFIX
 from tuner.store import Claim, JobQueue, JobRecord, TuningStore
 from tuner.store.records import ACTIVE_JOB_STATES
 from tuner.template import KernelTemplate
@@ -106,6 +108,14 @@ class SlotBudget:
 
     def slot_of(self, token: object) -> int | None:
         return int(token)  # type: ignore[call-overload]
+
+
+def _no_winner(final: FinalRound) -> str:
+    """Why a final round published nothing: its configs' outcomes, counted (all WRONG_RESULT is the
+    correctness gate; TIMEOUTs under a busy host or build errors are not)."""
+    outcomes = Counter(e.result.status.value for e in final.entries if not e.label.startswith(COMPARATOR_PREFIX))
+    counted = ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items()))
+    return f"no config of the final round ran correctly ({counted or 'no config to run'})"
 
 
 class Worker:
@@ -332,13 +342,14 @@ class Worker:
                          persist=self._durable)
 
     def _finish(self, run: StudyRun, task_id: int) -> None:
-        assert run.final is not None
-        winner = run.final.winner.result if run.final.winner else None
+        final = run.final
+        assert final is not None
+        winner = final.winner.result if final.winner else None
         self._durable(lambda: self.store.finish_task(
             task_id=task_id, worker_id=self.id,
             best_us=winner.median_us if winner else None,
             best_config_json=winner.config.to_json() if winner else None,
-            error=None if winner else "no config passed the correctness gate",
+            error=None if winner else _no_winner(final),
         ))
 
     def _verify(self, job: JobRecord, task_id: int, shape: Shape) -> None:
