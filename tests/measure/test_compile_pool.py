@@ -18,6 +18,7 @@ from tuner import db, registry
 from tuner.driver.budget import CountBudget
 from tuner.driver.study import _prebuild, finalize, open_study
 from tuner.driver.trials import run_trials
+from tuner.errors import MeasureInterrupted
 from tuner.frozen import Config, Shape
 from tuner.measure.compile_cache import CompileCache, CompilePool
 from tuner.measure.devices.base import DeviceSpec
@@ -181,3 +182,24 @@ def test_an_interrupted_batch_kills_its_builds(tmp_path, monkeypatch) -> None:  
         time.sleep(0.1)
     assert not _alive(child)  # the build's own child process (a compiler) went with it
 
+
+
+def test_a_pool_interrupted_from_another_thread_ends_its_batch_at_once(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A worker stopping (SIGTERM) interrupts the batch it waits on: the hung build and the compiler it
+    started are killed, compile raises MeasureInterrupted within a poll, not after the build's timeout."""
+    pid_file = tmp_path / "child.pid"
+    monkeypatch.setenv("TUNER_TEST_CHILD_PID", str(pid_file))
+    with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+        threading.Timer(3.0, pool.interrupt).start()
+        started = time.monotonic()
+        with pytest.raises(MeasureInterrupted):
+            pool.compile(SlowCompileVectorScale(), [Config(mode="compile_hang_child", BLOCK=16),
+                                                    Config(mode="ok", BLOCK=32)], Shape(n=64), timeout_s=600)
+        assert time.monotonic() - started < 30
+        with pytest.raises(MeasureInterrupted):  # a stopping worker's pool builds nothing more
+            pool.compile(SlowCompileVectorScale(), [Config(mode="ok", BLOCK=64)], Shape(n=64), timeout_s=600)
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tuner.errors import MeasureInterrupted
 from tuner.frozen import Config, Shape
 from tuner.settings import data_home
 
@@ -356,7 +357,7 @@ _POLL_S = 0.25  # how often a batch with a timeout looks at its builds' start ti
 
 def _submit_all(
     pool: cf.ProcessPoolExecutor, ref: str, configs: list[Config], shape: Shape, workers: int = 1,
-    timeout_s: float | None = None,
+    timeout_s: float | None = None, interrupted: threading.Event | None = None,
 ) -> tuple[dict[Config, str | None], list[Config], list[tuple[Config, bool]]]:
     """Build ``configs`` in ``pool`` (of ``workers`` processes): (results, crashed, late).
 
@@ -369,7 +370,8 @@ def _submit_all(
     one round after another plus one for the processes' imports: a process that never starts its build
     (an import that hangs) holds its config as queued, and the configs neither started nor over their time
     then are late as (config, False). A crash fails every build still pending in the pool (``crashed``):
-    the caller retries each alone. Interrupted (KeyboardInterrupt, the CLI's stop signal), it kills the
+    the caller retries each alone. Once ``interrupted`` is set it raises MeasureInterrupted. Interrupted
+    that way or otherwise (KeyboardInterrupt, the CLI's stop signal), it kills the
     pool's processes and their compilers before re-raising: closing the pool would otherwise wait on a
     build that hangs, and the builds (each in a session of its own) would outlive the program."""
     results: dict[Config, str | None] = {}
@@ -385,7 +387,10 @@ def _submit_all(
         batch_ends = None if timeout_s is None else time.monotonic() + timeout_s * (rounds + 1)
         try:
             while pending:
-                done, pending = cf.wait(pending, timeout=None if timeout_s is None else _POLL_S,
+                if interrupted is not None and interrupted.is_set():
+                    raise MeasureInterrupted("the build was ended from outside (the worker is stopping)")
+                polled = timeout_s is not None or interrupted is not None
+                done, pending = cf.wait(pending, timeout=_POLL_S if polled else None,
                                         return_when=cf.FIRST_COMPLETED)
                 for future in done:
                     try:
@@ -460,6 +465,12 @@ class CompilePool:
         self.workers = max(1, workers)
         self.cache = cache if cache is not None else default_cache()
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._interrupted = threading.Event()
+
+    def interrupt(self) -> None:
+        """End the batch building now (from any thread: a worker stopping): its processes and their
+        compilers are killed and :meth:`compile` raises MeasureInterrupted, now and at every later call."""
+        self._interrupted.set()
 
     def compile(
         self, template: KernelTemplate, configs: Iterable[Config], shape: Shape, *, timeout_s: float | None = None,
@@ -471,11 +482,16 @@ class CompilePool:
         if self._pool is None:
             self._pool = _executor(self.workers, self.cache.root)
         try:
-            results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s)
+            results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s,
+                                                 self._interrupted)
         except cf.process.BrokenProcessPool:  # a process died while the pool sat idle (the OOM killer)
             self.close()
             self._pool = _executor(self.workers, self.cache.root)
-            results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s)
+            results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s,
+                                                 self._interrupted)
+        except MeasureInterrupted:
+            self.close()  # its processes are killed: shut it down
+            raise
         if late or crashed:
             self.close()  # killed or broken: a pool in either state cannot be reused
         retried, retry_late = _retry_alone(ref, crashed, shape, self.cache.root, timeout_s)

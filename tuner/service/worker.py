@@ -181,6 +181,7 @@ class Worker:
                 self._heartbeat.stop()
                 if self._pool is not None:
                     self._pool.close()
+                    self._pool = None  # interrupted by a stop, it builds nothing more: a later run starts anew
                 self._leave()
         log.info("worker %s left after %d task(s)", self.id, served)
         return served
@@ -208,8 +209,11 @@ class Worker:
         while not self._stop.wait(0.1):
             if done.is_set():
                 return
-        log.info("worker %s stopping: the measurement in progress is ended", self.id)
+        log.info("worker %s stopping: the measurement or parallel build in progress is ended", self.id)
         measurer.interrupt()
+        pool = self._pool
+        if pool is not None:  # a batch of builds (up to twice the candidate timeout each) is not waited for
+            pool.interrupt()
 
     # -- one task ---------------------------------------------------------------------------------
     def _claim(self, kind: str, name: str) -> Claim | None:
