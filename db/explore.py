@@ -111,9 +111,11 @@ def list_study_summaries(
     study_ids: Sequence[int] | None = None,
     limit: int | None = None,
     offset: int = 0,
+    by_activity: bool = False,
 ) -> tuple[list[StudySummary], int]:
     """Studies matching the filters (None: any; ``dims``: shape dims that must hold these values; ``study_ids``:
-    only these), newest first, paged; with how many match in all."""
+    only these), newest first (``by_activity``: latest measured first, a study without measurements at its
+    creation), paged; with how many match in all."""
     if (limit is not None and limit < 0) or offset < 0:
         raise ValueError("limit and offset must not be negative")
     dims = dims or {}
@@ -124,7 +126,14 @@ def list_study_summaries(
         query = query.where(StudyRow.id.in_(list(study_ids)))
         count = count.where(StudyRow.id.in_(list(study_ids)))
     total = int(session.scalar(count) or 0)
-    rows = list(session.scalars(query.order_by(StudyRow.id.desc()).offset(offset).limit(limit)))
+    if by_activity:
+        last = (select(MeasurementRow.study_id, func.max(MeasurementRow.created_at).label("at"))
+                .group_by(MeasurementRow.study_id).subquery())
+        query = query.outerjoin(last, last.c.study_id == StudyRow.id).order_by(
+            func.coalesce(last.c.at, StudyRow.created_at).desc(), StudyRow.id.desc())
+    else:
+        query = query.order_by(StudyRow.id.desc())
+    rows = list(session.scalars(query.offset(offset).limit(limit)))
     studies = [to_record(StudyRecord, row) for row in rows]
     return summarize(session, studies), total
 

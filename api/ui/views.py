@@ -67,7 +67,7 @@ def overview(store: db.Store, catalog: Catalog) -> dict[str, Any]:
     """Templates with their studies per device, the studies most recently active, jobs, workers."""
     now = datetime.now(timezone.utc)
     totals = store.device_totals()
-    recent, n_studies = store.list_study_summaries(limit=12)
+    recent, n_studies = store.list_study_summaries(limit=12, by_activity=True)
     jobs = [JobOut.of(j) for state in ACTIVE_JOB_STATES for j in store.list_jobs(state=state, limit=50)]
     finished = [JobOut.of(j) for j in store.list_jobs(limit=8) if j.state not in ACTIVE_JOB_STATES]
     workers = store.list_workers()

@@ -142,3 +142,25 @@ def test_store_errors_inside_get_or_create_are_translated(store: Store) -> None:
     # A NULL in a NOT NULL column is the caller's data (RecordConflictError, 409), not an outage (StoreError).
     with pytest.raises(RecordConflictError), store.session() as session:
         get_or_create_study(session, **{**study_fields(), "template": None})
+
+
+def test_studies_by_activity_put_the_latest_measured_first(store: Store) -> None:
+    """The overview's "recently active" list: an old study measured again comes first, not only the newest
+    studies sorted among themselves."""
+    from tuner.db import add_measurement
+
+    with store.session() as session:
+        ids = [get_or_create_study(session, **study_fields(B=b)).id for b in range(1, 15)]
+    for study_id in ids[1:]:
+        with store.session() as session:
+            add_measurement(session, study_id=study_id, role="trial", candidate="config", config_json='{"a":1}',
+                            status="OK", median_us=1.0, trial_number=0)
+    time.sleep(0.01)
+    with store.session() as session:  # the oldest study, measured last
+        add_measurement(session, study_id=ids[0], role="trial", candidate="config", config_json='{"a":2}',
+                        status="OK", median_us=1.0, trial_number=1)
+    newest, total = store.list_study_summaries(limit=12)
+    assert total == 14 and ids[0] not in [s.study.id for s in newest]
+    active, _ = store.list_study_summaries(limit=12, by_activity=True)
+    assert [s.study.id for s in active][0] == ids[0]
+    assert [s.study.id for s in active][1:] == sorted(ids[1:], reverse=True)[:11]  # then by their own activity
