@@ -162,5 +162,6 @@ def test_studies_by_activity_put_the_latest_measured_first(store: Store) -> None
     newest, total = store.list_study_summaries(limit=12)
     assert total == 14 and ids[0] not in [s.study.id for s in newest]
     active, _ = store.list_study_summaries(limit=12, by_activity=True)
-    assert [s.study.id for s in active][0] == ids[0]
-    assert [s.study.id for s in active][1:] == sorted(ids[1:], reverse=True)[:11]  # then by their own activity
+    order = [s.study.id for s in active]
+    assert order[0] == ids[0]
+    assert order[1:] == sorted(ids[1:], reverse=True)[:11]  # then by their own activity
