@@ -146,7 +146,7 @@ def list_jobs(
     query = select(JobRow).order_by(JobRow.id.desc()).offset(offset).limit(limit)
     if state is not None:
         query = query.where(JobRow.state == state)
-    return [_job_record(session, job) for job in session.scalars(query)]
+    return _job_records(session, list(session.scalars(query)))
 
 
 def count_jobs(session: Session, *, state: str | None = None) -> int:
@@ -178,22 +178,36 @@ def cancel_job(session: Session, *, job_id: int) -> JobRecord:
 
 
 def _job_record(session: Session, job: JobRow) -> JobRecord:
-    tasks = tuple(
-        to_record(TaskRecord, t)
-        for t in session.scalars(select(TaskRow).where(TaskRow.job_id == job.id).order_by(TaskRow.position))
-    )
-    task_ids = [t.id for t in tasks]
-    workers: tuple[str, ...] = ()
-    if task_ids:
-        workers = tuple(session.scalars(
-            select(WorkerRow.id).where(WorkerRow.current_task_id.in_(task_ids), WorkerRow.state == "busy")
-            .order_by(WorkerRow.id)
-        ))
-    fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(JobRecord) if f.name not in ("tasks", "workers")}
-    for name in ("created_at", "updated_at", "finished_at"):
-        if fields[name] is not None:
-            fields[name] = as_utc(fields[name])
-    return JobRecord(**fields, tasks=tasks, workers=workers)
+    return _job_records(session, [job])[0]
+
+
+def _job_records(session: Session, jobs: Sequence[JobRow]) -> list[JobRecord]:
+    """The records of ``jobs`` with their tasks and the busy workers on them: two queries for all the jobs
+    (a page of jobs is one read, not two per job)."""
+    if not jobs:
+        return []
+    tasks: dict[int, list[TaskRecord]] = {job.id: [] for job in jobs}
+    for t in session.scalars(select(TaskRow).where(TaskRow.job_id.in_(list(tasks)))
+                             .order_by(TaskRow.job_id, TaskRow.position)):
+        tasks[t.job_id].append(to_record(TaskRecord, t))
+    job_of = {t.id: job_id for job_id, ts in tasks.items() for t in ts}
+    workers: dict[int, list[str]] = {job.id: [] for job in jobs}
+    if job_of:
+        for worker_id, task_id in session.execute(
+            select(WorkerRow.id, WorkerRow.current_task_id)
+            .where(WorkerRow.current_task_id.in_(list(job_of)), WorkerRow.state == "busy").order_by(WorkerRow.id)
+        ):
+            if task_id is not None:  # the query's filter: for the type checker
+                workers[job_of[task_id]].append(worker_id)
+    out = []
+    for job in jobs:
+        fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(JobRecord)
+                  if f.name not in ("tasks", "workers")}
+        for name in ("created_at", "updated_at", "finished_at"):
+            if fields[name] is not None:
+                fields[name] = as_utc(fields[name])
+        out.append(JobRecord(**fields, tasks=tuple(tasks[job.id]), workers=tuple(workers[job.id])))
+    return out
 
 
 # -- workers ------------------------------------------------------------------------------------------

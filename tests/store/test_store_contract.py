@@ -621,3 +621,34 @@ def test_a_measurement_on_a_failed_task_leaves_its_counts(store: Any) -> None:
     store.record_measurement(_m(_study(store).id, trial_number=0), slot_id=slot)
     task = store.get_task(task_id=task_id)
     assert (task.state, task.trials_done, task.best_us) == ("failed", 0, None)
+
+
+def test_a_page_of_jobs_holds_each_jobs_tasks_and_workers(store: Any) -> None:
+    """Listing jobs: every job with its own tasks, in order, and the busy workers on it; in SQL one read of
+    the jobs, one of their tasks and one of the workers, however many jobs (it was two reads per job)."""
+    jobs = [_job(store, shapes=1 + i % 3) for i in range(12)]
+    w = _worker(store, "w")
+    claimed = _claim(store, w).task
+    statements: list[str] = []
+    engine = getattr(store, "engine", None)
+    if engine is not None:
+        from sqlalchemy import event
+
+        def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            statements.append(statement)
+
+        event.listen(engine, "before_cursor_execute", count)
+    try:
+        listed = store.list_jobs(limit=50)
+    finally:
+        if engine is not None:
+            event.remove(engine, "before_cursor_execute", count)
+    assert [j.id for j in listed] == sorted((j.id for j in jobs), reverse=True)
+    for job in listed:
+        created = next(j for j in jobs if j.id == job.id)
+        assert [t.id for t in job.tasks] == [t.id for t in created.tasks]
+        assert [t.position for t in job.tasks] == list(range(len(job.tasks)))
+        assert all(t.job_id == job.id for t in job.tasks)
+        assert job.workers == (("w",) if job.id == claimed.job_id else ())
+    if engine is not None:
+        assert len([s for s in statements if s.lstrip().upper().startswith("SELECT")]) <= 4, statements
