@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
@@ -73,7 +74,7 @@ def asset_url(name: str) -> str:
 def install(app: FastAPI) -> None:
     """Serve the assets, and ``/docs`` and ``/redoc`` from local files (the app must be created with
     ``docs_url=None, redoc_url=None``)."""
-    app.mount(PREFIX, StaticFiles(directory=STATIC), name="ui-static")
+    app.mount(PREFIX, _VersionedStatic(directory=STATIC), name="ui-static")
     app.add_api_route(VENDOR + "/{name}", _vendor, methods=["GET"], include_in_schema=False)
     title = app.title
 
@@ -103,6 +104,17 @@ def install(app: FastAPI) -> None:
     app.add_api_route("/docs", docs, methods=["GET"], include_in_schema=False)
     app.add_api_route("/docs/oauth2-redirect", oauth2_redirect, methods=["GET"], include_in_schema=False)
     app.add_api_route("/redoc", redoc, methods=["GET"], include_in_schema=False)
+
+
+class _VersionedStatic(StaticFiles):
+    """The pages' own files; a URL naming the file's digest (``?v=``, as :func:`asset_url` writes it) may be
+    kept for a year: another content has another URL."""
+
+    def file_response(self, full_path: Any, stat_result: Any, scope: Any, status_code: int = 200) -> Response:
+        response = super().file_response(full_path, stat_result, scope, status_code)
+        if b"v=" in scope.get("query_string", b""):
+            response.headers.update(CACHE)
+        return response
 
 
 def _with_headers(response: HTMLResponse) -> HTMLResponse:

@@ -6,6 +6,7 @@ Every function is pure: records in, a JSON-serialisable dict out.
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -57,14 +58,19 @@ def _config_text(config_json: str) -> str:
     return ", ".join(f"{k}={v}" for k, v in json.loads(config_json).items())
 
 
+def _plain(text: str) -> str:
+    """Stored text for Plotly's hover labels, which read a subset of HTML (links, styles): shown as written."""
+    return html.escape(text, quote=False)
+
+
 def _hover(m: db.MeasurementRecord) -> str:
     head = f"trial {m.trial_number}" if m.trial_number is not None else f"measurement {m.id}"
-    lines = [f"<b>{head}</b> · {m.status.value}", _config_text(m.config_json)]
+    lines = [f"<b>{head}</b> · {m.status.value}", _plain(_config_text(m.config_json))]
     if m.median_us is not None:
         spread = f" (p20–p80 {m.p20_us:.2f}–{m.p80_us:.2f})" if m.p20_us is not None and m.p80_us is not None else ""
         lines.append(f"{m.median_us:.2f} µs{spread}")
     if m.reason:
-        lines.append(reason_line(m.reason))
+        lines.append(_plain(reason_line(m.reason)))
     return "<br>".join(lines)
 
 

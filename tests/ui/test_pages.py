@@ -7,6 +7,7 @@ bundles, whose source holds URLs such as XML namespaces and links; the browser t
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -235,6 +236,8 @@ def test_no_page_or_asset_references_another_host(served: tuple[str, StoredSweep
         for asset in assets:
             r = http.get(asset)
             assert r.status_code == 200 and r.content, asset
+            # every asset URL names its content's digest: a browser may keep it for a year
+            assert "?v=" in asset and "immutable" in r.headers.get("cache-control", ""), asset
             if asset.startswith("/ui/static/") or asset.split("?")[0].endswith(".css"):
                 text = r.text
                 assert not re.findall(r"url\(\s*['\"]?(?:https?:)?//", text), asset  # CSS loads
@@ -364,3 +367,21 @@ def test_job_page_says_why_it_waits_and_who_gave_its_shape_up(db_url: str) -> No
         assert "3 fresh processes · 100 samples" in text and "comparators in the first 1" in text
         assert "finalists" not in text and "shapes re-measured" in text and "0 / 1" in text
     store.close()
+
+
+def test_hover_labels_show_stored_text_as_written() -> None:
+    """Plotly reads links and styles in hover text: a stored reason or config value is escaped, not markup."""
+    from datetime import datetime, timezone
+
+    from tuner.api.ui.plots import trials_figure
+    from tuner.results import Status
+
+    m = db.MeasurementRecord(
+        id=1, study_id=1, role="trial", round_id=None, candidate="config", trial_number=0,
+        config_json='{"mode": "<a href=//x>"}', status=Status.WRONG_RESULT,
+        reason='<a href="https://elsewhere.example">click</a> & <b>bold</b>', errors_json="{}", kernels_json="[]",
+        median_us=None,
+        p20_us=None, p80_us=None, mean_us=None, min_us=None, max_us=None, n_samples=None, timer=None,
+        build_s=None, verify_s=None, measure_s=None, worker=None, created_at=datetime.now(timezone.utc))
+    figure = json.dumps(trials_figure([m]))
+    assert "<a href" not in figure and "&lt;a href" in figure and "&amp; &lt;b&gt;bold" in figure
