@@ -224,3 +224,13 @@ def test_a_final_round_without_a_winner_says_what_its_configs_did() -> None:
     final = FinalRound("r", (entry("config", Status.TIMEOUT), entry("default", Status.TIMEOUT),
                              entry("config", Status.WRONG_RESULT), entry("comparator:torch", Status.OK)), None, False)
     assert _no_winner(final) == "no config of the final round ran correctly (2 TIMEOUT, 1 WRONG_RESULT)"
+
+
+def test_worker_options_refuse_a_lease_two_heartbeats_cannot_renew() -> None:
+    from tuner.errors import UserInputError
+
+    with pytest.raises(UserInputError, match=r"lease \(1 s\) must exceed twice the heartbeat \(0.5 s\)"):
+        WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=1.0)
+    with pytest.raises(UserInputError, match="must be positive"):
+        WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.0)
+    assert WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=1.5).lease_s == 1.5

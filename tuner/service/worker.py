@@ -84,6 +84,15 @@ class WorkerOptions:
     device_index: int | None = None  # the index it registers and records (default device.index); a worker
     # pinned to one GPU (tuner.service.fleet) sees it as cuda:0 but registers the GPU's index on the host
 
+    def __post_init__(self) -> None:
+        """UserInputError for intervals that cannot work: a lease must outlast two heartbeats (one late beat
+        must not get a live worker reaped)."""
+        if not (self.heartbeat_s > 0 and self.poll_s > 0):
+            raise UserInputError(f"heartbeat ({self.heartbeat_s:g} s) and poll ({self.poll_s:g} s) must be positive")
+        if self.lease_s <= 2 * self.heartbeat_s:
+            raise UserInputError(f"the lease ({self.lease_s:g} s) must exceed twice the heartbeat "
+                                 f"({self.heartbeat_s:g} s)")
+
 
 class QueueStore(TuningStore, JobQueue, Protocol):
     """What a worker needs: the tuning store and the job queue (one database; ``tuner.db.Store`` is both)."""
