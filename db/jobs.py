@@ -279,15 +279,17 @@ def reap_lost_workers(session: Session, *, now: datetime | None = None) -> list[
     return lost
 
 
-def rejoin_worker(session: Session, *, worker_id: str, lease_s: float) -> None:
+def rejoin_worker(session: Session, *, worker_id: str, lease_s: float) -> bool:
     """A worker declared lost while it was alive (cut off from the store longer than its lease) comes back:
-    idle again with a new lease. What it held was given back when it was reaped."""
+    idle again with a new lease. What it held was given back when it was reaped. False when there is no
+    such worker (its row is gone: it must register again)."""
     now = utcnow()
-    session.execute(
+    result = session.execute(
         update(WorkerRow).where(WorkerRow.id == worker_id)
         .values(state="idle", current_task_id=None, last_heartbeat=now,
                 lease_expires_at=now + timedelta(seconds=lease_s))
     )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def _release_worker(session: Session, worker_id: str, *, new_state: str) -> None:

@@ -166,9 +166,9 @@ class StoreMethods:
         with self.session() as s:
             return jobs.heartbeat(s, worker_id=worker_id, lease_s=lease_s)
 
-    def rejoin_worker(self, *, worker_id: str, lease_s: float) -> None:
+    def rejoin_worker(self, *, worker_id: str, lease_s: float) -> bool:
         with self.session() as s:
-            jobs.rejoin_worker(s, worker_id=worker_id, lease_s=lease_s)
+            return jobs.rejoin_worker(s, worker_id=worker_id, lease_s=lease_s)
 
     def list_workers(self, *, include_stopped: bool = False) -> list[WorkerRecord]:
         with self._reading() as s:

@@ -623,6 +623,16 @@ def test_a_measurement_on_a_failed_task_leaves_its_counts(store: Any) -> None:
     assert (task.state, task.trials_done, task.best_us) == ("failed", 0, None)
 
 
+def test_a_lost_worker_rejoins_and_an_unknown_one_is_told_to_register(store: Any) -> None:
+    w = _worker(store, "w", lease_s=0.01)
+    assert store.reap_lost_workers(now=store.list_workers()[0].lease_expires_at + timedelta(seconds=1)) == [w]
+    assert store.rejoin_worker(worker_id=w, lease_s=30.0) is True
+    (back,) = store.list_workers()
+    assert back.id == w and back.state == "idle"
+    assert store.rejoin_worker(worker_id="never-registered", lease_s=30.0) is False
+    assert [x.id for x in store.list_workers(include_stopped=True)] == [w]
+
+
 def test_a_page_of_jobs_holds_each_jobs_tasks_and_workers(store: Any) -> None:
     """Listing jobs: every job with its own tasks, in order, and the busy workers on it; in SQL one read of
     the jobs, one of their tasks and one of the workers, however many jobs (it was two reads per job)."""

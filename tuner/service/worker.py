@@ -140,6 +140,7 @@ class Worker:
         self.health = StoreHealth()
         self._stop = threading.Event()
         self._lacking: dict[tuple[str, str], str] = {}  # (template, version) it cannot run → why
+        self._fingerprint: Fingerprint | None = None  # as registered
         self._heartbeat = self._new_heartbeat()
 
     def _new_heartbeat(self) -> Heartbeat:
@@ -162,7 +163,7 @@ class Worker:
         self._stop = stop = stop or threading.Event()
         served = 0
         with Measurer(self.options.device) as measurer:
-            fingerprint = measurer.fingerprint()
+            fingerprint = self._fingerprint = measurer.fingerprint()
             self._durable(lambda: self._register(fingerprint))
             log.info("worker %s on %s:%s", self.id, fingerprint.kind, fingerprint.device_name)
             self._heartbeat = self._new_heartbeat()
@@ -207,8 +208,13 @@ class Worker:
     def _rejoin(self) -> None:
         """Declared lost while alive (cut off longer than the lease): back in the queue with a new lease."""
         self._heartbeat.stop()
-        self._durable(lambda: self.store.rejoin_worker(worker_id=self.id, lease_s=self.options.lease_s))
-        log.warning("worker %s was declared lost while cut off from the store; rejoined", self.id)
+        if self._durable(lambda: self.store.rejoin_worker(worker_id=self.id, lease_s=self.options.lease_s)):
+            log.warning("worker %s was declared lost while cut off from the store; rejoined", self.id)
+        else:  # its row is gone (a store reset or cleaned up): register anew, or it would rejoin forever
+            fingerprint = self._fingerprint
+            assert fingerprint is not None, "a worker rejoins only after it registered"
+            self._durable(lambda: self._register(fingerprint))
+            log.warning("worker %s was unknown to the store when it came back; registered again", self.id)
         self._lost.clear()
         self._heartbeat = self._new_heartbeat()
         self._heartbeat.start()

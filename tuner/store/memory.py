@@ -436,14 +436,16 @@ class MemoryStore:
                 worker, last_heartbeat=now, lease_expires_at=now + timedelta(seconds=lease_s))
             return True
 
-    def rejoin_worker(self, *, worker_id: str, lease_s: float) -> None:
+    def rejoin_worker(self, *, worker_id: str, lease_s: float) -> bool:
         now = _now()
         with self._lock:
             worker = self._workers.get(worker_id)
-            if worker is not None:
-                self._workers[worker_id] = dataclasses.replace(
-                    worker, state="idle", current_task_id=None, last_heartbeat=now,
-                    lease_expires_at=now + timedelta(seconds=lease_s))
+            if worker is None:
+                return False
+            self._workers[worker_id] = dataclasses.replace(
+                worker, state="idle", current_task_id=None, last_heartbeat=now,
+                lease_expires_at=now + timedelta(seconds=lease_s))
+            return True
 
     def list_workers(self, *, include_stopped: bool = False) -> list[WorkerRecord]:
         with self._lock:

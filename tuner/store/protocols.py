@@ -216,9 +216,10 @@ class JobQueue(Protocol):
     def heartbeat(self, *, worker_id: str, lease_s: float) -> bool:
         """Renew the worker's lease; False when it was declared lost (it must stop recording results)."""
 
-    def rejoin_worker(self, *, worker_id: str, lease_s: float) -> None:
+    def rejoin_worker(self, *, worker_id: str, lease_s: float) -> bool:
         """A worker declared lost while alive (cut off from the store longer than its lease) comes back:
-        idle with a new lease; what it held was given back when it was reaped."""
+        idle with a new lease; what it held was given back when it was reaped. False when the store has no
+        such worker (its row is gone): it must register again."""
 
     def list_workers(self, *, include_stopped: bool = False) -> list[WorkerRecord]: ...
 
