@@ -209,6 +209,17 @@ def test_a_study_with_no_passing_config_publishes_nothing(tmp_path, measurer: Me
     assert final.winner is None and not final.published
 
 
+def test_a_round_whose_job_was_cancelled_meanwhile_is_stored_not_published(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=5)
+    run_trials(ctx, CountBudget(3))
+    asked: list[bool] = []
+    final = finalize(ctx, finalists=1, comparators=False, may_publish=lambda: asked.append(True) or False)
+    assert asked == [True] and final.winner is not None and not final.published
+    assert store.get_study_best(study_id=ctx.study_id) is None  # nothing served from a cancelled job
+    assert store.latest_round(study_id=ctx.study_id)  # the round's measurements are kept
+
+
 def test_new_studies_start_from_default_seeds_and_neighbours_best(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     first = open_study(NAME, Shape(n=512), store=store, measurer=measurer, sampler="random", seed=5)

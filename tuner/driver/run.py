@@ -58,11 +58,13 @@ def run_study(
     should_stop: Callable[[], bool] | None = None,
     take_final_round: Callable[[], bool] | None = None,
     persist: Persist | None = None,
+    may_publish: Callable[[], bool] | None = None,
 ) -> StudyRun:
     """Open the study of (template, shape, the measurer's device), run trials while ``budget`` grants them
     and ``should_stop`` says no, then, unless stopped and if ``take_final_round`` says so (default: yes),
     re-measure the finalists and publish the best. ``on_open`` sees the context before the first trial;
-    ``persist`` runs the writes of a measurement already taken (see :func:`~tuner.driver.trials.run_trials`).
+    ``persist`` runs the writes of a measurement already taken (see :func:`~tuner.driver.trials.run_trials`);
+    ``may_publish`` is asked before the final round publishes (see :func:`~tuner.driver.study.finalize`).
 
     Raises what :func:`~tuner.driver.study.open_study`, the trial loop and the final round raise
     (UnknownTemplateError, SearchSpaceError, StoreError, DeviceError, RecordConflictError for a lost slot).
@@ -76,5 +78,6 @@ def run_study(
     final = None
     stopped = should_stop is not None and should_stop()
     if not stopped and (take_final_round is None or take_final_round()):
-        final = finalize(ctx, finalists=options.finalists, comparators=options.comparators, pool=pool)
+        final = finalize(ctx, finalists=options.finalists, comparators=options.comparators, pool=pool,
+                         may_publish=may_publish)
     return StudyRun(ctx, tuple(records), final)

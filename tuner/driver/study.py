@@ -21,7 +21,7 @@ import time
 import uuid
 import warnings
 import zlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import optuna
@@ -366,6 +366,7 @@ FINAL_CHECK_SEEDS = 3
 def finalize(
     ctx: StudyContext, *, finalists: int = 3, include_default: bool = True, comparators: bool = True,
     names: Sequence[str] | None = None, check_seeds: int = FINAL_CHECK_SEEDS, pool: CompilePool | None = None,
+    may_publish: Callable[[], bool] | None = None,
 ) -> FinalRound:
     """Re-measure finalists, the incumbent, the default and comparators interleaved; publish the fastest
     verified config.
@@ -378,7 +379,8 @@ def finalize(
     fresh host would otherwise build them one after another: minutes for the MIMO template); a build over
     twice the candidate timeout is that config's TIMEOUT, as in a trial batch. Every entry is stored (role
     ``final``) under one ``round_id``, failures included, so that the report can show what ran in the same
-    round.
+    round. ``may_publish`` is asked once the round is measured: False (its job was cancelled meanwhile)
+    stores the round but publishes nothing.
     """
     disproved = disproved_configs(ctx)
     configs = top_configs(ctx, finalists, disproved)
@@ -410,10 +412,11 @@ def finalize(
     )
     winners = [e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok]
     winner = min(winners, key=lambda e: e.result.median_us or float("inf"), default=None)
-    if winner is not None:
+    published = winner is not None and (may_publish is None or may_publish())
+    if winner is not None and published:
         ctx.store.publish_best(study_id=ctx.study_id, measurement_id=winner.measurement_id)
-    _describe_round(ctx.study, entries, winner)
-    return FinalRound(round_id, entries, winner, winner is not None)
+    _describe_round(ctx.study, entries, winner if published else None)
+    return FinalRound(round_id, entries, winner, published)
 
 
 def pool_build_limit_s(ctx: StudyContext) -> float:

@@ -336,10 +336,11 @@ class Worker:
             self._heartbeat.attach(ctx.storage, ctx.in_flight)
             self.store.attach_study(task_id=task_id, study_id=ctx.study_id)
 
+        def job_active() -> bool:  # not cancelled (nor finished) meanwhile: its results may be published
+            return self.store.job_state(job_id=job.id) in ACTIVE_JOB_STATES
+
         def should_stop() -> bool:
-            if stop.is_set() or self._lost.is_set():
-                return True
-            return self.store.job_state(job_id=job.id) not in ACTIVE_JOB_STATES
+            return stop.is_set() or self._lost.is_set() or not job_active()
 
         budget = SlotBudget(self.store, task_id, self.id)
 
@@ -358,7 +359,7 @@ class Worker:
         return run_study(job.template, shape, store=self.store, measurer=measurer,
                          budget=budget, options=options, pool=pool,
                          on_open=on_open, should_stop=should_stop, take_final_round=take_final_round,
-                         persist=self._durable)
+                         persist=self._durable, may_publish=job_active)
 
     def _finish(self, run: StudyRun, task_id: int) -> None:
         final = run.final
