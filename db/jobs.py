@@ -274,7 +274,16 @@ def reap_lost_workers(session: Session, *, now: datetime | None = None) -> list[
     ))
     for worker_id in lost:
         _release_worker(session, worker_id, new_state="lost")
-    if lost:
+    # A worker already declared lost (or stopped) may still have reserved slots since, alive but cut off
+    # until it rejoins; killed before it does, it would hold them for good: they go back too.
+    late = list(session.scalars(
+        select(SlotRow.worker_id).distinct().join(WorkerRow, WorkerRow.id == SlotRow.worker_id)
+        .where(SlotRow.state == "reserved", WorkerRow.state.in_(("lost", "stopped")),
+               WorkerRow.lease_expires_at < now)
+    ))
+    for worker_id in late:
+        _free_slots(session, worker_id, now)
+    if lost or late:
         _settle_given_up(session)
     return lost
 

@@ -623,6 +623,20 @@ def test_a_measurement_on_a_failed_task_leaves_its_counts(store: Any) -> None:
     assert (task.state, task.trials_done, task.best_us) == ("failed", 0, None)
 
 
+def test_slots_a_lost_worker_reserved_before_rejoining_go_back_at_the_next_reap(store: Any) -> None:
+    """A worker declared lost, alive but cut off, may reserve a slot before it learns it; killed then, it
+    never rejoins: the next reap gives the slot back (the task could never finish otherwise)."""
+    _job(store, trials=2)
+    w = _worker(store, "w", lease_s=0.01)
+    task_id = _claim(store, w).task.id
+    later = store.list_workers()[0].lease_expires_at + timedelta(seconds=1)
+    assert store.reap_lost_workers(now=later) == [w]
+    assert store.reserve_slot(task_id=task_id, worker_id=w) is not None  # before it knows
+    assert store.get_task(task_id=task_id).trials_reserved == 1
+    assert store.reap_lost_workers(now=later + timedelta(seconds=1)) == []  # it was lost already
+    assert store.get_task(task_id=task_id).trials_reserved == 0
+
+
 def test_a_lost_worker_rejoins_and_an_unknown_one_is_told_to_register(store: Any) -> None:
     w = _worker(store, "w", lease_s=0.01)
     assert store.reap_lost_workers(now=store.list_workers()[0].lease_expires_at + timedelta(seconds=1)) == [w]

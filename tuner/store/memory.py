@@ -464,7 +464,12 @@ class MemoryStore:
                     if w.state in ("idle", "busy") and w.lease_expires_at < now]
             for worker_id in lost:
                 self._release_worker(worker_id, "lost")
-            if lost:
+            late = {s.worker_id for s in self._slots.values() if s.state == "reserved"
+                    and (w := self._workers.get(s.worker_id)) is not None and w.state in ("lost", "stopped")
+                    and w.lease_expires_at < now}
+            for worker_id in sorted(late):
+                self._free_slots(worker_id, now)
+            if lost or late:
                 self._settle_given_up()
         return lost
 

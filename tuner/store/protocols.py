@@ -227,7 +227,8 @@ class JobQueue(Protocol):
         """A worker leaving cleanly: its reserved slots go back to their tasks, its lease ends."""
 
     def reap_lost_workers(self, *, now: datetime | None = None) -> list[str]:
-        """Declare workers whose lease expired lost and give back what they held; returns their ids."""
+        """Declare workers whose lease expired lost and give back what they held; returns their ids. Slots a
+        worker reserved after it was declared lost (alive, cut off, not yet rejoined) go back too."""
 
     def claim_task(
         self, *, worker_id: str, device_kind: str, device_name: str, backends: Sequence[str]
