@@ -143,6 +143,24 @@ def _submit(s: Served, trials: int, device: str = "cpu") -> int:
     return int(r.json()["id"])
 
 
+def test_the_overview_jobs_table_keeps_every_active_job_when_it_updates(served: Served) -> None:
+    """The overview's jobs table polls what the server rendered (every queued and running job, then the
+    latest finished ones): an active job older than a page of finished ones still shows after an update."""
+    waiting = _submit(served, 1, device="cuda")  # queued for good here: no GPU worker
+    newer = [_submit(served, 1, device="cuda") for _ in range(21)]
+    for job_id in newer:
+        httpx.post(f"{served.base}/v1/jobs/{job_id}/cancel", headers=auth(served.token), timeout=30)
+    try:
+        _open(served, "/", "overview-jobs")
+        d = served.driver
+        rows = lambda: [r.get_attribute("data-job") for r in d.find_elements("css selector", "#jobs tbody tr")]  # noqa: E731
+        assert str(waiting) in rows()
+        _wait(lambda: d.find_element("id", "jobs-updated").text != "", 30, "the jobs table's first update")
+        assert str(waiting) in rows() and rows()[0] != str(newer[-1])  # active jobs first, then finished
+    finally:
+        httpx.post(f"{served.base}/v1/jobs/{waiting}/cancel", headers=auth(served.token), timeout=30)
+
+
 def test_running_job_advances_without_reload_and_cancel_needs_the_token(served: Served) -> None:
     running = _submit(served, 40)  # enough trials to be still running when the page has loaded, under load too
     waiting = _submit(served, 40)  # queued behind the first (the server has one worker), then running

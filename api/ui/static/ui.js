@@ -172,10 +172,18 @@
     const table = document.getElementById("jobs");
     if (!table || !table.dataset.poll) return;
     const body = table.querySelector("tbody");
+    // The rows the server rendered: every queued and running job (newest first), then the latest finished
+    // ones; the last URL lists the latest jobs of every state.
+    const urls = table.dataset.poll.split(" ");
     const tick = async () => {
-      const answer = await getJSON(table.dataset.poll).catch(() => null);
-      if (answer && answer.ok && answer.body.items.length) {
-        body.innerHTML = answer.body.items.map((j) => {
+      const answers = await Promise.all(urls.map((u) => getJSON(u).catch(() => null)));
+      if (answers.every((a) => a && a.ok)) {
+        const byId = new Map(answers.slice(0, -1).flatMap((a) => a.body.items).map((j) => [j.id, j])); // a job may move between lists
+        const active = [...byId.values()].sort((a, b) => b.id - a.id);
+        const finished = answers[answers.length - 1].body.items
+          .filter((j) => j.state !== "queued" && j.state !== "running" && !byId.has(j.id));
+        const items = active.concat(finished);
+        if (items.length) body.innerHTML = items.map((j) => {
           const bests = j.tasks.map((t) => t.best_us).filter((v) => v !== null);
           const work = j.kind === "verify" // no trials: each shape's best re-measured in fresh processes
             ? '<span class="small">verify: ' + j.tasks.filter((t) => t.state === "done").length + " / " + j.tasks.length +
