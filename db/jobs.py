@@ -502,16 +502,6 @@ def end_search(session: Session, *, task_id: int) -> bool:
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
-def _lock_task(session: Session, task_id: int) -> TaskRow | None:
-    """Lock a task for an update that may close its job: its job's row first, then the task's — the order
-    :func:`cancel_job` takes them in (task first here and job first there could deadlock on PostgreSQL)."""
-    job_id = session.scalar(select(TaskRow.job_id).where(TaskRow.id == task_id))
-    if job_id is None:
-        return None
-    session.get(JobRow, job_id, with_for_update=True)
-    return session.get(TaskRow, task_id, with_for_update=True)
-
-
 def finish_task(
     session: Session,
     *,
@@ -524,7 +514,7 @@ def finish_task(
     """Close a task this worker finalised (done, or failed with ``error``), and its job with its last task.
 
     Raises RecordConflictError when the worker no longer holds the final round (declared lost)."""
-    task = _lock_task(session, task_id)
+    task = session.get(TaskRow, task_id, with_for_update=True)
     if task is None or task.state != "finalizing" or task.finalizer_id != worker_id:
         raise RecordConflictError(f"task {task_id} is not being finalised by {worker_id}")
     now = utcnow()
@@ -552,7 +542,7 @@ def fail_task(session: Session, *, task_id: int, error: str) -> None:
     """Fail a task that cannot run anywhere (e.g. its template no longer loads); the job fails with it
     once no other task runs."""
     now = utcnow()
-    task = _lock_task(session, task_id)
+    task = session.get(TaskRow, task_id, with_for_update=True)
     if task is None or task.state in ("done", "failed", "cancelled"):
         return
     task.state, task.error, task.updated_at = "failed", error, now
@@ -601,7 +591,7 @@ def fail_attempt(session: Session, *, task_id: int, worker_id: str, reason: str)
     it held goes back too). The task fails with every worker's reason once its job's ``max_attempts``
     distinct workers gave it up and no live worker is on it or may still claim it (its job fails with it
     once no other task runs). A task already finished is left as it is. NotFoundError for an unknown task."""
-    task = _lock_task(session, task_id)
+    task = session.get(TaskRow, task_id, with_for_update=True)
     if task is None:
         raise NotFoundError(f"no task {task_id}")
     release_task(session, worker_id=worker_id)
