@@ -276,10 +276,13 @@ def reap_lost_workers(session: Session, *, now: datetime | None = None) -> list[
         _release_worker(session, worker_id, new_state="lost")
     # A worker already declared lost (or stopped) may still have reserved slots since, alive but cut off
     # until it rejoins; killed before it does, it would hold them for good: they go back too.
+    # Their rows locked (another reaper's skipped): a worker rejoining meanwhile waits, and its new slots
+    # are not taken for late ones.
     late = list(session.scalars(
-        select(SlotRow.worker_id).distinct().join(WorkerRow, WorkerRow.id == SlotRow.worker_id)
-        .where(SlotRow.state == "reserved", WorkerRow.state.in_(("lost", "stopped")),
-               WorkerRow.lease_expires_at < now)
+        select(WorkerRow.id).where(
+            WorkerRow.state.in_(("lost", "stopped")), WorkerRow.lease_expires_at < now,
+            exists().where(SlotRow.worker_id == WorkerRow.id, SlotRow.state == "reserved"))
+        .with_for_update(skip_locked=True)
     ))
     for worker_id in late:
         _free_slots(session, worker_id, now)

@@ -46,6 +46,7 @@ from tuner.db.retry import STORAGE_ERRORS, StoreHealth, durable
 from tuner.driver.heartbeat import Heartbeat
 from tuner.driver.reverify import verify_best
 from tuner.driver.run import StudyOptions, StudyRun, run_study
+from tuner.driver.samplers import exhausted
 from tuner.driver.study import FinalRound, StudyContext
 from tuner.errors import (
     DeviceError,
@@ -105,12 +106,9 @@ class SlotBudget:
 
     def __init__(self, queue: JobQueue, task_id: int, worker_id: str) -> None:
         self.queue, self.task_id, self.worker_id = queue, task_id, worker_id
-        self.refused = False  # the last reserve found no free slot (the task's trials are all handed out)
 
     def reserve(self) -> object | None:
-        slot = self.queue.reserve_slot(task_id=self.task_id, worker_id=self.worker_id)
-        self.refused = slot is None
-        return slot
+        return self.queue.reserve_slot(task_id=self.task_id, worker_id=self.worker_id)
 
     def release(self, token: object) -> None:
         self.queue.release_slot(slot_id=int(token))  # type: ignore[call-overload]
@@ -332,7 +330,10 @@ class Worker:
     ) -> StudyRun:
         """The task's study: trials on this task's shared slots, the final round if this worker wins it."""
 
+        opened: list[StudyContext] = []
+
         def on_open(ctx: StudyContext) -> None:
+            opened.append(ctx)
             self._heartbeat.attach(ctx.storage, ctx.in_flight)
             self.store.attach_study(task_id=task_id, study_id=ctx.study_id)
 
@@ -347,10 +348,12 @@ class Worker:
         def take_final_round() -> bool:  # False: trials still running elsewhere, or another worker finalises
             if self.store.begin_finalize(task_id=task_id, worker_id=self.id):
                 return True
-            # Trials were left but the search stopped asking for them: its space has no config left to
-            # measure (fewer valid configs than trials). Close the search at what was done, or the task
-            # would stay claimable and every claim would end here again.
-            return (not budget.refused and self.store.end_search(task_id=task_id)
+            # Trials were left but a sampler of a finite list (grid, exhaustive) handed out every point:
+            # fewer valid configs than trials. Close the search at what was done, or the task would stay
+            # claimable and every claim would end here again. (Not on a run of known or invalid proposals:
+            # those may be another worker's configs in flight, and its sampler may have more.)
+            ctx = opened[0] if opened else None
+            return (ctx is not None and exhausted(ctx.sampler, ctx.study) and self.store.end_search(task_id=task_id)
                     and self.store.begin_finalize(task_id=task_id, worker_id=self.id))
 
         options = StudyOptions(sampler=job.sampler, seed=job.seed, finalists=job.finalists,

@@ -254,8 +254,8 @@ class JobQueue(Protocol):
         """Take the final round of a task whose trials are all done; True for exactly one caller."""
 
     def end_search(self, *, task_id: int) -> bool:
-        """A worker's search found no config left to measure (the sampler exhausted its space, or it proposed
-        only configs already measured or invalid): the task's trial target comes down to the trials done, so
+        """A worker's search has no config left to measure (its grid or exhaustive sampler handed out every
+        point): the task's trial target comes down to the trials done, so
         that its final round can be taken. Only while no trial of it is in flight anywhere (every reserved
         slot spent) and it still runs; True when the target came down."""
 
