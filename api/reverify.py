@@ -33,7 +33,7 @@ from tuner.api.deps import StoreProvider
 from tuner.frozen import Shape
 from tuner.lookup import Answer
 from tuner.settings import engine_settings
-from tuner.store.records import ACTIVE_JOB_STATES, check_job_kind, is_live
+from tuner.store.records import ACTIVE_JOB_STATES, check_job_kind, has_template, is_live
 
 log = logging.getLogger(__name__)
 SUBMITTER = "tuner-serve:reverify"  # submitted_by of the jobs it queues
@@ -92,7 +92,7 @@ class Reverifier:
         store = self.stores.get()
         now = datetime.now(timezone.utc)
         if not any(is_live(w, now) and w.device_kind == device_kind and device_name in (None, w.device_name)
-                   and (w.templates is None or w.templates.get(template) == spec.version)
+                   and has_template(w, template, spec.version)
                    for w in store.list_workers()):
             log.info("no live worker of %s %s has %s version %s: no re-verification queued", device_kind,
                      device_name or "(any)", template, spec.version)

@@ -599,11 +599,9 @@ def fail_attempt(session: Session, *, task_id: int, worker_id: str, reason: str)
         raise NotFoundError(f"no task {task_id}")
     release_task(session, worker_id=worker_id)
     now = utcnow()
-    session.refresh(task)  # its reserved count changed with the slots
+    session.refresh(task)  # its reserved count and state changed with the slots and a final round it held
     if task.state in ("done", "failed", "cancelled"):
         return to_record(TaskRecord, task)
-    if task.state == "finalizing" and task.finalizer_id == worker_id:
-        task.state, task.finalizer_id = "running", None
     known = session.scalar(select(TaskAttemptRow.id).where(
         TaskAttemptRow.task_id == task_id, TaskAttemptRow.worker_id == worker_id))
     if known is None:

@@ -38,7 +38,6 @@ from tuner.api.ui.assets import PAGE_HEADERS, asset_url
 from tuner.results import reason_line
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-COOKIE = READ_COOKIE
 router = APIRouter(include_in_schema=False)
 
 
@@ -178,7 +177,7 @@ async def login(request: Request) -> Response:
     if scopes is None or "read" not in scopes:
         return render(request, "login.html", {"next": _local(next), "error": "unknown token, or no 'read' scope"}, 401)
     response = RedirectResponse(_local(next), status_code=303)
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")  # no max-age: a session cookie
+    response.set_cookie(READ_COOKIE, token, httponly=True, samesite="strict", path="/")  # no max-age: a session cookie
     return response
 
 

@@ -16,7 +16,7 @@ import pytest
 from tests.fixtures.fault_templates import SLOW_COMPILE_REF, SlowCompileVectorScale
 from tuner import db, registry
 from tuner.driver.budget import CountBudget
-from tuner.driver.study import _prebuild, finalize, open_study
+from tuner.driver.study import finalize, open_study, prebuild
 from tuner.driver.trials import run_trials
 from tuner.errors import MeasureInterrupted
 from tuner.frozen import Config, Shape
@@ -135,7 +135,7 @@ def test_a_final_round_config_whose_build_hangs_is_a_timeout(tmp_path, measurer:
     ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=1)
     ok = Config(mode="ok", BLOCK=64)
     with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
-        late = _prebuild(ctx, [HANG, ok], pool)
+        late = prebuild(ctx, [HANG, ok], pool)
     assert set(late) == {HANG}
     assert late[HANG].status is Status.TIMEOUT and late[HANG].phases.build_s >= 8
 

@@ -400,7 +400,7 @@ def finalize(
     round_id = uuid.uuid4().hex
     if not labelled:
         return FinalRound(round_id, (), None, False)
-    late = _prebuild(ctx, [c.config for _, c in labelled if c.config is not None], pool)
+    late = prebuild(ctx, [c.config for _, c in labelled if c.config is not None], pool)
     timed = [c for _, c in labelled if c.config not in late]
     measured = iter(ctx.measurer.measure_interleaved(
         ctx.template_ref, ctx.shape, timed, seed=ctx.seed_base + 1_000_003, check_seeds=check_seeds,
@@ -419,18 +419,14 @@ def finalize(
     return FinalRound(round_id, entries, winner, published)
 
 
-def pool_build_limit_s(ctx: StudyContext) -> float:
-    """How long a build in a compile pool may take before its config is a TIMEOUT: twice the candidate's
-    timeout (the pool's processes share the host's cores: a build that fits alone may not among them; one
-    still running then would not fit in a measurement either)."""
-    return 2 * ctx.measurer.options.timeout_s
-
-
-def _prebuild(ctx: StudyContext, configs: Sequence[Config], pool: CompilePool | None) -> dict[Config, MeasureResult]:
-    """Build the round's configs in ``pool``; the TIMEOUT results of those whose build outlived its limit."""
+def prebuild(ctx: StudyContext, configs: Sequence[Config], pool: CompilePool | None) -> dict[Config, MeasureResult]:
+    """Build ``configs`` (a trial batch, a final round's) in ``pool``, in parallel, before they are measured;
+    the TIMEOUT results of those whose build outlived its limit: twice the candidate's timeout (the pool's
+    processes share the host's cores: a build that fits alone may not among them; one still running then
+    would not fit in a measurement either). Nothing to do without a pool or for one config."""
     if pool is None or len(configs) < 2:
         return {}
-    limit_s = pool_build_limit_s(ctx)
+    limit_s = 2 * ctx.measurer.options.timeout_s
     started = time.perf_counter()
     timed_out = pool.compile(ctx.template, configs, ctx.shape, timeout_s=limit_s).timed_out
     waited = PhaseTimes(build_s=time.perf_counter() - started)

@@ -27,12 +27,12 @@ from optuna.trial import TrialState
 from tuner.driver import optuna_access
 from tuner.driver.budget import TrialBudget
 from tuner.driver.samplers import exhausted
-from tuner.driver.study import CONFIG_LABEL, StudyContext, pool_build_limit_s, store_result
+from tuner.driver.study import CONFIG_LABEL, StudyContext, prebuild, store_result
 from tuner.errors import SlotLostError
 from tuner.frozen import Config
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.measurer import Candidate
-from tuner.results import MeasureResult, PhaseTimes, SampleSummary, Status, Timer, is_space_rejection
+from tuner.results import MeasureResult, SampleSummary, Status, Timer, is_space_rejection
 from tuner.store import MeasurementRecord
 
 log = logging.getLogger(__name__)
@@ -129,21 +129,12 @@ def _measure_batch(
     emit: Callable[[TrialRecord], None], persist: Persist,
 ) -> None:
     try:
-        timed_out: frozenset[Config] = frozenset()
         # A build still running after its limit is the candidate's TIMEOUT, recorded as measured (its build
         # time is the wait).
-        limit_s, waited = pool_build_limit_s(ctx), PhaseTimes()
-        if pool is not None and len(pending) > 1:
-            compiled_from = time.perf_counter()
-            timed_out = pool.compile(ctx.template, [p.config for p in pending], ctx.shape,
-                                     timeout_s=limit_s).timed_out
-            waited = PhaseTimes(build_s=time.perf_counter() - compiled_from)
+        late = prebuild(ctx, [p.config for p in pending], pool)
         while pending:
             p = pending[0]
-            given = None if p.config not in timed_out else MeasureResult(
-                Status.TIMEOUT, p.config, reason=f"no result within {limit_s:g} s while building (parallel "
-                "compile)", phases=waited)
-            emit(_measure(ctx, budget, p, persist, given))
+            emit(_measure(ctx, budget, p, persist, late.get(p.config)))
             pending.pop(0)
     finally:
         for p in pending:  # interrupted: no RUNNING trial and no reserved slot is left behind

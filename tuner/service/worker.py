@@ -343,8 +343,6 @@ class Worker:
         def should_stop() -> bool:
             return stop.is_set() or self._lost.is_set() or not job_active()
 
-        budget = SlotBudget(self.store, task_id, self.id)
-
         def take_final_round() -> bool:  # False: trials still running elsewhere, or another worker finalises
             if self.store.begin_finalize(task_id=task_id, worker_id=self.id):
                 return True
@@ -360,7 +358,7 @@ class Worker:
                                comparators=job.comparators, heartbeat_s=self.options.heartbeat_s,
                                device_index=self.device_index)
         return run_study(job.template, shape, store=self.store, measurer=measurer,
-                         budget=budget, options=options, pool=pool,
+                         budget=SlotBudget(self.store, task_id, self.id), options=options, pool=pool,
                          on_open=on_open, should_stop=should_stop, take_final_round=take_final_round,
                          persist=self._durable, may_publish=job_active)
 

@@ -621,10 +621,8 @@ class MemoryStore:
                 self._workers[worker_id] = dataclasses.replace(worker, state="idle", current_task_id=None)
 
     def withdraw_template(self, *, worker_id: str, template: str, version: str) -> None:
-        with self._lock:
-            now = _now()
-            self._free_slots(worker_id, now)
-            self._return_final_round(worker_id, now)
+        with self._lock:  # reentrant: it leaves its task as release_task does, as the SQL store does
+            self.release_task(worker_id=worker_id)
             worker = self._workers.get(worker_id)
             if worker is None:
                 return
@@ -632,8 +630,6 @@ class MemoryStore:
             if has is None or has.get(template) == version:
                 rest = {k: v for k, v in (has or {}).items() if k != template}
                 worker = dataclasses.replace(worker, templates_json=canonical_json(rest, what="templates"))
-            if worker.state == "busy":
-                worker = dataclasses.replace(worker, state="idle", current_task_id=None)
             self._workers[worker_id] = worker
             self._settle_given_up()
 
@@ -643,15 +639,10 @@ class MemoryStore:
             if task is None:
                 raise NotFoundError(f"no task {task_id}")
             now = _now()
-            self._free_slots(worker_id, now)
-            worker = self._workers.get(worker_id)
-            if worker is not None and worker.state == "busy":
-                self._workers[worker_id] = dataclasses.replace(worker, state="idle", current_task_id=None)
+            self.release_task(worker_id=worker_id)  # reentrant; a final round it held goes back too
             if task.state in ("done", "failed", "cancelled"):
                 return self._tasks[task_id]
-            task = self._tasks[task_id]  # its reserved count changed with the slots
-            if task.state == "finalizing" and task.finalizer_id == worker_id:
-                task = dataclasses.replace(task, state="running", finalizer_id=None)
+            task = self._tasks[task_id]  # its reserved count and state changed with the slots and the round
             if not any(a.task_id == task_id and a.worker_id == worker_id for a in self._attempts):
                 self._attempts.append(TaskAttemptRecord(task_id, worker_id, reason, now))
             attempts = [a for a in self._attempts if a.task_id == task_id]

@@ -22,6 +22,7 @@ __all__ = [
     "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord", "TaskAttemptRecord", "TaskRecord",
     "Timer", "WorkerRecord", "advertises", "attempts_error", "canonical_json", "check_candidate",
     "check_max_attempts", "check_role", "check_tasks", "claimable_tasks", "current_studies", "has_free_slot",
+    "has_template",
     "is_live", "serves",
     "task_may_still_run", "waiting_reason",
 ]
@@ -111,8 +112,13 @@ class ClaimingWorker:
 def advertises(worker: Claimant, job: JobRecord) -> bool:
     """The job's template at its version is among those the worker advertises (a worker that advertised none
     takes any template)."""
+    return has_template(worker, job.template, job.template_version)
+
+
+def has_template(worker: Claimant, template: str, version: str) -> bool:
+    """``template`` at ``version`` is among those the worker advertises (one that advertised none: any)."""
     has = worker.templates
-    return has is None or has.get(job.template) == job.template_version
+    return has is None or has.get(template) == version
 
 
 def serves(worker: Claimant, job: JobRecord) -> bool:
