@@ -66,6 +66,7 @@ from tuner.db.repository import (
     list_studies,
     list_verifications,
     publish_best,
+    withdraw_best,
 )
 from tuner.db.settings import StoreSettings, store_settings
 from tuner.db.sqlite import copy_database
@@ -148,5 +149,6 @@ __all__ = [
     "sqlite_url",
     "stop_worker",
     "store_settings",
+    "withdraw_best",
     "withdraw_template",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -87,6 +87,12 @@ def get_study_best(session: Session, *, study_id: int) -> BestRecord | None:
     """The best config published for one study, or None."""
     row = session.scalars(select(BestConfigRow).where(BestConfigRow.study_id == study_id)).one_or_none()
     return None if row is None else to_record(BestRecord, row)
+
+
+def withdraw_best(session: Session, *, study_id: int) -> bool:
+    """Delete the study's published best config; whether there was one."""
+    result = session.execute(delete(BestConfigRow).where(BestConfigRow.study_id == study_id))
+    return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
 def list_best(

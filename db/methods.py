@@ -104,6 +104,10 @@ class StoreMethods:
         with self._reading() as s:
             return best.get_study_best(s, study_id=study_id)
 
+    def withdraw_best(self, *, study_id: int) -> bool:
+        with self.session() as s:
+            return best.withdraw_best(s, study_id=study_id)
+
     def list_best(
         self, *, template: str | None = None, device_kind: str | None = None, device_name: str | None = None
     ) -> list[BestRecord]:

@@ -10,7 +10,7 @@ arguments raise ValueError. Database failures surface as StoreError from the ses
 
 from __future__ import annotations
 
-from tuner.db.best import get_best, get_study_best, list_best, publish_best
+from tuner.db.best import get_best, get_study_best, list_best, publish_best, withdraw_best
 from tuner.db.measurements import (
     add_measurement,
     add_new,
@@ -40,4 +40,5 @@ __all__ = [
     "list_studies",
     "list_verifications",
     "publish_best",
+    "withdraw_best",
 ]

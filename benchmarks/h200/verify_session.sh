@@ -31,6 +31,7 @@
 #   unseen   OUTDIR  issue 16's shapes nobody tuned (benchmarks/unseen_shapes.py): tune its "tune" part in the
 #                    committed chunk-cumsum store, then measure every shape's served config against mamba_ssm
 #                    as users call it; and issue 18's single-GPU run of `tuner serve --workers auto`
+#                    (WORKERS_AUTO=0 skips that)
 # Bundles: ../shared/tools/gpu-bundle .gpu (cumsum, verify) or --tilelang mamba .gpum (mimo*), each unpacked
 # alone into an emptied /tmp/site, plus benchmarks/h200/extras_bundle.sh .gpux over it; then
 # PYTHONPATH=/tmp/site:$PWD TRITON_INTERPRET=0. E.g. (carry .gpum and .gpux):
@@ -226,11 +227,13 @@ PY
   unseen)
     # shellcheck disable=SC2046
     step tune_unseen "${TUNE_TIMEOUT:-200}" $TUNER tune mamba2_chunk_cumsum_tilelang $(python3 benchmarks/unseen_shapes.py tune-args) \
-      --trials "${TRIALS:-24}" --samples 100 --finalists 3 --device cuda --seed 7 --db "$CUMSUM_DB"
+      --trials "${TRIALS:-24}" ${TIME_LIMIT:+--time-limit "$TIME_LIMIT"} --samples 100 --finalists 3 --device cuda \
+      --seed 7 --db "$CUMSUM_DB"
     step measure_unseen "${MEASURE_TIMEOUT:-260}" python3 benchmarks/unseen_shapes.py measure --db "$CUMSUM_DB" \
       --samples 100 --json "$W/unseen_shapes.json" --md "$W/unseen_shapes.md"
     cp "$W/unseen_shapes.json" "$W/unseen_shapes.md" "$OUT/" 2>/dev/null
     cp "$H/chunk_cumsum.db" "$OUT/"
+    if [[ ${WORKERS_AUTO:-1} == 1 ]]; then  # WORKERS_AUTO=0: the tune and measure steps alone
     # Issue 18 on one GPU: `tuner serve --workers auto` starts one worker per visible GPU (here one), pinned to it.
     export TUNER_HOME="$W/home"; WDB="sqlite:///$W/workers.db"; PORT=8765
     $TUNER serve --workers auto --device cuda --db "$WDB" --port $PORT --log-level warning > "$W/serve_auto.log" 2>&1 &
@@ -259,6 +262,7 @@ for row in con.execute("select device_index, device_uuid, count(*) from tuner_me
 PY
     nvidia-smi --query-gpu=index,uuid --format=csv,noheader | tee -a "$W/workers_auto.txt"
     sort -u "$W/nvidia_smi_apps.txt" | head -20 | tee -a "$W/workers_auto.txt"
+    fi
     ;;
   *) echo "unknown phase $PHASE" >&2; exit 2 ;;
 esac

@@ -47,6 +47,19 @@ def test_the_geometric_mean_has_three_decimals() -> None:
     assert "**1.838x**" in render_markdown(Report("t", "1", rows))
 
 
+def test_shapes_outside_the_workloads_have_their_own_geometric_mean() -> None:
+    """Other shapes someone tuned (labelled by shape key) do not move the workloads' mean (the chunk cumsum
+    report's headline changed when four unseen shapes were tuned into its store); contracts keep theirs."""
+    other = dataclasses.replace(_row("n=7", "1"), shape=Shape(n=7), default_us=11.0)
+    contract = dataclasses.replace(_row("w2 @ dtype=float32", "1"), default_us=40.0)
+    text = render_markdown(Report("t", "1", (_row("w1", "1"), other, contract)))
+    assert "| **geometric mean** |  |  |  | **2.000x**" in text
+    assert "| **geometric mean** @ dtype=float32 |  |  |  | **4.000x**" in text
+    assert "| **geometric mean**, other shapes |  |  |  | **1.100x**" in text
+    assert text.index("@ dtype=float32 |  |") < text.index("other shapes |")
+    assert _row("w1", "1").named and not other.named and contract.named
+
+
 def test_errors_table_lists_every_output_of_the_best_config() -> None:
     text = render_markdown(Report("t", "1", (_row("w1", "1"),)), errors=True)
     assert "### Relative L2 error per output" in text and "| w1 | best config | 1.0e-04 |" in text

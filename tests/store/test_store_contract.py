@@ -167,6 +167,20 @@ def test_publishing_replaces_the_studys_best_and_is_served_newest_first(store: A
     assert store.list_best(device_kind="npu") == []
 
 
+def test_withdrawing_a_best_unpublishes_it_and_keeps_its_measurements(store: Any) -> None:
+    study, other = _study(store), _study(store, S=8192)
+    m = store.record_measurement(_m(study.id))
+    store.publish_best(study_id=study.id, measurement_id=m.id)
+    kept = store.publish_best(study_id=other.id, measurement_id=store.record_measurement(_m(other.id)).id)
+    assert store.withdraw_best(study_id=study.id) is True
+    assert store.get_study_best(study_id=study.id) is None
+    assert store.get_best(template=study.template, shape_key=study.shape_key) is None
+    assert store.list_best(template=study.template) == [kept]  # the other study's best stays
+    assert store.get_measurement(measurement_id=m.id) is not None
+    assert store.withdraw_best(study_id=study.id) is False  # nothing left to withdraw
+    assert store.publish_best(study_id=study.id, measurement_id=m.id).measurement_id == m.id  # publishable again
+
+
 @pytest.mark.parametrize("fields", [{"status": Status.WRONG_RESULT}, {"median_us": None},
                                     {"candidate": "comparator:mamba_ssm"}])
 def test_only_an_ok_timed_config_of_the_study_is_published(store: Any, fields: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ times as long in every process after the first; ``steady_spin`` keeps its speed.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -16,12 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fixtures.drift_templates import DIR_ENV, DRIFTING_REF, STEADY_REF
+from tests.fixtures.drift_templates import DIR_ENV, DRIFTING_REF, FLAKY_ALONE_REF, FLAKY_REF, STEADY_REF
 from tests.fixtures.processes import ROOT, env
 from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
 from tuner import db, registry
 from tuner.api.settings import ApiSettings
-from tuner.driver.reverify import BEST_LABEL, _published_best, verify_best
+from tuner.driver.reverify import BEST_LABEL, _published_best, disproval_text, verify_best
 from tuner.driver.tuning import tune_shapes
 from tuner.errors import UserInputError
 from tuner.frozen import Shape
@@ -31,7 +32,7 @@ from tuner.measure.devices.base import DeviceSpec
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.report.markdown import collect, render_markdown, render_verifications
 from tuner.service.worker import Worker, WorkerOptions
-from tuner.store.entries import published_entries
+from tuner.store.entries import disproved_in, published_entries
 
 CPU = DeviceSpec("cpu")
 OPTIONS = MeasureOptions(n_samples=15, warmup=2)
@@ -45,6 +46,8 @@ def _spin_templates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(DIR_ENV, str(folder))  # inherited by the measurement processes
     registry.register("drifting_spin", DRIFTING_REF)
     registry.register("steady_spin", STEADY_REF)
+    registry.register("flaky_spin", FLAKY_REF)
+    registry.register("flaky_alone", FLAKY_ALONE_REF)
 
 
 def _publish(store: db.Store, name: str) -> None:
@@ -174,6 +177,84 @@ def test_a_verification_speaks_only_for_the_config_it_re_measured(db_url: str) -
     newest = max(published_entries(store, template="picky"), key=lambda pair: pair[0].id)[1]
     assert newest.config == {"x": 2} and newest.verification is None
     assert check.of_config({"x": 1}) is check and check.of_config('{"x": 2}') is None and check.of_config(None) is None
+
+
+def _publish_all(store: db.Store, name: str) -> None:
+    """Measure every config of the space in the first measurement process; its final round publishes."""
+    with Measurer(CPU, OPTIONS) as measurer:
+        (summary,) = tune_shapes(name, [("n=64", SHAPE)], store=store, measurer=measurer, trials=3,
+                                 exhaustive=True, comparators=False)
+    assert summary.final.published
+
+
+def test_a_best_that_gives_wrong_results_on_fresh_inputs_is_replaced_by_the_next_of_its_round(db_url: str) -> None:
+    """The tune's process publishes scale 1 (the fastest, right there); in fresh processes it is 2% off: the
+    verification disproves it, the next fastest config of the round that published it (right, verified on
+    that round's inputs) is published with that round's figure, and later rounds leave scale 1 out."""
+    store = db.Store.open(db_url)
+    _publish_all(store, "flaky_spin")
+    first = store.get_best(template="flaky_spin", shape_key=SHAPE.key())
+    assert first is not None and first.config == {"scale": 1}
+    outcome = verify_best(store, "flaky_spin", SHAPE, device=CPU, processes=2, options=OPTIONS, comparators=False)
+    assert outcome.verdict.wrong == 2 and outcome.verdict.flagged and outcome.verdict.median_us is None
+    assert all(p.best.status == "WRONG_RESULT" and "relative" in (p.best.reason or "") for p in outcome.processes)
+    assert outcome.record.wrong_processes == 2 and outcome.record.flagged
+    replacement = outcome.replacement
+    assert replacement is not None and not outcome.withdrawn and replacement.config == {"scale": 2}
+    served = store.get_best(template="flaky_spin", shape_key=SHAPE.key())
+    assert served == replacement and served.study_id == first.study_id
+    round_rows = store.list_measurements(study_id=first.study_id, role="final")
+    (figure,) = [m for m in round_rows if m.id == replacement.measurement_id]
+    assert figure.round_id == store.get_measurement(measurement_id=first.measurement_id).round_id  # type: ignore[union-attr]
+    assert replacement.median_us == figure.median_us
+    assert [c.to_dict() for c in disproved_in(store, first.study_id)] == [{"scale": 1}]
+    assert "published in its place: {\"scale\":2}" in disproval_text(outcome)
+    (row,) = collect(store, "flaky_spin").rows  # the report shows the config served, from the same round
+    assert row.best_config == {"scale": 2} and row.best_us == replacement.median_us
+    # the new best verifies; a verification of it says nothing about the disproved one
+    again = verify_best(store, "flaky_spin", SHAPE, device=CPU, processes=1, options=OPTIONS, comparators=False,
+                        tolerance=0.5)
+    assert again.best.config == {"scale": 2} and not again.verdict.flagged and again.replacement is None
+    # a later tune's final round does not bring the disproved config back
+    with Measurer(CPU, OPTIONS) as measurer:
+        (summary,) = tune_shapes("flaky_spin", [("n=64", SHAPE)], store=store, measurer=measurer, trials=1,
+                                 comparators=False)
+    assert {"scale": 1} not in [e.result.config.to_dict() for e in summary.final.entries if e.result.config]
+    assert store.get_best(template="flaky_spin", shape_key=SHAPE.key()).config == {"scale": 2}  # type: ignore[union-attr]
+
+
+def test_a_wrong_best_with_no_stand_in_is_withdrawn_and_the_cli_says_so(tmp_path: Path) -> None:
+    """Its round held no other config: the best is withdrawn (the lookup then serves the shape as untuned);
+    ``tuner verify`` prints what happened and exits 3."""
+    url = db.sqlite_url(tmp_path / "t.db")
+    store = db.Store.open(url)
+    _publish_all(store, "flaky_alone")
+    ran = subprocess.run(
+        [sys.executable, "-m", "tuner.cli", "verify", "flaky_alone", "--shape", "n=64", "--device", "cpu",
+         "--processes", "1", "--samples", "5", "--no-comparators", "--db", url, "--json"],
+        capture_output=True, text=True, env={**env(), "TUNER_TEMPLATES": f"flaky_alone={FLAKY_ALONE_REF}"}, cwd=ROOT,
+        timeout=300,
+    )
+    assert ran.returncode == 3, ran.stderr
+    printed = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert printed["wrong_processes"] == 1 and printed["withdrawn"] and printed["replacement"] is None
+    assert store.get_best(template="flaky_alone", shape_key=SHAPE.key()) is None
+    assert store.list_verifications(template="flaky_alone")[0].wrong_processes == 1
+
+
+def test_a_verify_job_that_disproves_the_best_says_so_in_its_task(tmp_path: Path) -> None:
+    """A worker runs the verify job: the task ends with what the verification did, and the store serves the
+    config that stood in."""
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    _publish_all(store, "flaky_spin")
+    job = store.create_verify_job(template="flaky_spin", template_version="1", backend="triton", device_kind="cpu",
+                                  device_name=None, tasks=[("n=64", SHAPE.key(), SHAPE.to_json())], processes=1,
+                                  samples=5, comparators=False)
+    assert Worker(store, WorkerOptions(CPU, heartbeat_s=0.5, lease_s=10)).run(exit_when_idle=True) == 1
+    (task,) = store.get_job(job_id=job.id).tasks  # type: ignore[union-attr]
+    assert task.error is not None and "wrong results in 1 of 1 fresh processes" in task.error
+    assert 'published in its place: {"scale":2}' in task.error
+    assert store.get_best(template="flaky_spin", shape_key=SHAPE.key()).config == {"scale": 2}  # type: ignore[union-attr]
 
 
 def test_verify_without_a_published_best_says_so(tmp_path: Path) -> None:

@@ -221,7 +221,9 @@ def verify(
 ) -> None:
     """Re-measure the published best (and the comparators) in fresh processes; record and print the drift.
 
-    Exit code 3 when some shape's best drifted beyond the tolerance (or no process measured it)."""
+    A best that gives wrong results on a process's fresh inputs is disproved: the fastest other config of the
+    round that published it takes its place (or the best is withdrawn). Exit code 3 when some shape's best
+    drifted beyond the tolerance, gave wrong results, or no process measured it."""
     from tuner import registry
     from tuner.driver.reverify import verify_best
     from tuner.measure.devices.base import DeviceSpec, resolve
@@ -258,7 +260,9 @@ def _verification_json(label: str, outcome: Any) -> dict[str, Any]:
         "stored_us": v.stored_us, "median_us": v.median_us, "low_us": v.low_us, "high_us": v.high_us,
         "drift": v.drift, "tolerance": v.tolerance, "flagged": v.flagged, "processes": r.figures,
         "fingerprint": json.loads(r.fingerprint_json), "study_fingerprint": outcome.best.fingerprint_hash,
-        "verified_at": r.created_at.isoformat(),
+        "verified_at": r.created_at.isoformat(), "wrong_processes": v.wrong, "withdrawn": outcome.withdrawn,
+        "replacement": None if outcome.replacement is None else {
+            "config": json.loads(outcome.replacement.config_json), "median_us": outcome.replacement.median_us},
     }
 
 
@@ -277,6 +281,11 @@ def _print_verification(label: str, outcome: Any) -> None:
                           f"{c.ratio:.3f}" if c.ratio is not None else reason_line(c.reason))
     console.print(table)
     v = outcome.verdict
+    if v.wrong:
+        from tuner.driver.reverify import disproval_text
+
+        console.print(f"[red]{label}: {disproval_text(outcome)}; recorded as verification {outcome.record.id}[/red]")
+        return
     if v.median_us is None:
         console.print(f"[red]{label}: the best config did not measure OK in any process — flagged[/red]")
         return

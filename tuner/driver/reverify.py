@@ -12,10 +12,13 @@ store holds for that candidate (the best's published median; a comparator's figu
 published the best).
 
 The verdict is on the best config: the median over processes of its per-process medians against its stored
-median. A drift beyond ``tolerance`` (±3% by default), or no process measuring it OK, flags the verification.
-Every verification is recorded with the best's study (figures, the fingerprint it ran under), so that the
-API, the report and the pages can show it; flagged or not, the published best itself is left unchanged (a
-re-tune decides that).
+median. A drift beyond ``tolerance`` (±3% by default), no process measuring it OK, or a wrong result in any
+process flags the verification. Every verification is recorded with the best's study (figures, the
+fingerprint it ran under), so that the API, the report and the pages can show it. A drift leaves the
+published best as it is (a re-tune decides). A wrong result does not: the fresh inputs disproved the config
+(as a final round's WRONG_RESULT does: later rounds leave it out), so the fastest other config of the round
+that published it, verified on that round's inputs and not disproved, is published in its place, or, when
+the round has none, the best is withdrawn and the shape is served as an untuned one.
 
 Raises UserInputError when no best is published for the shape, DeviceError / MeasureSetupError from the
 measurer, StoreError from the store. Not thread-safe (one device, one verification at a time).
@@ -36,12 +39,13 @@ from tuner.keys import software_of
 from tuner.lookup import Requester, choose, requester_software
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
-from tuner.results import MeasureResult
+from tuner.results import MeasureResult, Status
 from tuner.store import BestRecord, TuningStore, VerificationRecord
-from tuner.store.entries import published_entries
+from tuner.store.entries import disproved_in, published_entries
+from tuner.store.records import VERIFIED_LABEL
 
 DRIFT_TOLERANCE = 0.03
-BEST_LABEL = "best"
+BEST_LABEL = VERIFIED_LABEL
 
 MeasurerFactory = Callable[[DeviceSpec, MeasureOptions], Measurer]
 
@@ -102,19 +106,21 @@ class Verdict:
     high_us: float | None
     drift: float | None  # median_us / stored_us - 1
     tolerance: float
+    wrong: int = 0  # processes in which the best config failed its correctness check (WRONG_RESULT)
 
     @property
     def flagged(self) -> bool:
-        """Drift beyond the tolerance, or no process measured the best config OK."""
-        return self.drift is None or abs(self.drift) > self.tolerance
+        """Drift beyond the tolerance, no process measured the best config OK, or a wrong result."""
+        return self.wrong > 0 or self.drift is None or abs(self.drift) > self.tolerance
 
     @classmethod
     def of(cls, stored_us: float, processes: Sequence[ProcessFigures], tolerance: float) -> Verdict:
+        wrong = sum(p.best.status == Status.WRONG_RESULT.value for p in processes)
         medians = [p.best.median_us for p in processes if p.best.status == "OK" and p.best.median_us is not None]
         if not medians:
-            return cls(stored_us, None, None, None, None, tolerance)
+            return cls(stored_us, None, None, None, None, tolerance, wrong)
         median = statistics.median(medians)
-        return cls(stored_us, median, min(medians), max(medians), median / stored_us - 1.0, tolerance)
+        return cls(stored_us, median, min(medians), max(medians), median / stored_us - 1.0, tolerance, wrong)
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,9 @@ class Verification:
     processes: tuple[ProcessFigures, ...]
     verdict: Verdict
     record: VerificationRecord
+    # after a wrong result: the best published in the disproved one's place (None: withdrawn, or no change)
+    replacement: BestRecord | None = None
+    withdrawn: bool = False  # a wrong result and no stand-in: the study's best was withdrawn
 
 
 def verify_best(
@@ -193,7 +202,42 @@ def verify_best(
         device_kind=fingerprint.kind, device_name=fingerprint.device_name, fingerprint_hash=fingerprint.hash(),
         fingerprint_json=fingerprint.to_json(), worker=worker or process_label(),
     )
-    return Verification(template.name, shape, best, fingerprint, tuple(figures), verdict, record)
+    replacement, withdrawn = _stand_in(store, best) if verdict.wrong else (None, False)
+    return Verification(template.name, shape, best, fingerprint, tuple(figures), verdict, record, replacement,
+                        withdrawn)
+
+
+def disproval_text(outcome: Verification) -> str:
+    """What a verification that found the best wrong did, in a sentence (CLI, a verify job's task)."""
+    v = outcome.verdict
+    text = (f"the published best gave wrong results in {v.wrong} of {len(outcome.processes)} fresh processes "
+            f"(disproved: later final rounds leave it out)")
+    if outcome.replacement is not None:
+        r = outcome.replacement
+        return f"{text}; published in its place: {r.config_json} at {r.median_us:.2f} µs (its round's figure)"
+    if outcome.withdrawn:
+        return f"{text}; no other config of its round stands in: the best was withdrawn"
+    return f"{text}; the study's best had changed meanwhile and was left as it is"
+
+
+def _stand_in(store: TuningStore, disproved: BestRecord) -> tuple[BestRecord | None, bool]:
+    """After a verification found ``disproved`` wrong (and recorded it): publish the fastest OK config of
+    the final round that published it that no round or verification of the study disproved, or withdraw the
+    study's best when there is none. Nothing changes when the study's best is no longer ``disproved`` (a final
+    round published another meanwhile). Returns (the best published instead, whether it was withdrawn)."""
+    current = store.get_study_best(study_id=disproved.study_id)
+    if current is None or current.measurement_id != disproved.measurement_id:
+        return None, False
+    published = store.get_measurement(measurement_id=disproved.measurement_id)
+    rows = [] if published is None or published.round_id is None else store.list_measurements(
+        study_id=disproved.study_id, role="final", round_id=published.round_id)
+    wrong = disproved_in(store, disproved.study_id)
+    standing = [m for m in rows if m.status is Status.OK and m.median_us is not None
+                and not m.candidate.startswith(COMPARATOR_PREFIX) and Config.from_json(m.config_json) not in wrong]
+    if not standing:
+        return None, store.withdraw_best(study_id=disproved.study_id)
+    pick = min(standing, key=lambda m: (m.median_us or 0.0, m.id))
+    return store.publish_best(study_id=disproved.study_id, measurement_id=pick.id), False
 
 
 def _published_best(

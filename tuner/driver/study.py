@@ -49,6 +49,7 @@ from tuner.results import (
 )
 from tuner.space import SearchSpace
 from tuner.store import NewMeasurement, TrialHeartbeats, TuningStore
+from tuner.store.entries import disproved_in
 from tuner.template import KernelTemplate
 
 log = logging.getLogger(__name__)
@@ -318,14 +319,10 @@ def store_result(
 
 
 def disproved_configs(ctx: StudyContext) -> set[Config]:
-    """Configs a final round of the study found wrong (WRONG_RESULT on the round's inputs): right on their
-    trial's inputs and wrong on others, at or over an error bound. A crash or a build error in a round is left
-    out: it may be the host's (memory, a killed process), not the config's."""
-    return {
-        Config.from_json(row.config_json)
-        for row in ctx.store.list_measurements(study_id=ctx.study_id, role="final", status=Status.WRONG_RESULT)
-        if not row.candidate.startswith(COMPARATOR_PREFIX)
-    }
+    """Configs a final round or a verification of the study found wrong (WRONG_RESULT on their inputs):
+    right on their trial's inputs and wrong on others, at or over an error bound. A crash or a build error is
+    left out: it may be the host's (memory, a killed process), not the config's."""
+    return disproved_in(ctx.store, ctx.study_id)
 
 
 def top_configs(ctx: StudyContext, k: int, disproved: Collection[Config] | None = None) -> list[Config]:

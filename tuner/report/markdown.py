@@ -21,13 +21,14 @@ import dataclasses
 import json
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tuner import registry
 from tuner.frozen import Config, Shape
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status, reason_line
 from tuner.store import MeasurementRecord, StudyRecord, TuningStore, VerificationRecord
+from tuner.store.entries import disproved_in
 from tuner.store.records import active_seconds, current_studies
 from tuner.template import Comparator, KernelTemplate
 
@@ -76,6 +77,12 @@ class ReportRow:
     bytes_moved: int | None = None  # the template's minimum bytes at the row's shape
     verification: VerificationRecord | None = None  # the latest `tuner verify` of the row's study
     tensor_pct: float | None = None  # template flops / best time over the device's dense 16-bit tensor peak
+
+    @property
+    def named(self) -> bool:
+        """Whether the row is one of the template's workloads (or one under a comparator's contract), not
+        another shape someone tuned (labelled by its shape key)."""
+        return self.workload != self.shape.key()
 
     @property
     def ceiling_pct(self) -> float | None:
@@ -130,7 +137,7 @@ def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerpr
     measured = [t for t in trials if t.status != Status.INVALID.value]
     failed = sum(1 for t in measured if t.status != Status.OK.value)
     search_s = active_seconds([t.created_at for t in measured])
-    best = _best_entry(final)
+    best = _best_entry(final, disproved_in(store, st.id))
     default = next((m for m in final if m.candidate == DEFAULT_LABEL and m.status == Status.OK.value), None)
     if best is not None and best.candidate == DEFAULT_LABEL:
         default = best
@@ -224,8 +231,11 @@ def _fastest_line(lines: Sequence[Line]) -> Line | None:
     return min((ln for ln in lines if ln.median_us), key=lambda ln: ln.median_us or math.inf, default=None)
 
 
-def _best_entry(final: Sequence[MeasurementRecord]) -> MeasurementRecord | None:
-    ok = [m for m in final if not m.candidate.startswith(COMPARATOR_PREFIX) and m.status == Status.OK.value]
+def _best_entry(final: Sequence[MeasurementRecord], disproved: Collection[Config]) -> MeasurementRecord | None:
+    """The round's fastest OK config that no round or verification disproved (a verification that found the
+    round's winner wrong published the next one: :func:`tuner.driver.reverify.verify_best`)."""
+    ok = [m for m in final if not m.candidate.startswith(COMPARATOR_PREFIX) and m.status == Status.OK.value
+          and Config.from_json(m.config_json) not in disproved]
     return min(ok, key=lambda m: m.median_us or math.inf, default=None)
 
 
@@ -484,14 +494,17 @@ class _SummaryColumns:
 def _mean_lines(
     rows: Sequence[ReportRow], line_names: Sequence[str], summary: _SummaryColumns, trailing: Sequence[str]
 ) -> list[str]:
-    """Geometric-mean rows: one over the workloads, and one per comparator contract the rows were measured
-    under (``<workload> @ dtype=float32`` rows): a mean across contracts would mix unlike ratios."""
-    groups: dict[str, list[ReportRow]] = {}
+    """Geometric-mean rows: one over the workloads, one per comparator contract the rows were measured
+    under (``<workload> @ dtype=float32`` rows): a mean across contracts would mix unlike ratios; and one over
+    the other shapes tuned (rows labelled by shape key), which would otherwise change the workloads' mean."""
+    groups: dict[str | None, list[ReportRow]] = {}
     for r in rows:
-        groups.setdefault(r.workload.split(" @ ", 1)[1] if " @ " in r.workload else "", []).append(r)
+        key = None if not r.named else r.workload.split(" @ ", 1)[1] if " @ " in r.workload else ""
+        groups.setdefault(key, []).append(r)
     out = []
-    for contract, group in groups.items():
-        label = "**geometric mean**" + (f" @ {contract}" if contract else "")
+    for contract, group in sorted(groups.items(), key=lambda item: (item[0] is None, item[0] or "")):
+        label = ("**geometric mean**" + (f" @ {contract}" if contract else "") if contract is not None
+                 else "**geometric mean**, other shapes")
         cells = [label, "", "", "", _gm_ratio([(r.default_us, r.best_us) for r in group])]
         for n in line_names:
             pairs = [(next((ln.median_us for ln in r.lines if ln.name == n), None), r.best_us) for r in group]

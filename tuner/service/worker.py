@@ -44,7 +44,7 @@ from typing import Protocol, TypeVar
 from tuner import registry
 from tuner.db.retry import STORAGE_ERRORS, StoreHealth, durable
 from tuner.driver.heartbeat import Heartbeat
-from tuner.driver.reverify import verify_best
+from tuner.driver.reverify import disproval_text, verify_best
 from tuner.driver.run import StudyOptions, StudyRun, run_study
 from tuner.driver.samplers import exhausted
 from tuner.driver.study import FinalRound, StudyContext
@@ -385,9 +385,12 @@ class Worker:
             comparators=job.comparators, comparator_processes=job.comparator_processes, worker=self.id,
         )
         median = outcome.verdict.median_us
+        error = None if median is not None else "the published best did not measure OK in any process"
+        if outcome.verdict.wrong:
+            error = disproval_text(outcome)
         self.store.finish_task(
             task_id=task_id, worker_id=self.id, best_us=median, best_config_json=outcome.best.config_json,
-            error=None if median is not None else "the published best did not measure OK in any process",
+            error=error,
         )
 
     def _leave(self) -> None:

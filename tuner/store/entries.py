@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tuner.frozen import Config
 from tuner.keys import software_of
 from tuner.lookup import Entry, verification_summary
+from tuner.results import COMPARATOR_PREFIX, Status
 from tuner.store import BestRecord, TuningStore, VerificationRecord
 
 
@@ -49,4 +51,19 @@ def published_entries(
         software = software_of(study.fingerprint_json) if study is not None else None
         check = checks.get(r.study_id)
         found.append((r, as_entry(r, software, check.of_config(r.config_json) if check else None)))
+    return found
+
+
+def disproved_in(store: TuningStore, study_id: int) -> set[Config]:
+    """Configs a final round or a verification of the study found wrong (WRONG_RESULT on their inputs): right
+    on their trial's inputs and wrong on others, at or over an error bound. Final rounds leave them out, a
+    verification replaces a published one (:func:`tuner.driver.reverify.verify_best`), the report does not
+    show one as the best. A crash or a build error is left out: it may be the host's, not the config's."""
+    found = {
+        Config.from_json(row.config_json)
+        for row in store.list_measurements(study_id=study_id, role="final", status=Status.WRONG_RESULT)
+        if not row.candidate.startswith(COMPARATOR_PREFIX)
+    }
+    found.update(Config.from_json(v.config_json) for v in store.list_verifications(study_id=study_id, limit=10_000)
+                 if v.wrong_processes)
     return found

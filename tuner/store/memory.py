@@ -252,6 +252,10 @@ class MemoryStore:
                     and template_version in (None, b.template_version)]
         return max(rows, key=lambda b: (b.published_at, b.id), default=None)
 
+    def withdraw_best(self, *, study_id: int) -> bool:
+        with self._lock:
+            return self._best.pop(study_id, None) is not None
+
     def get_study_best(self, *, study_id: int) -> BestRecord | None:
         with self._lock:
             return self._best.get(study_id)

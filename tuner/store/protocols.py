@@ -123,6 +123,11 @@ class TuningStore(Protocol):
 
     def get_study_best(self, *, study_id: int) -> BestRecord | None: ...
 
+    def withdraw_best(self, *, study_id: int) -> bool:
+        """Unpublish the study's best config (a verification found it wrong and no config of its round can
+        stand in); the lookup then serves the shape as it would an untuned one. Returns whether one was
+        published. Its measurements, rounds and verifications are kept."""
+
     def list_best(
         self, *, template: str | None = None, device_kind: str | None = None, device_name: str | None = None
     ) -> list[BestRecord]:

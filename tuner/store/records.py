@@ -18,7 +18,8 @@ from typing import Any, Protocol
 from tuner.results import Status, Timer
 
 __all__ = [
-    "ACTIVE_JOB_STATES", "OPEN_TASK_STATES", "ROLES", "BestRecord", "Claim", "Claimant", "ClaimingWorker",
+    "ACTIVE_JOB_STATES", "OPEN_TASK_STATES", "ROLES", "VERIFIED_LABEL", "BestRecord", "Claim", "Claimant",
+    "ClaimingWorker",
     "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord", "TaskAttemptRecord", "TaskRecord",
     "Timer", "WorkerRecord", "advertises", "attempts_error", "canonical_json", "check_candidate",
     "check_max_attempts", "check_role", "check_tasks", "claimable_tasks", "current_studies", "has_free_slot",
@@ -27,6 +28,7 @@ __all__ = [
     "task_may_still_run", "waiting_reason",
 ]
 
+VERIFIED_LABEL = "best"  # the label of the re-measured config among a verification's candidates
 ROLES = ("trial", "final")  # a sweep trial, or a re-measurement in a final interleaved round
 ACTIVE_JOB_STATES = ("queued", "running")  # a job's other states: done, failed, cancelled
 OPEN_TASK_STATES = ("queued", "running")  # a task a worker may claim (not finalizing, done, failed, cancelled)
@@ -527,6 +529,15 @@ class VerificationRecord:
         """Per process: ``{"process": i, "candidates": [{"label", "status", "median_us", "p20_us", "p80_us",
         "stored_us", "reason"}, …]}``."""
         return list(json.loads(self.figures_json))
+
+    @property
+    def wrong_processes(self) -> int:
+        """Fresh processes in which the re-measured config failed its correctness check (WRONG_RESULT on
+        their inputs): above zero, the verification disproved it (see :func:`tuner.driver.reverify.verify_best`)."""
+        return sum(
+            1 for p in self.figures for c in p.get("candidates", ())
+            if c.get("label") == VERIFIED_LABEL and c.get("status") == Status.WRONG_RESULT.value
+        )
 
 
 SESSION_GAP_S = 300.0  # trials further apart than this belong to separate runs of the search
