@@ -72,16 +72,17 @@ def test_a_worker_runs_a_job_to_the_end(db_url: str) -> None:
     assert w.state == "stopped" and w.device_kind == "cpu" and w.backends == ["tilelang", "triton"]
 
 
-def test_a_job_asking_more_trials_than_its_space_holds_ends_with_what_there_is(tmp_path: Path) -> None:
-    """A grid search over fewer valid configs than the job's trials runs out of configs: the worker closes
-    the search at the trials done and takes the final round (the task stayed claimable, and each claim
-    ended there again, for ever)."""
+@pytest.mark.parametrize("sampler", ["grid", "tpe"])
+def test_a_job_asking_more_trials_than_its_space_holds_ends_with_what_there_is(tmp_path: Path, sampler: str) -> None:
+    """A search over fewer valid configs than the job's trials runs out of configs: a grid hands out every
+    point, TPE proposes only known ones. The worker closes the search at the trials done and takes the final
+    round (the task stayed claimable, and each claim ended there again, for ever)."""
     registry.register(NAME, TUNABLE_REF)
     store = db.Store.open(db.sqlite_url(tmp_path / "q.db"))
     shape = Shape(n=16)
     space = registry.get(NAME).space()
     valid = sum(1 for c in space.iter_configs() if space.is_valid(c, shape))
-    job_id = _submit(store, [shape], trials=valid + 5, sampler="grid")
+    job_id = _submit(store, [shape], trials=valid + 5, sampler=sampler)
     worker = Worker(store, WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=10))
     stop = threading.Event()
     runner = threading.Thread(target=worker.run, args=(stop,), kwargs={"exit_when_idle": True})

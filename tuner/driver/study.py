@@ -93,6 +93,9 @@ class StudyContext:
     device_uuid: str | None = None
     in_flight: InFlight = field(default_factory=InFlight)  # trials asked and not yet told (heartbeats read it)
     orphans_checked_at: float = -math.inf  # time.monotonic() of the last orphan scan (tuner.driver.trials)
+    # the last trial loop ended on a run of proposals that needed no measurement (known configs, invalid
+    # ones): its sampler found nothing new to measure (tuner.driver.trials.run_trials)
+    stalled: bool = False
 
     @property
     def heartbeats(self) -> bool:

@@ -80,7 +80,7 @@ def run_trials(
     persist: Persist | None = None,
 ) -> list[TrialRecord]:
     """Run trials while the budget grants slots. Invalid and duplicate configs cost no slot; at most
-    ``max_skips`` of them in a row (default 200) end the loop, as does an exhausted grid. With trial
+    ``max_skips`` of them in a row (default 200) end the loop (``ctx.stalled``), as does an exhausted grid. With trial
     heartbeats on, trials of workers that stopped beating are failed (and so retried) before each ask.
 
     ``persist(write)`` runs the writes that record a measurement already taken (store, tell): a worker
@@ -115,7 +115,8 @@ def run_trials(
             break
         skips = 0
         _measure_batch(ctx, budget, pending, compile_pool, emit, persist or _once)
-    if skips >= limit:
+    ctx.stalled = skips >= limit
+    if ctx.stalled:
         log.info("stopped %s: %d invalid or duplicate configs in a row", ctx.key.study_name(), skips)
     return records
 

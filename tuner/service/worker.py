@@ -41,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from optuna.trial import TrialState
+
 from tuner import registry
 from tuner.db.retry import STORAGE_ERRORS, StoreHealth, durable
 from tuner.driver.heartbeat import Heartbeat
@@ -346,13 +348,17 @@ class Worker:
         def take_final_round() -> bool:  # False: trials still running elsewhere, or another worker finalises
             if self.store.begin_finalize(task_id=task_id, worker_id=self.id):
                 return True
-            # Trials were left but a sampler of a finite list (grid, exhaustive) handed out every point:
-            # fewer valid configs than trials. Close the search at what was done, or the task would stay
-            # claimable and every claim would end here again. (Not on a run of known or invalid proposals:
-            # those may be another worker's configs in flight, and its sampler may have more.)
+            # Trials were left but the search has nothing new: a sampler of a finite list (grid, exhaustive)
+            # handed out every point, or another (TPE, random) proposed only known or invalid configs for a
+            # run of asks while no trial of the study is in flight or queued anywhere (a config in flight may
+            # still be told, and a queued one is new; the next claim looks again). Fewer valid configs than
+            # trials: close the search at what was done, or the task would stay claimable and every claim
+            # would end here again.
             ctx = opened[0] if opened else None
-            return (ctx is not None and exhausted(ctx.sampler, ctx.study) and self.store.end_search(task_id=task_id)
-                    and self.store.begin_finalize(task_id=task_id, worker_id=self.id))
+            if ctx is None or not (exhausted(ctx.sampler, ctx.study) or (ctx.stalled and not _open_trials(ctx))):
+                return False
+            return self.store.end_search(task_id=task_id) and self.store.begin_finalize(task_id=task_id,
+                                                                                         worker_id=self.id)
 
         options = StudyOptions(sampler=job.sampler, seed=job.seed, finalists=job.finalists,
                                comparators=job.comparators, heartbeat_s=self.options.heartbeat_s,
@@ -398,6 +404,11 @@ class Worker:
             self.store.stop_worker(worker_id=self.id)
         except STORAGE_ERRORS as exc:  # its lease lapses: the reaper gives back what it held
             log.error("could not deregister worker %s: %s", self.id, exc)
+
+
+def _open_trials(ctx: StudyContext) -> bool:
+    """Whether any trial of the study is running (in flight on some worker) or waiting (a queued config)."""
+    return bool(ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)))
 
 
 def advertised_templates() -> dict[str, str]:
