@@ -203,3 +203,22 @@ def test_a_pool_interrupted_from_another_thread_ends_its_batch_at_once(tmp_path,
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(child)
+
+
+def test_an_interrupt_reaches_the_builds_retried_alone_after_a_crash(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A crash fails every build pending in the pool; each is then built alone in a fresh process. A worker
+    stopping meanwhile ends those builds too (the hung one waited for its whole timeout)."""
+    pid_file = tmp_path / "child.pid"
+    monkeypatch.setenv("TUNER_TEST_CHILD_PID", str(pid_file))
+    crash, hang = Config(mode="compile_crash", BLOCK=16), Config(mode="compile_hang_child", BLOCK=32)
+    with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+        threading.Timer(10.0, pool.interrupt).start()
+        started = time.monotonic()
+        with pytest.raises(MeasureInterrupted):
+            pool.compile(SlowCompileVectorScale(), [crash, hang], Shape(n=64), timeout_s=600)
+        assert time.monotonic() - started < 60
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child)

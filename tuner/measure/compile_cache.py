@@ -302,14 +302,15 @@ def precompile(
 
 def _retry_alone(
     ref: str, crashed: list[Config], shape: Shape, root: Path, timeout_s: float | None = None,
+    interrupted: threading.Event | None = None,
 ) -> tuple[dict[Config, str | None], list[tuple[Config, bool]]]:
     """Build each config a crash failed (it fails every build pending in the pool) alone in a fresh process,
     under the same timeout: the culprit crashes again, the others build. (results, late) as
-    :func:`_submit_all`."""
+    :func:`_submit_all`, which raises MeasureInterrupted once ``interrupted`` is set."""
     results: dict[Config, str | None] = {}
     late: list[tuple[Config, bool]] = []
     for config in crashed:
-        retry, still, retry_late = _run_pool(ref, [config], shape, root, 1, timeout_s)
+        retry, still, retry_late = _run_pool(ref, [config], shape, root, 1, timeout_s, interrupted)
         results.update(retry)
         results.update({c: "compile worker died (the compiler crashed the process twice)" for c in still})
         late.extend(retry_late)
@@ -318,12 +319,13 @@ def _retry_alone(
 
 def _run_pool(
     ref: str, configs: list[Config], shape: Shape, root: Path, workers: int, timeout_s: float | None = None,
+    interrupted: threading.Event | None = None,
 ) -> tuple[dict[Config, str | None], list[Config], list[tuple[Config, bool]]]:
     """Build ``configs`` in a fresh pool of ``workers`` processes: (results, crashed, late), as
-    :func:`_submit_all`; a late build's processes are killed before the pool is shut down."""
+    :func:`_submit_all`; a late (or interrupted) build's processes are killed before the pool is shut down."""
     pool = _executor(min(workers, len(configs)) or 1, root)
     try:
-        return _submit_all(pool, ref, configs, shape, workers, timeout_s)
+        return _submit_all(pool, ref, configs, shape, workers, timeout_s, interrupted)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -479,22 +481,23 @@ class CompilePool:
         if not configs:
             return CompileBatch({})
         ref = f"{type(template).__module__}:{type(template).__qualname__}"
-        if self._pool is None:
-            self._pool = _executor(self.workers, self.cache.root)
-        try:
-            results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s,
-                                                 self._interrupted)
-        except cf.process.BrokenProcessPool:  # a process died while the pool sat idle (the OOM killer)
-            self.close()
-            self._pool = _executor(self.workers, self.cache.root)
-            results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s,
-                                                 self._interrupted)
-        except MeasureInterrupted:
-            self.close()  # its processes are killed: shut it down
-            raise
+        for fresh in (False, True):  # a process that died while the pool sat idle (the OOM killer) broke it
+            if self._pool is None:
+                self._pool = _executor(self.workers, self.cache.root)
+            try:
+                results, crashed, late = _submit_all(self._pool, ref, configs, shape, self.workers, timeout_s,
+                                                     self._interrupted)
+                break
+            except cf.process.BrokenProcessPool:
+                self.close()
+                if fresh:
+                    raise
+            except MeasureInterrupted:
+                self.close()  # its processes are killed: shut it down
+                raise
         if late or crashed:
             self.close()  # killed or broken: a pool in either state cannot be reused
-        retried, retry_late = _retry_alone(ref, crashed, shape, self.cache.root, timeout_s)
+        retried, retry_late = _retry_alone(ref, crashed, shape, self.cache.root, timeout_s, self._interrupted)
         results.update(retried)
         late.extend(retry_late)
         timed_out = {config for config, started in late if started}
