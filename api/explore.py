@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 
 from tuner import db
 from tuner.api.catalog import Catalog
@@ -18,6 +17,7 @@ from tuner.api.study_schemas import FailureOut, FinalOut, StudyBrief, StudyDetai
 from tuner.db.explore import StudySummary
 from tuner.errors import TunerError
 from tuner.frozen import Shape
+from tuner.store.entries import disproved_in, round_winner
 
 COMPARATOR_PREFIX = "comparator:"  # candidates of the final round (tuner.driver.study writes them)
 DEFAULT_LABEL = "default"
@@ -55,7 +55,7 @@ def detail(store: db.Store, catalog: Catalog, summary: StudySummary) -> StudyDet
     """The study's brief with its fingerprint, latest final round (fastest first) and failure groups."""
     final = store.latest_round(study_id=summary.study.id)
     failures = store.failure_groups(study_id=summary.study.id)
-    best = round_best(final)
+    best = round_winner(final, disproved_in(store, summary.study.id))
     default = next((m for m in final if m.candidate == DEFAULT_LABEL and m.ok), None)
     best_us = best.median_us if best else None
     ordered = sorted(final, key=lambda m: (m.median_us is None, m.median_us or 0.0, m.id))
@@ -68,12 +68,6 @@ def detail(store: db.Store, catalog: Catalog, summary: StudySummary) -> StudyDet
         final_round=[final_out(m, best_us) for m in ordered],
         failures=[FailureOut(status=f.status, reason=f.reason, count=f.count) for f in failures],
     )
-
-
-def round_best(final: Sequence[db.MeasurementRecord]) -> db.MeasurementRecord | None:
-    """The fastest OK template config of a final round (comparators are not configs of the template)."""
-    ok = [m for m in final if m.ok and m.median_us is not None and not m.candidate.startswith(COMPARATOR_PREFIX)]
-    return min(ok, key=lambda m: (m.median_us, m.id), default=None)
 
 
 def final_out(m: db.MeasurementRecord, best_us: float | None) -> FinalOut:

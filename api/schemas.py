@@ -239,8 +239,9 @@ class VerificationOut(BaseModel):
     stored_us: float = Field(description="The published median it was checked against (µs).")
     drift: float | None = Field(description="median_us / stored_us - 1 (None: no process measured it OK).")
     tolerance: float
-    flagged: bool = Field(description="Drift beyond ±tolerance, or no process measured it OK.")
+    flagged: bool = Field(description="Drift beyond ±tolerance, no process measured it OK, or a wrong result.")
     processes: int
+    wrong_processes: int = Field(0, description="Processes in which the config failed its correctness check.")
     device_name: str = Field(description="The device it was re-measured on.")
     fingerprint: str = Field(description="The software fingerprint it was re-measured under.")
 

@@ -6,6 +6,7 @@ return :mod:`tuner.store.records`. Lookups return None / empty lists when nothin
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -29,11 +30,13 @@ _KEY_COLUMNS = (
 _FIGURE_COLUMNS = ("config_json", "median_us", "p20_us", "p80_us", "n_samples", "timer")
 
 
-def publish_best(session: Session, *, study_id: int, measurement_id: int) -> BestRecord:
+def publish_best(
+    session: Session, *, study_id: int, measurement_id: int, published_at: datetime | None = None
+) -> BestRecord:
     """Publish a measurement as its study's best config, replacing any previous one; return it.
 
     Copies the config and figures from the measurement and the key from the study; ``published_at`` is
-    now. Raises NotFoundError if the study or the measurement does not exist; RecordConflictError if
+    now unless given. Raises NotFoundError if the study or the measurement does not exist; RecordConflictError if
     the measurement belongs to another study, is not OK, has no median, or measured a comparator (a
     comparator is not a config of the template).
     """
@@ -47,7 +50,7 @@ def publish_best(session: Session, *, study_id: int, measurement_id: int) -> Bes
     values: dict[str, Any] = {
         "study_id": study_id,
         "measurement_id": measurement_id,
-        "published_at": utcnow(),
+        "published_at": published_at or utcnow(),
         **{column: getattr(study, column) for column in _KEY_COLUMNS},
         **{column: getattr(measurement, column) for column in _FIGURE_COLUMNS},
     }

@@ -92,9 +92,9 @@ class StoreMethods:
             return measurements.latest_round(s, study_id=study_id)
 
     # -- best configs -----------------------------------------------------------------------------------
-    def publish_best(self, *, study_id: int, measurement_id: int) -> BestRecord:
+    def publish_best(self, *, study_id: int, measurement_id: int, published_at: datetime | None = None) -> BestRecord:
         with self.session() as s:
-            return best.publish_best(s, study_id=study_id, measurement_id=measurement_id)
+            return best.publish_best(s, study_id=study_id, measurement_id=measurement_id, published_at=published_at)
 
     def get_best(self, *, template: str, shape_key: str, **filters: str | None) -> BestRecord | None:
         with self._reading() as s:

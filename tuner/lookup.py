@@ -96,12 +96,12 @@ class Entry:
 
 def verification_summary(
     *, verified_at: str, median_us: float | None, stored_us: float, drift: float | None, tolerance: float,
-    flagged: bool, processes: int, device_name: str, fingerprint_hash: str,
+    flagged: bool, processes: int, device_name: str, fingerprint_hash: str, wrong_processes: int = 0,
 ) -> dict[str, Any]:
     """The figures of a verification that answers carry (API, export file, client)."""
     return {"verified_at": verified_at, "median_us": median_us, "stored_us": stored_us, "drift": drift,
             "tolerance": tolerance, "flagged": flagged, "processes": processes, "device_name": device_name,
-            "fingerprint": fingerprint_hash}
+            "fingerprint": fingerprint_hash, "wrong_processes": wrong_processes}
 
 
 def verification_note(summary: Mapping[str, Any]) -> str | None:
@@ -109,6 +109,9 @@ def verification_note(summary: Mapping[str, Any]) -> str | None:
     if not summary.get("flagged"):
         return None
     when = str(summary.get("verified_at", ""))[:19]
+    if summary.get("wrong_processes"):
+        return (f"verification of {when} on {summary.get('device_name')}: the config gave wrong results in "
+                f"{summary['wrong_processes']} of {summary['processes']} fresh processes")
     if summary.get("drift") is None:
         return f"verification of {when}: the config did not measure OK in any fresh process"
     return (f"verification of {when} drifted {100 * float(summary['drift']):+.1f}% (beyond "

@@ -26,8 +26,9 @@ from tuner.api.schemas import JobOut
 from tuner.api.ui import plots
 from tuner.db.explore import StudyOutcome
 from tuner.errors import NotFoundError, TunerError, UnknownTemplateError
-from tuner.frozen import Shape
+from tuner.frozen import Config, Shape
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status
+from tuner.store.entries import disproved_in, round_winner
 from tuner.store.records import (
     ACTIVE_JOB_STATES,
     OPEN_TASK_STATES,
@@ -109,11 +110,11 @@ class ShapeRow:
     verification: VerificationRecord | None = None  # the latest `tuner verify` of the row's study, as the report's
 
 
-def _shape_row(entry: CatalogEntry, study: db.StudyRecord, outcome: StudyOutcome | None, match: str) -> ShapeRow:
+def _shape_row(entry: CatalogEntry, study: db.StudyRecord, outcome: StudyOutcome | None, match: str,
+               disproved: set[Config]) -> ShapeRow:
     final = outcome.final if outcome else ()
     ok = [e for e in final if e.status == Status.OK.value and e.median_us is not None]
-    best = min((e for e in ok if not e.candidate.startswith(COMPARATOR_PREFIX)),
-               key=lambda e: e.median_us or math.inf, default=None)
+    best = round_winner(final, disproved)
     default = best if best is not None and best.candidate == DEFAULT_LABEL else next(
         (e for e in ok if e.candidate == DEFAULT_LABEL), None)
     lines: dict[str, float | None] = {}
@@ -159,7 +160,8 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
     outcomes = store.study_outcomes(study_ids=[st.id for st in latest])
     checks = store.latest_verifications(study_ids=[st.id for st in latest])
     rows = [_shape_row(entry, st, outcomes.get(st.id),
-                       _match(best, name, json.loads(st.shape_json), st.device_kind, st.device_name))
+                       _match(best, name, json.loads(st.shape_json), st.device_kind, st.device_name),
+                       disproved_in(store, st.id))
             for st in latest]
     # only a verification of the config the row shows as best (a later sweep may have published another)
     rows = [dataclasses.replace(row, verification=check.of_config(row.best_config))
@@ -190,7 +192,7 @@ def study_page(store: db.Store, catalog: Catalog, study_id: int) -> dict[str, An
     trials = store.list_measurements(study_id=study_id, role="trial")
     final = store.latest_round(study_id=study_id)
     names = sorted({k for m in trials for k in json.loads(m.config_json)})
-    best = explore.round_best(final)
+    best = round_winner(final, disproved_in(store, study_id))
     config = summary.best.config if summary.best else None
     return {
         "s": detail, "trials": trials, "n_trials": len(trials),

@@ -27,7 +27,7 @@ from tuner.driver.tuning import tune_shapes
 from tuner.errors import UserInputError
 from tuner.frozen import Shape
 from tuner.keys import Fingerprint, software_of
-from tuner.lookup import Requester, choose, requester_software
+from tuner.lookup import Requester, choose, requester_software, verification_note
 from tuner.measure.devices.base import DeviceSpec
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.report.markdown import collect, render_markdown, render_verifications
@@ -203,6 +203,7 @@ def test_a_best_that_gives_wrong_results_on_fresh_inputs_is_replaced_by_the_next
     assert replacement is not None and not outcome.withdrawn and replacement.config == {"scale": 2}
     served = store.get_best(template="flaky_spin", shape_key=SHAPE.key())
     assert served == replacement and served.study_id == first.study_id
+    assert served.published_at == first.published_at  # a stand-in is not "newer" for the lookup's ties
     round_rows = store.list_measurements(study_id=first.study_id, role="final")
     (figure,) = [m for m in round_rows if m.id == replacement.measurement_id]
     assert figure.round_id == store.get_measurement(measurement_id=first.measurement_id).round_id  # type: ignore[union-attr]
@@ -242,6 +243,28 @@ def test_a_wrong_best_with_no_stand_in_is_withdrawn_and_the_cli_says_so(tmp_path
     assert store.list_verifications(template="flaky_alone")[0].wrong_processes == 1
 
 
+def test_only_a_wrong_result_on_the_studys_own_device_name_disproves(tmp_path: Path) -> None:
+    """A host verifying a foreign best (another GPU: other numerics) flags a wrong result but disproves
+    nothing: the study's own clients keep its best, and a re-tune there may publish the config again."""
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    best = publish(store, "picky", {"n": 64}, {"x": 1}, 10.0, device_kind="cuda", device_name="H200")
+    figures = [{"process": 1, "candidates": [{"label": BEST_LABEL, "status": "WRONG_RESULT", "median_us": None}]}]
+
+    def check(device_name: str) -> None:
+        store.add_verification(
+            study_id=best.study_id, config_json=best.config_json, stored_us=10.0, median_us=None, low_us=None,
+            high_us=None, drift=None, tolerance=0.03, flagged=True, processes=1, figures=figures,
+            device_kind="cuda", device_name=device_name, fingerprint_hash="f", fingerprint_json="{}")
+
+    check("H100")
+    assert disproved_in(store, best.study_id) == set()
+    (entry,) = [e for _, e in published_entries(store, template="picky")]
+    assert entry.verification is not None and entry.verification["wrong_processes"] == 1
+    assert "gave wrong results in 1 of 1 fresh processes" in (verification_note(entry.verification) or "")
+    check("H200")
+    assert [c.to_dict() for c in disproved_in(store, best.study_id)] == [{"x": 1}]
+
+
 def test_a_verify_job_that_disproves_the_best_says_so_in_its_task(tmp_path: Path) -> None:
     """A worker runs the verify job: the task ends with what the verification did, and the store serves the
     config that stood in."""
@@ -251,10 +274,24 @@ def test_a_verify_job_that_disproves_the_best_says_so_in_its_task(tmp_path: Path
                                   device_name=None, tasks=[("n=64", SHAPE.key(), SHAPE.to_json())], processes=1,
                                   samples=5, comparators=False)
     assert Worker(store, WorkerOptions(CPU, heartbeat_s=0.5, lease_s=10)).run(exit_when_idle=True) == 1
-    (task,) = store.get_job(job_id=job.id).tasks  # type: ignore[union-attr]
-    assert task.error is not None and "wrong results in 1 of 1 fresh processes" in task.error
+    done = store.get_job(job_id=job.id)
+    assert done is not None and done.state == "failed"  # the config it was asked to verify did not verify
+    (task,) = done.tasks
+    assert task.state == "failed" and task.error is not None
+    assert "wrong results in 1 of 1 fresh processes" in task.error
     assert 'published in its place: {"scale":2}' in task.error
-    assert store.get_best(template="flaky_spin", shape_key=SHAPE.key()).config == {"scale": 2}  # type: ignore[union-attr]
+    served = store.get_best(template="flaky_spin", shape_key=SHAPE.key())
+    assert served is not None and served.config == {"scale": 2}
+    # the study as the pages read it shows the config served, and its round's ratios are to that config
+    settings = ApiSettings(db_url=store.url, tokens=TOKENS, warm_templates=False, best_cache_ttl_s=0)  # type: ignore[call-arg]
+    with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=30) as http:
+        study = http.get(f"/v1/studies/{served.study_id}").json()
+        page = http.get("/ui/templates/flaky_spin").text
+    assert study["best_config"] == {"scale": 2}
+    ratios = {json.dumps(e["config"], sort_keys=True): e["ratio"] for e in study["final_round"]
+              if e["status"] == "OK"}
+    assert ratios['{"scale": 2}'] == 1.0 and ratios['{"scale": 1}'] < 1.0
+    assert "scale=2" in page and "scale=1</code>" not in page.split("Every study")[0]
 
 
 def test_verify_without_a_published_best_says_so(tmp_path: Path) -> None:

@@ -15,10 +15,11 @@ The verdict is on the best config: the median over processes of its per-process 
 median. A drift beyond ``tolerance`` (±3% by default), no process measuring it OK, or a wrong result in any
 process flags the verification. Every verification is recorded with the best's study (figures, the
 fingerprint it ran under), so that the API, the report and the pages can show it. A drift leaves the
-published best as it is (a re-tune decides). A wrong result does not: the fresh inputs disproved the config
-(as a final round's WRONG_RESULT does: later rounds leave it out), so the fastest other config of the round
-that published it, verified on that round's inputs and not disproved, is published in its place, or, when
-the round has none, the best is withdrawn and the shape is served as an untuned one.
+published best as it is (a re-tune decides). A wrong result on the study's own device name does not: the
+fresh inputs disproved the config (as a final round's WRONG_RESULT does: later rounds leave it out), so the
+fastest other config of the round that published it, verified on that round's inputs and not disproved, is
+published in its place, or, when the round has none, the best is withdrawn and the shape is served as an
+untuned one. On another device name (a host verifying a foreign best) a wrong result is only flagged.
 
 Raises UserInputError when no best is published for the shape, DeviceError / MeasureSetupError from the
 measurer, StoreError from the store. Not thread-safe (one device, one verification at a time).
@@ -41,7 +42,7 @@ from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
 from tuner.results import MeasureResult, Status
 from tuner.store import BestRecord, TuningStore, VerificationRecord
-from tuner.store.entries import disproved_in, published_entries
+from tuner.store.entries import disproved_in, published_entries, round_winner
 from tuner.store.records import VERIFIED_LABEL
 
 DRIFT_TOLERANCE = 0.03
@@ -202,16 +203,20 @@ def verify_best(
         device_kind=fingerprint.kind, device_name=fingerprint.device_name, fingerprint_hash=fingerprint.hash(),
         fingerprint_json=fingerprint.to_json(), worker=worker or process_label(),
     )
-    replacement, withdrawn = _stand_in(store, best) if verdict.wrong else (None, False)
+    mine = fingerprint.device_name == best.device_name  # a wrong result elsewhere disproves nothing here
+    replacement, withdrawn = _stand_in(store, best) if verdict.wrong and mine else (None, False)
     return Verification(template.name, shape, best, fingerprint, tuple(figures), verdict, record, replacement,
                         withdrawn)
 
 
 def disproval_text(outcome: Verification) -> str:
     """What a verification that found the best wrong did, in a sentence (CLI, a verify job's task)."""
-    v = outcome.verdict
-    text = (f"the published best gave wrong results in {v.wrong} of {len(outcome.processes)} fresh processes "
-            f"(disproved: later final rounds leave it out)")
+    v, best = outcome.verdict, outcome.best
+    text = f"the published best gave wrong results in {v.wrong} of {len(outcome.processes)} fresh processes"
+    if outcome.fingerprint.device_name != best.device_name:
+        return (f"{text} on {outcome.fingerprint.device_name}, not the device its study measured on "
+                f"({best.device_name}): flagged; the best is left as it is there")
+    text += " (disproved: later final rounds leave it out)"
     if outcome.replacement is not None:
         r = outcome.replacement
         return f"{text}; published in its place: {r.config_json} at {r.median_us:.2f} µs (its round's figure)"
@@ -220,24 +225,26 @@ def disproval_text(outcome: Verification) -> str:
     return f"{text}; the study's best had changed meanwhile and was left as it is"
 
 
-def _stand_in(store: TuningStore, disproved: BestRecord) -> tuple[BestRecord | None, bool]:
-    """After a verification found ``disproved`` wrong (and recorded it): publish the fastest OK config of
-    the final round that published it that no round or verification of the study disproved, or withdraw the
-    study's best when there is none. Nothing changes when the study's best is no longer ``disproved`` (a final
-    round published another meanwhile). Returns (the best published instead, whether it was withdrawn)."""
-    current = store.get_study_best(study_id=disproved.study_id)
-    if current is None or current.measurement_id != disproved.measurement_id:
+def _stand_in(store: TuningStore, verified: BestRecord) -> tuple[BestRecord | None, bool]:
+    """After a verification on the study's device name found ``verified`` wrong (and recorded it): when the
+    study's best is (still) a disproved config, publish the fastest OK config of the final round that
+    published it that no round or verification disproved (:func:`tuner.store.entries.round_winner`), or
+    withdraw the best when there is none. Nothing changes when a final round published a config not
+    disproved meanwhile. Returns (the best published instead, whether it was withdrawn). Not atomic: a final
+    round publishing in between is read again by :func:`tuner.driver.study.finalize`, which leaves out what
+    this verification disproved."""
+    wrong = disproved_in(store, verified.study_id)
+    current = store.get_study_best(study_id=verified.study_id)
+    if current is None or Config.from_json(current.config_json) not in wrong:
         return None, False
-    published = store.get_measurement(measurement_id=disproved.measurement_id)
+    published = store.get_measurement(measurement_id=current.measurement_id)
     rows = [] if published is None or published.round_id is None else store.list_measurements(
-        study_id=disproved.study_id, role="final", round_id=published.round_id)
-    wrong = disproved_in(store, disproved.study_id)
-    standing = [m for m in rows if m.status is Status.OK and m.median_us is not None
-                and not m.candidate.startswith(COMPARATOR_PREFIX) and Config.from_json(m.config_json) not in wrong]
-    if not standing:
-        return None, store.withdraw_best(study_id=disproved.study_id)
-    pick = min(standing, key=lambda m: (m.median_us or 0.0, m.id))
-    return store.publish_best(study_id=disproved.study_id, measurement_id=pick.id), False
+        study_id=current.study_id, role="final", round_id=published.round_id)
+    pick = round_winner(rows, wrong)
+    if pick is None:
+        return None, store.withdraw_best(study_id=current.study_id)
+    return store.publish_best(study_id=current.study_id, measurement_id=pick.id,
+                              published_at=current.published_at), False
 
 
 def _published_best(

@@ -410,7 +410,11 @@ def finalize(
         FinalEntry(label, result, store_result(ctx, result, role="final", candidate=label, round_id=round_id))
         for (label, _), result in zip(labelled, results, strict=True)
     )
-    winners = [e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok]
+    # read again: a verification that ran meanwhile (a round of the MIMO template takes minutes) may have
+    # disproved a config this round measured right on its own inputs
+    disproved = disproved_configs(ctx)
+    winners = [e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok
+               and e.result.config not in disproved]
     winner = min(winners, key=lambda e: e.result.median_us or float("inf"), default=None)
     published = winner is not None and (may_publish is None or may_publish())
     if winner is not None and published:

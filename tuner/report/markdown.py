@@ -21,14 +21,14 @@ import dataclasses
 import json
 import math
 import statistics
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tuner import registry
 from tuner.frozen import Config, Shape
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status, reason_line
 from tuner.store import MeasurementRecord, StudyRecord, TuningStore, VerificationRecord
-from tuner.store.entries import disproved_in
+from tuner.store.entries import disproved_in, round_winner
 from tuner.store.records import active_seconds, current_studies
 from tuner.template import Comparator, KernelTemplate
 
@@ -137,7 +137,7 @@ def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerpr
     measured = [t for t in trials if t.status != Status.INVALID.value]
     failed = sum(1 for t in measured if t.status != Status.OK.value)
     search_s = active_seconds([t.created_at for t in measured])
-    best = _best_entry(final, disproved_in(store, st.id))
+    best = round_winner(final, disproved_in(store, st.id))
     default = next((m for m in final if m.candidate == DEFAULT_LABEL and m.status == Status.OK.value), None)
     if best is not None and best.candidate == DEFAULT_LABEL:
         default = best
@@ -229,14 +229,6 @@ def _row_label(template: KernelTemplate, shape: Shape) -> str:
 
 def _fastest_line(lines: Sequence[Line]) -> Line | None:
     return min((ln for ln in lines if ln.median_us), key=lambda ln: ln.median_us or math.inf, default=None)
-
-
-def _best_entry(final: Sequence[MeasurementRecord], disproved: Collection[Config]) -> MeasurementRecord | None:
-    """The round's fastest OK config that no round or verification disproved (a verification that found the
-    round's winner wrong published the next one: :func:`tuner.driver.reverify.verify_best`)."""
-    ok = [m for m in final if not m.candidate.startswith(COMPARATOR_PREFIX) and m.status == Status.OK.value
-          and Config.from_json(m.config_json) not in disproved]
-    return min(ok, key=lambda m: m.median_us or math.inf, default=None)
 
 
 def _line(
@@ -571,6 +563,8 @@ def _drift_mark(row: ReportRow) -> str:
     v = row.verification
     if v is None or not v.flagged:
         return ""
+    if v.wrong_processes:
+        return f" ⚠ wrong results in {v.wrong_processes} of {v.processes} processes (verify)"
     if v.drift is None:
         return " ⚠ not reproduced (verify)"
     return f" ⚠ drift {100 * v.drift:+.1f}% (verify)"

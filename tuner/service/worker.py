@@ -382,7 +382,8 @@ class Worker:
     def _verify(self, job: JobRecord, task_id: int, shape: Shape) -> None:
         """A verify job's task: re-measure the shape's published best in fresh processes (one worker takes
         it, through ``begin_finalize``) and record the verification; the task keeps the re-measured median.
-        A drift is a finding, not a failure: the task fails only when no process measured the best OK."""
+        A drift is a finding, not a failure. The task fails when no process measured the best OK, or when the
+        best gave wrong results (then its error says what the verification published instead)."""
         if not self.store.begin_finalize(task_id=task_id, worker_id=self.id):
             return  # another worker took it
         outcome = verify_best(

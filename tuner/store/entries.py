@@ -8,7 +8,9 @@ runtime and library versions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from tuner.frozen import Config
 from tuner.keys import software_of
@@ -32,6 +34,7 @@ def as_entry(
             verified_at=check.created_at.isoformat(), median_us=check.median_us, stored_us=check.stored_us,
             drift=check.drift, tolerance=check.tolerance, flagged=check.flagged, processes=check.processes,
             device_name=check.device_name, fingerprint_hash=check.fingerprint_hash,
+            wrong_processes=check.wrong_processes,
         ),
     )
 
@@ -57,13 +60,41 @@ def published_entries(
 def disproved_in(store: TuningStore, study_id: int) -> set[Config]:
     """Configs a final round or a verification of the study found wrong (WRONG_RESULT on their inputs): right
     on their trial's inputs and wrong on others, at or over an error bound. Final rounds leave them out, a
-    verification replaces a published one (:func:`tuner.driver.reverify.verify_best`), the report does not
-    show one as the best. A crash or a build error is left out: it may be the host's, not the config's."""
+    verification replaces a published one (:func:`tuner.driver.reverify.verify_best`), the report and the
+    pages do not show one as the best (:func:`round_winner`). A crash or a build error is left out: it may be
+    the host's, not the config's; so is a verification on another device name than the study's (another
+    GPU's numerics say nothing about the study's own clients). Raises StoreError."""
     found = {
         Config.from_json(row.config_json)
         for row in store.list_measurements(study_id=study_id, role="final", status=Status.WRONG_RESULT)
         if not row.candidate.startswith(COMPARATOR_PREFIX)
     }
+    study = store.get_study(study_id=study_id)
     found.update(Config.from_json(v.config_json) for v in store.list_verifications(study_id=study_id, limit=10_000)
-                 if v.wrong_processes)
+                 if v.wrong_processes and study is not None and v.device_name == study.device_name)
     return found
+
+
+class RoundRow(Protocol):
+    """A final round's entry, as the store's records and the pages' aggregate reads carry it."""
+
+    @property
+    def candidate(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def median_us(self) -> float | None: ...
+    @property
+    def config_json(self) -> str: ...
+
+
+R = TypeVar("R", bound=RoundRow)
+
+
+def round_winner(final: Sequence[R], disproved: Collection[Config] = frozenset()) -> R | None:
+    """The best a final round shows: its fastest OK template config (comparators are not configs of the
+    template) that no round or verification disproved (:func:`disproved_in`); the first in ``final``'s order
+    among equal times. The report, the pages and ``/v1/studies/{id}`` all show this one."""
+    ok = [m for m in final if m.status == Status.OK and m.median_us is not None
+          and not m.candidate.startswith(COMPARATOR_PREFIX) and Config.from_json(m.config_json) not in disproved]
+    return min(ok, key=lambda m: m.median_us or math.inf, default=None)

@@ -214,7 +214,7 @@ class MemoryStore:
         return self._filtered(study_id, "final", None, None, finals[-1].round_id, None)
 
     # -- best configs -----------------------------------------------------------------------------------
-    def publish_best(self, *, study_id: int, measurement_id: int) -> BestRecord:
+    def publish_best(self, *, study_id: int, measurement_id: int, published_at: datetime | None = None) -> BestRecord:
         with self._lock:
             study = self._studies.get(study_id)
             if study is None:
@@ -235,7 +235,7 @@ class MemoryStore:
             record = BestRecord(
                 id=previous.id if previous else next(self._ids), study_id=study_id, measurement_id=m.id,
                 config_json=m.config_json, median_us=m.median_us, p20_us=m.p20_us, p80_us=m.p80_us,
-                n_samples=m.n_samples, timer=m.timer, shape_json=study.shape_json, published_at=_now(),
+                n_samples=m.n_samples, timer=m.timer, shape_json=study.shape_json, published_at=published_at or _now(),
                 **{f: getattr(study, f) for f in _KEY_FIELDS},
             )
             self._best[study_id] = record

@@ -110,10 +110,11 @@ class TuningStore(Protocol):
         """The rows of the study's most recent final round (the round holding the newest final row), by id."""
 
     # -- best configs -----------------------------------------------------------------------------------
-    def publish_best(self, *, study_id: int, measurement_id: int) -> BestRecord:
-        """Publish a measurement as its study's best config (replacing the previous one). NotFoundError for
-        an unknown study or measurement; RecordConflictError when the measurement is of another study, not
-        OK, has no median, or measured a comparator."""
+    def publish_best(self, *, study_id: int, measurement_id: int, published_at: datetime | None = None) -> BestRecord:
+        """Publish a measurement as its study's best config (replacing the previous one), stamped now or at
+        ``published_at`` (a stand-in for a disproved best keeps its time: the lookup prefers the newest).
+        NotFoundError for an unknown study or measurement; RecordConflictError when the measurement is of
+        another study, not OK, has no median, or measured a comparator."""
 
     def get_best(
         self, *, template: str, shape_key: str, device_kind: str | None = None, device_name: str | None = None,
