@@ -28,7 +28,7 @@ import db  # noqa: E402
 from tuner import registry  # noqa: E402
 from tuner.distance import CANDIDATES, DEFAULT_DISTANCE, ShapeDistance  # noqa: E402
 from tuner.errors import TunerError  # noqa: E402
-from tuner.lookup import Domain, repair_config  # noqa: E402
+from tuner.lookup import MIN_GAIN, Domain, repair_config  # noqa: E402
 from tuner.service.regret import (  # noqa: E402
     RecordedShape,
     RegretReport,
@@ -70,11 +70,12 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:+.1f}%"
 
 
-def evaluate(data: Data, distance: ShapeDistance) -> list[tuple[str, RegretReport, bool]]:
-    """(store, report, is the registered version) per store and template version, under ``distance``."""
+def evaluate(data: Data, distance: ShapeDistance, min_gain: float = MIN_GAIN) -> list[tuple[str, RegretReport, bool]]:
+    """(store, report, is the registered version) per store and template version, under ``distance`` and
+    the lookup's gain gate ``min_gain``."""
     out = []
     for (store, _), (shapes, space_of, version) in sorted(data.items()):
-        for report in regret_reports(shapes, space_of=space_of, distance=distance):
+        for report in regret_reports(shapes, space_of=space_of, distance=distance, min_gain=min_gain):
             out.append((store, report, report.template_version == version))
     return out
 
@@ -120,6 +121,7 @@ def render(data: Data, command: str,
             figures = f"{_pct(r.median())} | {_pct(r.p90())} | {_pct(worst)} | {len(r.measured)} / {len(r.rows)}"
             out.append(f"| {store} | {r.template} | {version} | `{d.name}` | {figures} |")
     out += sensitivity(data)
+    out += gain_gate(data)
     n, timed, unmeasured = pooled(results[DEFAULT_DISTANCE.name], True)
     median, p90 = quantile(timed, 0.5), quantile(timed, 0.9)
     out += ["", "## Against the goal (median ≤ 2%, p90 ≤ 5%), chosen distance, current versions", "",
@@ -148,6 +150,23 @@ def sensitivity(data: Data) -> list[str]:
         chosen = " (chosen)" if d == DEFAULT_DISTANCE else ""
         out.append(f"| {max_distance:g}{chosen} | {floor:g} | {_pct(quantile(timed, 0.5))} | "
                    f"{_pct(quantile(timed, 0.9))} | {len(timed)} / {n} | {sum(1 for v in timed if v > GOAL_P90)} |")
+    return out
+
+
+def gain_gate(data: Data) -> list[str]:
+    """The chosen distance with the lookup's gain gate varied (current versions pooled): another shape's
+    entry is served only if its config beat the default on its own shape by ``min_gain``."""
+    out = ["", "## The gain gate, varied (current versions, the chosen distance)", "",
+           "`min_gain`: an entry of another shape is served only if its config ran at least this much faster "
+           "than the default in the final round that published it (else the next entry, or the default); 0 "
+           "turns the gate off.", "",
+           "| min_gain | median | p90 | worst | timed / shapes | above 5% |", "|---:|---:|---:|---:|---:|---:|"]
+    for gain in (0.0, 0.02, 0.03, 0.05, 0.1, 0.2):
+        n, timed, _ = pooled(evaluate(data, DEFAULT_DISTANCE, gain), True)
+        chosen = " (chosen)" if gain == MIN_GAIN else ""
+        out.append(f"| {gain:g}{chosen} | {_pct(quantile(timed, 0.5))} | {_pct(quantile(timed, 0.9))} | "
+                   f"{_pct(timed[-1] if timed else None)} | {len(timed)} / {n} | "
+                   f"{sum(1 for v in timed if v > GOAL_P90)} |")
     return out
 
 

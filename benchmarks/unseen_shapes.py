@@ -268,6 +268,9 @@ def answers(doc: dict[str, Any], db_url: str) -> str:
     finally:
         store.close()
     client = Client(None, ttl_s=0, file=ExportFile(document, db_url), software=None)
+    from tuner import registry
+
+    default = registry.get(TEMPLATE).space().default.to_dict()  # the config the "default" figure timed
     out = [
         "| shape | answered then | answered now | config now was measured as | speedup now |",
         "|---|---|---|---|---|",
@@ -276,7 +279,8 @@ def answers(doc: dict[str, Any], db_url: str) -> str:
         now = client.best(TEMPLATE, row["dims"], device="cuda", device_name=doc["fingerprint"].get("device_name"))
         f = row["figures"]
         _, user = _user_best(f)
-        measured = "served" if dict(now.config) == row["config"] else "default" if now.match == "default" else None
+        measured = ("served" if dict(now.config) == row["config"]
+                    else "default" if now.match == "default" or dict(now.config) == default else None)
         served = f.get(measured) if measured else None
         speedup = user / served if user and served else None
         out.append(

@@ -8,14 +8,16 @@ study that does not exist raises :class:`tuner.errors.NotFoundError`; invalid ar
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Select, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from tuner.db._convert import JsonInput, canonical_json, to_record
 from tuner.db.models import MeasurementRow, StudyRow
 from tuner.errors import NotFoundError
+from tuner.results import DEFAULT_LABEL
 from tuner.store.protocols import ORDERS
 from tuner.store.records import MeasurementRecord, NewMeasurement, Status, Timer, check_candidate, check_role
 
@@ -197,3 +199,19 @@ def _filtered(
     if config_json is not None:
         query = query.where(MeasurementRow.config_json == canonical_json(config_json, what="config_json"))
     return query
+
+
+def round_defaults(session: Session, *, measurement_ids: Sequence[int]) -> dict[int, float]:
+    """For each of these final-round measurements, the median of the OK ``default`` candidate of the same
+    study and round (itself when it is the default); ids without one are left out. One query."""
+    ids = list(measurement_ids)
+    if not ids:
+        return {}
+    default = aliased(MeasurementRow)
+    rows = session.execute(
+        select(MeasurementRow.id, default.median_us)
+        .join(default, (default.study_id == MeasurementRow.study_id) & (default.round_id == MeasurementRow.round_id))
+        .where(MeasurementRow.id.in_(ids), MeasurementRow.role == "final", default.role == "final",
+               default.candidate == DEFAULT_LABEL, default.status == Status.OK.value, default.median_us.is_not(None))
+    )
+    return {int(i): float(us) for i, us in rows if us is not None}

@@ -91,6 +91,10 @@ class StoreMethods:
         with self._reading() as s:
             return measurements.latest_round(s, study_id=study_id)
 
+    def round_defaults(self, *, measurement_ids: Sequence[int]) -> dict[int, float]:
+        with self._reading() as s:
+            return measurements.round_defaults(s, measurement_ids=measurement_ids)
+
     # -- best configs -----------------------------------------------------------------------------------
     def publish_best(self, *, study_id: int, measurement_id: int, published_at: datetime | None = None) -> BestRecord:
         with self.session() as s:

@@ -43,6 +43,12 @@ from tuner.expr import Expression, ExpressionError
 
 Match = Literal["exact", "nearest", "default"]
 
+# Another shape's entry is served only if its config beat the default on its own shape by this much (in the
+# final round that published it): a tuned config within noise of the default there is no evidence for the
+# requested shape, and served elsewhere it lost up to 21% to the default on the H200 stores (benchmarks/
+# regret.md, "gain gate"), where the default lost nothing. An entry with no default figure is served as before.
+MIN_GAIN = 0.05
+
 # Software fields that are compared whatever the backend; a backend's own library (``triton``, ``tilelang``)
 # is compared for templates of that backend only.
 COMMON_SOFTWARE = ("driver", "runtime", "torch", "torch_npu")
@@ -85,6 +91,17 @@ class Entry:
     # The latest re-measurement of this best in fresh processes (``tuner verify``), as
     # :func:`verification_summary` gives it; None if it was never verified.
     verification: Mapping[str, Any] | None = None
+    # The template's default config in the final round that published this best (µs; None: not measured
+    # there, or an export file older than this field): what the tuning gained on the entry's own shape.
+    default_us: float | None = None
+
+    @property
+    def gain(self) -> float | None:
+        """How much faster the best ran than the default on the entry's shape, in its round (default_us /
+        median_us − 1; 0.0 when the best is the default), or None when unknown."""
+        if self.default_us is None or not self.median_us:
+            return None
+        return self.default_us / self.median_us - 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in self.__dict__.items()}
@@ -374,8 +391,12 @@ def choose(
     requester: Requester | None = None,
     distance: ShapeDistance = DEFAULT_DISTANCE,
     domains: Sequence[Domain] | None = None,
+    min_gain: float = MIN_GAIN,
 ) -> Answer | None:
     """Pick the config for ``shape`` among ``entries`` (already filtered to one template and device kind).
+
+    Another shape's entry whose config beat the default on its own shape by less than ``min_gain``
+    (:attr:`Entry.gain`; :data:`MIN_GAIN`) is skipped, with a note: the default is then the better bet.
 
     ``valid(config, shape)`` checks a config against the template's constraints for the requested shape;
     ``domains``: the parameters' domains, to repair an entry's invalid config (None: such entries are
@@ -406,6 +427,11 @@ def choose(
             too_far += 1
             continue
         config: Mapping[str, Any] = e.config
+        gain = e.gain
+        if d > 0 and default is not None and dict(config) != dict(default) and gain is not None and gain < min_gain:
+            notes.append(f"skipped the entry for {_key(e.shape)}: its config ran only {100 * gain:+.1f}% faster "
+                         f"than the default there (< {100 * min_gain:g}%: no evidence it helps another shape)")
+            continue
         changes: tuple[ConfigChange, ...] = ()
         if valid is not None and not valid(e.config, shape):
             repaired = repair_config(e.config, shape, domains, valid, budget=budget) if domains else None

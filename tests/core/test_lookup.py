@@ -48,6 +48,35 @@ def test_exact_then_nearest_then_default() -> None:
     assert a is not None and a.match == "nearest" and a.distance == 2.0 and a.config == {"BLOCK_H": 1}
 
 
+def test_another_shapes_config_that_barely_beat_its_default_there_is_not_served() -> None:
+    """The gain gate (MIN_GAIN): a neighbour's config that ran within 5% of the default on its own shape is
+    no evidence for this one (on the H200 such configs lost up to 21% where the default lost nothing,
+    benchmarks/regret.md): the next entry, else the default, with a note. The shape's own entry, an entry
+    whose config is the default, and entries without a default figure are served as before."""
+    default = {"BLOCK_H": 9}
+
+    def gained(S: int, config: int, default_us: float | None, at: str = "2026-01-01") -> Entry:
+        return Entry("t", "1", {"S": S, "H": 48, "dtype": "float16"}, "cuda", "H200", {"BLOCK_H": config}, 1.0,
+                     published_at=at, default_us=default_us)
+
+    near, far = gained(8192, 1, 1.02), gained(32768, 2, 1.30)
+    assert near.gain == pytest.approx(0.02) and far.gain == pytest.approx(0.30) and gained(1, 1, None).gain is None
+    a = choose({"S": 4096, "H": 48, "dtype": "float16"}, [near, far], default=default)
+    assert a is not None and a.match == "nearest" and a.config == {"BLOCK_H": 2} and a.entry is far
+    assert a.notes and "ran only +2.0% faster than the default there" in a.notes[0]
+    a = choose({"S": 4096, "H": 48, "dtype": "float16"}, [near], default=default)
+    assert a is not None and a.match == "default" and a.config == default
+    a = choose({"S": 4096, "H": 48, "dtype": "float16"}, [near], default=default, min_gain=0.0)  # gate off
+    assert a is not None and a.match == "nearest" and a.config == {"BLOCK_H": 1}
+    a = choose({"S": 8192, "H": 48, "dtype": "float16"}, [near], default=default)  # its own shape: exact
+    assert a is not None and a.match == "exact" and a.config == {"BLOCK_H": 1}
+    for kept in (gained(8192, 9, 1.0), gained(8192, 1, None)):  # the default itself; no figure: as before
+        a = choose({"S": 4096, "H": 48, "dtype": "float16"}, [kept], default=default)
+        assert a is not None and a.match == "nearest" and a.entry is kept
+    assert Entry.from_dict(near.to_dict()) == near  # the export file's round trip
+    assert Entry.from_dict({k: v for k, v in near.to_dict().items() if k != "default_us"}).gain is None
+
+
 def test_nearest_skips_configs_invalid_for_the_requested_shape() -> None:
     entries = [_entry(4096, 64, config=64), _entry(4096, 8, config=8)]
     a = choose({"S": 4096, "H": 32, "dtype": "float16"}, entries, default={"BLOCK_H": 1},

@@ -150,6 +150,23 @@ def test_the_latest_final_round_is_the_one_holding_the_newest_final_row(store: A
     assert [r.id for r in store.latest_round(study_id=study.id)] == [a.id, b.id]
 
 
+def test_round_defaults_give_each_final_measurement_its_rounds_default_figure(store: Any) -> None:
+    study = _study(store)
+
+    def final(candidate: str, median: float | None, round_id: str, **fields: Any) -> int:
+        return int(store.record_measurement(_m(study.id, role="final", candidate=candidate, median_us=median,
+                                                round_id=round_id, **fields)).id)
+
+    best_a, default_a = final("config", 2.0, "a"), final("default", 3.0, "a")
+    best_b = final("config", 2.0, "b")
+    final("default", None, "b", status=Status.TIMEOUT)  # the default failed in round b: no figure
+    default_c = final("default", 4.0, "c")  # the default won round c: its own figure
+    trial = store.record_measurement(_m(study.id)).id
+    got = store.round_defaults(measurement_ids=[best_a, default_a, best_b, default_c, trial, 10_000])
+    assert got == {best_a: 3.0, default_a: 3.0, default_c: 4.0}
+    assert store.round_defaults(measurement_ids=[]) == {}
+
+
 # -- best configs ---------------------------------------------------------------------------------------------
 def test_publishing_replaces_the_studys_best_and_is_served_newest_first(store: Any) -> None:
     study, other = _study(store), _study(store, S=8192)

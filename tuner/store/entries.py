@@ -20,10 +20,11 @@ from tuner.store import BestRecord, TuningStore, VerificationRecord
 
 
 def as_entry(
-    record: BestRecord, software: Mapping[str, str] | None = None, check: VerificationRecord | None = None
+    record: BestRecord, software: Mapping[str, str] | None = None, check: VerificationRecord | None = None,
+    default_us: float | None = None,
 ) -> Entry:
-    """A stored best config (with its latest verification, if any) as a lookup entry (the export file holds
-    the same dicts)."""
+    """A stored best config (with its latest verification, if any, and the default's figure in its round) as
+    a lookup entry (the export file holds the same dicts)."""
     return Entry(
         template=record.template, template_version=record.template_version, shape=record.shape,
         device_kind=record.device_kind, device_name=record.device_name, config=record.config,
@@ -36,6 +37,7 @@ def as_entry(
             device_name=check.device_name, fingerprint_hash=check.fingerprint_hash,
             wrong_processes=check.wrong_processes,
         ),
+        default_us=default_us,
     )
 
 
@@ -48,12 +50,14 @@ def published_entries(
                if version is None or r.template_version == version]
     studies = {s.id: s for s in store.list_studies(template=template, device_kind=device_kind)}
     checks = store.latest_verifications(study_ids=[r.study_id for r in records])
+    defaults = store.round_defaults(measurement_ids=[r.measurement_id for r in records])
     found = []
     for r in records:
         study = studies.get(r.study_id)
         software = software_of(study.fingerprint_json) if study is not None else None
         check = checks.get(r.study_id)
-        found.append((r, as_entry(r, software, check.of_config(r.config_json) if check else None)))
+        found.append((r, as_entry(r, software, check.of_config(r.config_json) if check else None,
+                                  defaults.get(r.measurement_id))))
     return found
 
 

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
+from tuner.results import DEFAULT_LABEL
 from tuner.store.protocols import ORDERS, TrialHeartbeats
 from tuner.store.records import (
     ACTIVE_JOB_STATES,
@@ -212,6 +213,20 @@ class MemoryStore:
         if not finals:
             return []
         return self._filtered(study_id, "final", None, None, finals[-1].round_id, None)
+
+    def round_defaults(self, *, measurement_ids: Sequence[int]) -> dict[int, float]:
+        with self._lock:
+            out: dict[int, float] = {}
+            for i in measurement_ids:
+                m = self._measurements.get(i)
+                if m is None or m.role != "final" or m.round_id is None:
+                    continue
+                found = [d for d in self._measurements.values() if d.study_id == m.study_id and d.role == "final"
+                         and d.round_id == m.round_id and d.candidate == DEFAULT_LABEL
+                         and d.status is Status.OK and d.median_us is not None]
+                if found:
+                    out[i] = float(found[0].median_us)  # type: ignore[arg-type]
+            return out
 
     # -- best configs -----------------------------------------------------------------------------------
     def publish_best(self, *, study_id: int, measurement_id: int, published_at: datetime | None = None) -> BestRecord:

@@ -109,6 +109,10 @@ class TuningStore(Protocol):
     def latest_round(self, *, study_id: int) -> list[MeasurementRecord]:
         """The rows of the study's most recent final round (the round holding the newest final row), by id."""
 
+    def round_defaults(self, *, measurement_ids: Sequence[int]) -> dict[int, float]:
+        """For each of these final-round measurements, the median of the OK ``default`` candidate of the same
+        round (the measurement itself when it is the default); ids without one are left out. One read."""
+
     # -- best configs -----------------------------------------------------------------------------------
     def publish_best(self, *, study_id: int, measurement_id: int, published_at: datetime | None = None) -> BestRecord:
         """Publish a measurement as its study's best config (replacing the previous one), stamped now or at
