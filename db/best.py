@@ -13,7 +13,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from tuner.db._convert import to_record
+from tuner.db._convert import as_utc, to_record
 from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, utcnow
 from tuner.errors import NotFoundError, RecordConflictError
 from tuner.store.records import BestRecord, Status
@@ -50,7 +50,7 @@ def publish_best(
     values: dict[str, Any] = {
         "study_id": study_id,
         "measurement_id": measurement_id,
-        "published_at": published_at or utcnow(),
+        "published_at": utcnow() if published_at is None else as_utc(published_at),
         **{column: getattr(study, column) for column in _KEY_COLUMNS},
         **{column: getattr(measurement, column) for column in _FIGURE_COLUMNS},
     }

@@ -494,13 +494,13 @@ def begin_finalize(session: Session, *, task_id: int, worker_id: str) -> bool:
 
 
 def end_search(session: Session, *, task_id: int) -> bool:
-    """Bring a running task's trial target down to its trials done when nothing of it is in flight (every
-    reserved slot spent): its search has no config left to measure. True when it came down."""
+    """Bring a running task's trial target down to its reserved slots: its search has no new config to
+    measure; the trials in flight may still be told (and a slot given back unmeasured lets the next call
+    bring the target lower). True when it came down."""
     result = session.execute(
         update(TaskRow)
-        .where(TaskRow.id == task_id, TaskRow.state == "running", TaskRow.trials_reserved == TaskRow.trials_done,
-               TaskRow.trials_done < TaskRow.trials_target)
-        .values(trials_target=TaskRow.trials_done, updated_at=utcnow())
+        .where(TaskRow.id == task_id, TaskRow.state == "running", TaskRow.trials_reserved < TaskRow.trials_target)
+        .values(trials_target=TaskRow.trials_reserved, updated_at=utcnow())
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
 

@@ -99,6 +99,37 @@ def test_a_job_asking_more_trials_than_its_space_holds_ends_with_what_there_is(t
     assert task.study_id is not None and len(_measured_trials(store, task.study_id)) == task.trials_done
 
 
+def test_two_workers_end_a_tpe_search_out_of_configs_and_go_on_to_the_next_task(db_url: str) -> None:
+    """Two workers share a TPE search that has fewer valid configs than trials: each stalls on known
+    configs while the other holds a slot (a trial asked, never measured), so neither saw the task idle; the
+    search ends at what is reserved, the last trial in flight is told, and the job's second task runs too
+    (both workers kept claiming the first one, for ever)."""
+    registry.register(NAME, TUNABLE_REF)
+    store = db.Store.open(db_url)
+    shapes = [Shape(n=16), Shape(n=32)]
+    space = registry.get(NAME).space()
+    valid = max(sum(1 for c in space.iter_configs() if space.is_valid(c, s)) for s in shapes)
+    job_id = _submit(store, shapes, trials=valid + 5, sampler="tpe")
+    stop = threading.Event()
+    runners = [threading.Thread(target=Worker(store, WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5,
+                                                                   lease_s=10)).run,
+                                args=(stop,), kwargs={"exit_when_idle": True}) for _ in range(2)]
+    for r in runners:
+        r.start()
+    for r in runners:
+        r.join(timeout=300)
+    ended = not any(r.is_alive() for r in runners)
+    stop.set()
+    for r in runners:
+        r.join(timeout=60)
+    assert ended, "the workers kept claiming a task whose search had no config left"
+    job = _job(store, job_id)
+    assert job.state == "done", job
+    for task in job.tasks:
+        assert task.state == "done" and task.trials_target == task.trials_done == task.trials_reserved <= valid
+        assert task.study_id is not None and len(_measured_trials(store, task.study_id)) == task.trials_done
+
+
 def test_a_measurement_that_cannot_be_set_up_here_is_given_up_not_failed_for_all(tmp_path: Path) -> None:
     """A measurement whose setup fails on this worker (its reference out of this host's memory) may well
     run on another: the worker gives the task up (an attempt), the task stays open for the others and fails

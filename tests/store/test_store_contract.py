@@ -556,8 +556,8 @@ def _finalising(store: Any) -> tuple[Any, int, str, str]:
 
 
 def test_a_search_out_of_configs_ends_at_what_was_done(store: Any) -> None:
-    """end_search brings the target down to the trials done, only while no trial is in flight; then the
-    final round can be taken."""
+    """end_search brings the target down to the slots reserved: no new slot, the trial in flight is still
+    told, then the final round can be taken; a slot given back unmeasured lets it come down further."""
     _job(store, trials=5)
     a, b = _worker(store, "a"), _worker(store, "b")
     task_id = _claim(store, a).task.id
@@ -565,15 +565,30 @@ def test_a_search_out_of_configs_ends_at_what_was_done(store: Any) -> None:
     store.record_measurement(_m(_study(store).id, trial_number=0), slot_id=spent)
     assert _claim(store, b).task.id == task_id
     in_flight = store.reserve_slot(task_id=task_id, worker_id=b)
-    assert store.end_search(task_id=task_id) is False  # b's trial may still find something
-    store.release_slot(slot_id=in_flight)
-    assert store.begin_finalize(task_id=task_id, worker_id=a) is False
-    assert store.end_search(task_id=task_id) is True
+    assert store.end_search(task_id=task_id) is True  # b's trial still counts
     task = store.get_task(task_id=task_id)
-    assert (task.trials_target, task.trials_done, task.trials_reserved) == (1, 1, 1)
+    assert (task.trials_target, task.trials_done, task.trials_reserved) == (2, 1, 2)
+    assert store.reserve_slot(task_id=task_id, worker_id=a) is None  # no new slot after the end
     assert store.end_search(task_id=task_id) is False  # nothing left to close
+    assert store.begin_finalize(task_id=task_id, worker_id=a) is False  # b's trial is not told yet
+    store.record_measurement(_m(_study(store).id, trial_number=1), slot_id=in_flight)
     assert store.begin_finalize(task_id=task_id, worker_id=a) is True
     assert store.end_search(task_id=task_id) is False  # not while finalizing
+
+
+def test_a_slot_given_back_after_the_search_ended_lets_it_end_lower(store: Any) -> None:
+    _job(store, trials=5)
+    a, b = _worker(store, "a"), _worker(store, "b")
+    task_id = _claim(store, a).task.id
+    assert _claim(store, b).task.id == task_id
+    skipped = store.reserve_slot(task_id=task_id, worker_id=b)  # b asks a config it will not measure
+    assert store.end_search(task_id=task_id) is True
+    store.release_slot(slot_id=skipped)
+    assert store.begin_finalize(task_id=task_id, worker_id=a) is False  # target 1, nothing done
+    assert store.end_search(task_id=task_id) is True
+    task = store.get_task(task_id=task_id)
+    assert (task.trials_target, task.trials_done, task.trials_reserved) == (0, 0, 0)
+    assert store.begin_finalize(task_id=task_id, worker_id=a) is True
 
 
 def test_a_final_round_given_up_goes_back_to_the_others(store: Any) -> None:

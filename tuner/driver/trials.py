@@ -229,10 +229,12 @@ def _abandon(ctx: StudyContext, budget: TrialBudget, p: _Pending, reason: str) -
     so that the next run of the study measures it: an interrupted run loses no seed or proposal."""
     ctx.in_flight.discard(optuna_access.trial_id(p.trial))
     try:
-        budget.release(p.token)
+        # queued again before the trial is failed and its slot freed: a worker whose search stalls ends it
+        # only while nothing waits in the queue, and never sees this config neither asked nor queued
+        ctx.study.enqueue_trial(p.config.to_dict())
         p.trial.set_user_attr("reason", reason[:2000])
         ctx.study.tell(p.trial, state=TrialState.FAIL)
-        ctx.study.enqueue_trial(p.config.to_dict())
+        budget.release(p.token)
     except Exception:  # the store may be what failed; Optuna's heartbeat retry covers the trial then
         log.exception("could not abandon trial %d cleanly", p.trial.number)
 

@@ -350,12 +350,12 @@ class Worker:
                 return True
             # Trials were left but the search has nothing new: a sampler of a finite list (grid, exhaustive)
             # handed out every point, or another (TPE, random) proposed only known or invalid configs for a
-            # run of asks while no trial of the study is in flight or queued anywhere (a config in flight may
-            # still be told, and a queued one is new; the next claim looks again). Fewer valid configs than
-            # trials: close the search at what was done, or the task would stay claimable and every claim
-            # would end here again.
+            # run of asks while no config waits in the study's queue (a queued one is new). Fewer valid
+            # configs than trials: close the search at what is reserved (the trials in flight on other workers
+            # are still told; the last of them takes the final round), or the task would stay claimable and
+            # every claim would end here again.
             ctx = opened[0] if opened else None
-            if ctx is None or not (exhausted(ctx.sampler, ctx.study) or (ctx.stalled and not _open_trials(ctx))):
+            if ctx is None or not (exhausted(ctx.sampler, ctx.study) or (ctx.stalled and not _queued_trials(ctx))):
                 return False
             return self.store.end_search(task_id=task_id) and self.store.begin_finalize(task_id=task_id,
                                                                                          worker_id=self.id)
@@ -407,9 +407,10 @@ class Worker:
             log.error("could not deregister worker %s: %s", self.id, exc)
 
 
-def _open_trials(ctx: StudyContext) -> bool:
-    """Whether any trial of the study is running (in flight on some worker) or waiting (a queued config)."""
-    return bool(ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)))
+def _queued_trials(ctx: StudyContext) -> bool:
+    """Whether a config waits in the study's queue (a WAITING trial: warm starts, failed configs queued
+    again)."""
+    return bool(ctx.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
 def advertised_templates() -> dict[str, str]:

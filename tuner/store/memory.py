@@ -579,10 +579,9 @@ class MemoryStore:
     def end_search(self, *, task_id: int) -> bool:
         with self._lock:
             task = self._tasks.get(task_id)
-            if (task is None or task.state != "running" or task.trials_reserved != task.trials_done
-                    or task.trials_done >= task.trials_target):
+            if task is None or task.state != "running" or task.trials_reserved >= task.trials_target:
                 return False
-            self._tasks[task_id] = dataclasses.replace(task, trials_target=task.trials_done, updated_at=_now())
+            self._tasks[task_id] = dataclasses.replace(task, trials_target=task.trials_reserved, updated_at=_now())
             return True
 
     def begin_finalize(self, *, task_id: int, worker_id: str) -> bool:

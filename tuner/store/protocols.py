@@ -264,10 +264,11 @@ class JobQueue(Protocol):
         """Take the final round of a task whose trials are all done; True for exactly one caller."""
 
     def end_search(self, *, task_id: int) -> bool:
-        """A worker's search has no config left to measure (its grid or exhaustive sampler handed out every
-        point): the task's trial target comes down to the trials done, so
-        that its final round can be taken. Only while no trial of it is in flight anywhere (every reserved
-        slot spent) and it still runs; True when the target came down."""
+        """A worker's search has no new config to measure (its grid or exhaustive sampler handed out every
+        point, or its sampler proposed only known or invalid configs for a run of asks): the task's trial
+        target comes down to its reserved slots — no slot is granted after, the trials in flight elsewhere
+        are still told, and once they are the final round can be taken (a slot given back unmeasured lets a
+        later call bring the target lower still). Only while it runs; True when the target came down."""
 
     def finish_task(
         self, *, task_id: int, worker_id: str, best_us: float | None, best_config_json: str | None,
