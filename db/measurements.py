@@ -17,9 +17,16 @@ from sqlalchemy.orm import Session, aliased
 from tuner.db._convert import JsonInput, canonical_json, to_record
 from tuner.db.models import MeasurementRow, StudyRow
 from tuner.errors import NotFoundError
-from tuner.results import DEFAULT_LABEL
 from tuner.store.protocols import ORDERS
-from tuner.store.records import MeasurementRecord, NewMeasurement, Status, Timer, check_candidate, check_role
+from tuner.store.records import (
+    DEFAULT_LABEL,
+    MeasurementRecord,
+    NewMeasurement,
+    Status,
+    Timer,
+    check_candidate,
+    check_role,
+)
 
 
 def add_measurement(

@@ -126,8 +126,11 @@ def test_two_workers_end_a_tpe_search_out_of_configs_and_go_on_to_the_next_task(
     job = _job(store, job_id)
     assert job.state == "done", job
     for task in job.tasks:
-        assert task.state == "done" and task.trials_target == task.trials_done == task.trials_reserved <= valid
-        assert task.study_id is not None and len(_measured_trials(store, task.study_id)) == task.trials_done
+        assert task.state == "done" and task.trials_target == task.trials_done == task.trials_reserved
+        assert task.study_id is not None
+        measured = _measured_trials(store, task.study_id)
+        # two workers may measure one new config at once (each asked it before the other's trial ran)
+        assert len(measured) == task.trials_done and len({m.config_json for m in measured}) <= valid
 
 
 def test_a_measurement_that_cannot_be_set_up_here_is_given_up_not_failed_for_all(tmp_path: Path) -> None:
