@@ -17,10 +17,8 @@ from tuner.api.study_schemas import FailureOut, FinalOut, StudyBrief, StudyDetai
 from tuner.db.explore import StudySummary
 from tuner.errors import TunerError
 from tuner.frozen import Shape
+from tuner.results import DEFAULT_LABEL
 from tuner.store.entries import disproved_in, round_winner
-
-COMPARATOR_PREFIX = "comparator:"  # candidates of the final round (tuner.driver.study writes them)
-DEFAULT_LABEL = "default"
 
 
 def workload_of(catalog: Catalog, template: str, shape_json: str) -> str | None:

@@ -134,7 +134,7 @@ class ExhaustiveSampler(optuna.samplers.BaseSampler):
         self._advance()
         if self._cursor < len(self._configs):
             return False
-        return not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        return not optuna_access.waiting_trials(study)
 
     def _advance(self) -> None:
         while self._cursor < len(self._configs) and self._configs[self._cursor] in self._held:

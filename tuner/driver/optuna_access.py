@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -22,6 +22,11 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
     """The storage's id of a trial (what ``BaseStorage`` methods take; not its number in the study)."""
     return int(trial._trial_id)
+
+
+def waiting_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The study's queue: its WAITING trials (enqueued configs not asked yet), oldest first."""
+    return study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
 
 
 def queued_params(trial: FrozenTrial) -> dict[str, Any]:

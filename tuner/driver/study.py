@@ -227,7 +227,7 @@ def queue_in_order(study: optuna.Study, store: TuningStore, wanted: Sequence[Map
     running and is left out of the new queue; two workers reordering at once may queue a config twice,
     which the trial loop counts as a duplicate instead of measuring it again. A queued heartbeat retry
     that is withdrawn and queued again starts its retry count afresh."""
-    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    waiting = optuna_access.waiting_trials(study)
     queued = [optuna_access.queued_params(t) for t in waiting]
     desired = [dict(p) for p in wanted] + [q for q in queued if q not in wanted]
     if desired[: len(queued)] == queued:
@@ -322,9 +322,7 @@ def store_result(
 
 
 def disproved_configs(ctx: StudyContext) -> set[Config]:
-    """Configs a final round or a verification of the study found wrong (WRONG_RESULT on their inputs):
-    right on their trial's inputs and wrong on others, at or over an error bound. A crash or a build error is
-    left out: it may be the host's (memory, a killed process), not the config's."""
+    """:func:`tuner.store.entries.disproved_in` of the context's study."""
     return disproved_in(ctx.store, ctx.study_id)
 
 

@@ -9,7 +9,6 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from optuna.trial import TrialState
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
@@ -131,7 +130,7 @@ def _hold_known(
     """Hand the exhaustive sampler what the study holds already; the number of trials left to run."""
     measured = measured_configs(store, ctx.study_id)
     queued = [Config(optuna_access.queued_params(t))
-              for t in ctx.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+              for t in optuna_access.waiting_trials(ctx.study)]
     exhaustive.hold(measured | set(queued))
     done = sum(1 for c in plan.configs if c in measured)
     console.print(f"[bold]{label}[/bold]: exhaustive, {plan.describe()}; {done} measured already, "

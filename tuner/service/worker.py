@@ -41,10 +41,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from optuna.trial import TrialState
-
 from tuner import registry
 from tuner.db.retry import STORAGE_ERRORS, StoreHealth, durable
+from tuner.driver import optuna_access
 from tuner.driver.heartbeat import Heartbeat
 from tuner.driver.reverify import disproval_text, verify_best
 from tuner.driver.run import StudyOptions, StudyRun, run_study
@@ -355,7 +354,8 @@ class Worker:
             # are still told; the last of them takes the final round), or the task would stay claimable and
             # every claim would end here again.
             ctx = opened[0] if opened else None
-            if ctx is None or not (exhausted(ctx.sampler, ctx.study) or (ctx.stalled and not _queued_trials(ctx))):
+            if ctx is None or not (exhausted(ctx.sampler, ctx.study)
+                                   or (ctx.stalled and not optuna_access.waiting_trials(ctx.study))):
                 return False
             return self.store.end_search(task_id=task_id) and self.store.begin_finalize(task_id=task_id,
                                                                                          worker_id=self.id)
@@ -405,12 +405,6 @@ class Worker:
             self.store.stop_worker(worker_id=self.id)
         except STORAGE_ERRORS as exc:  # its lease lapses: the reaper gives back what it held
             log.error("could not deregister worker %s: %s", self.id, exc)
-
-
-def _queued_trials(ctx: StudyContext) -> bool:
-    """Whether a config waits in the study's queue (a WAITING trial: warm starts, failed configs queued
-    again)."""
-    return bool(ctx.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
 def advertised_templates() -> dict[str, str]:

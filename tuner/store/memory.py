@@ -17,10 +17,10 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
-from tuner.results import DEFAULT_LABEL
 from tuner.store.protocols import ORDERS, TrialHeartbeats
 from tuner.store.records import (
     ACTIVE_JOB_STATES,
+    DEFAULT_LABEL,
     OPEN_TASK_STATES,
     BestRecord,
     Claim,
