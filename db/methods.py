@@ -135,6 +135,10 @@ class StoreMethods:
         with self._reading() as s:
             return verifications.latest_verifications(s, study_ids=study_ids)
 
+    def disproved_configs(self, *, study_ids: Sequence[int]) -> dict[int, frozenset[str]]:
+        with self._reading() as s:
+            return verifications.disproved_configs(s, study_ids=study_ids)
+
     def list_verifications(
         self, *, study_id: int | None = None, template: str | None = None, limit: int = 100
     ) -> list[VerificationRecord]:

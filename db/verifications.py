@@ -15,9 +15,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tuner.db._convert import canonical_json, to_record
-from tuner.db.models import StudyRow, VerificationRow, utcnow
+from tuner.db.models import MeasurementRow, StudyRow, VerificationRow, utcnow
 from tuner.errors import NotFoundError
-from tuner.store.records import VerificationRecord
+from tuner.store.records import COMPARATOR_PREFIX, Status, VerificationRecord
 
 
 def add_verification(
@@ -77,6 +77,34 @@ def latest_verifications(session: Session, *, study_ids: Sequence[int]) -> dict[
         .order_by(VerificationRow.created_at, VerificationRow.id)
     )
     return {row.study_id: to_record(VerificationRecord, row) for row in rows}  # later rows win
+
+
+def disproved_configs(session: Session, *, study_ids: Sequence[int]) -> dict[int, frozenset[str]]:
+    """For each of these studies that has any, the configs (``config_json``) found wrong: WRONG_RESULT in a
+    final round (comparators left out), or in a verification on the study's own device name (the verified
+    config WRONG_RESULT in some process: :attr:`VerificationRecord.wrong_processes`, read from the figures).
+    Two queries, however many studies."""
+    ids = list(study_ids)
+    if not ids:
+        return {}
+    found: dict[int, set[str]] = {}
+    finals = session.execute(
+        select(MeasurementRow.study_id, MeasurementRow.config_json).distinct()
+        .where(MeasurementRow.study_id.in_(ids), MeasurementRow.role == "final",
+               MeasurementRow.status == Status.WRONG_RESULT.value,
+               ~MeasurementRow.candidate.startswith(COMPARATOR_PREFIX, autoescape=True))
+    )
+    for study_id, config_json in finals:
+        found.setdefault(int(study_id), set()).add(config_json)
+    checks = session.scalars(
+        select(VerificationRow).join(StudyRow, StudyRow.id == VerificationRow.study_id)
+        .where(VerificationRow.study_id.in_(ids), VerificationRow.device_name == StudyRow.device_name)
+    )
+    for row in checks:
+        check = to_record(VerificationRecord, row)
+        if check.wrong_processes:
+            found.setdefault(check.study_id, set()).add(check.config_json)
+    return {study_id: frozenset(configs) for study_id, configs in found.items()}
 
 
 def list_verifications(

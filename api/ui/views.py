@@ -2,8 +2,9 @@
 template context (plain values, records and figure dicts). No HTTP here: :mod:`api.ui.pages` routes and
 renders; these raise :class:`tuner.errors.NotFoundError` for an unknown id or template.
 
-Each function runs a fixed number of the store's reads (the template page: a few per
-study), so that pages stay within their render budget on stores of many studies (benchmarks/ui_render.py).
+Each function runs a fixed number of the store's reads (the template page reads all its rows' studies in
+batches; the compare page a few per study it compares), so that pages stay within their render budget on
+stores of many studies (benchmarks/ui_render.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tuner.db.explore import StudyOutcome
 from tuner.errors import NotFoundError, TunerError, UnknownTemplateError
 from tuner.frozen import Config, Shape
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status
-from tuner.store.entries import disproved_in, round_winner
+from tuner.store.entries import disproved_by_study, disproved_in, round_winner
 from tuner.store.records import (
     ACTIVE_JOB_STATES,
     OPEN_TASK_STATES,
@@ -159,9 +160,10 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
     latest = sorted((st for k, st in shown.items() if k[2] == device), key=lambda st: st.shape_key)
     outcomes = store.study_outcomes(study_ids=[st.id for st in latest])
     checks = store.latest_verifications(study_ids=[st.id for st in latest])
+    disproved = disproved_by_study(store, [st.id for st in latest])
     rows = [_shape_row(entry, st, outcomes.get(st.id),
                        _match(best, name, json.loads(st.shape_json), st.device_kind, st.device_name),
-                       disproved_in(store, st.id))
+                       disproved[st.id])
             for st in latest]
     # only a verification of the config the row shows as best (a later sweep may have published another)
     rows = [dataclasses.replace(row, verification=check.of_config(row.best_config))

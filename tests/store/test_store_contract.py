@@ -17,7 +17,7 @@ from tests.fixtures.studies import study_fields
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store import JobQueue, NewMeasurement, StudyRecord, TuningStore
 from tuner.store.memory import MemoryStore
-from tuner.store.records import Status, claimable_tasks
+from tuner.store.records import VERIFIED_LABEL, Status, claimable_tasks
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -63,6 +63,25 @@ def _worker(store: Any, worker_id: str = "w1", lease_s: float = 30.0, **fields: 
 
 def _claim(store: Any, worker_id: str) -> Any:
     return store.claim_task(worker_id=worker_id, device_kind="cpu", device_name="CPU", backends=["triton"])
+
+
+def _select_statements(store: Any, read: Any) -> tuple[Any, list[str] | None]:
+    """``read()``'s result and, on SQL, the SELECT statements it ran (None in memory)."""
+    engine = getattr(store, "engine", None)
+    if engine is None:
+        return read(), None
+    from sqlalchemy import event
+
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        return read(), [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
 
 
 def test_both_protocols_are_implemented(store: Any) -> None:
@@ -388,6 +407,43 @@ def test_verifications_are_kept_and_the_latest_is_answered(store: Any) -> None:
         _verification(store, study.id, 5.0, processes=0)
 
 
+def test_disproved_configs_are_wrong_final_rows_and_wrong_verifications_on_the_studys_device(store: Any) -> None:
+    """What ``disproved_in`` reads, for many studies in one read: a final round's WRONG_RESULT (not a
+    comparator's, not a trial's, not another failure) and a verification whose verified config was wrong in
+    some process on the study's own device name (not on another device, not one with only right processes)."""
+    study, other, clean = _study(store), _study(store, S=8192), _study(store, S=16384)
+
+    def final(config: dict[str, Any], status: Status = Status.WRONG_RESULT, **fields: Any) -> None:
+        store.record_measurement(_m(study.id, role="final", round_id=fields.pop("round_id", "r1"),
+                                    config_json=config, status=status, median_us=None, **fields))
+
+    def verification(study_id: int, config: str, *, wrong: bool = True, **fields: Any) -> None:
+        label = {"label": VERIFIED_LABEL, "status": (Status.WRONG_RESULT if wrong else Status.OK).value}
+        comparator = {"label": "comparator:torch", "status": Status.WRONG_RESULT.value}
+        _verification(store, study_id, 5.0, config_json=config,
+                      figures=[{"process": 1, "candidates": [label, comparator]},
+                               {"process": 2, "candidates": [{**label, "status": Status.OK.value}]}], **fields)
+
+    final({"BLOCK_H": 8})
+    final({"BLOCK_H": 8}, round_id="r2")  # wrong again in a later round: one entry
+    final({"BLOCK_H": 99}, candidate="comparator:torch")  # a comparator is no config of the template
+    final({"BLOCK_H": 32}, Status.RUNTIME_ERROR)  # a crash may be the host's
+    final({"BLOCK_H": 4}, Status.OK)
+    store.record_measurement(_m(study.id, config_json={"BLOCK_H": 16}, status=Status.WRONG_RESULT, median_us=None))
+    verification(study.id, '{"BLOCK_H": 2}', device_name=study.device_name)
+    verification(study.id, '{"BLOCK_H": 64}', device_name="NVIDIA A100")  # another GPU's numerics
+    verification(study.id, '{"BLOCK_H": 128}', wrong=False, device_name=study.device_name)  # wrong_processes 0
+    verification(other.id, '{"BLOCK_H": 8}', device_name=other.device_name)
+    verification(clean.id, '{"BLOCK_H": 8}', wrong=False, device_name=clean.device_name)
+    got, selects = _select_statements(
+        store, lambda: store.disproved_configs(study_ids=[study.id, other.id, clean.id, 999_999]))
+    assert got == {study.id: frozenset({'{"BLOCK_H":8}', '{"BLOCK_H":2}'}), other.id: frozenset({'{"BLOCK_H":8}'})}
+    assert selects is None or len(selects) <= 2, selects  # however many studies
+    assert store.disproved_configs(study_ids=[other.id]) == {other.id: frozenset({'{"BLOCK_H":8}'})}
+    assert store.disproved_configs(study_ids=[clean.id]) == {}
+    assert store.disproved_configs(study_ids=[]) == {}
+
+
 def test_a_verify_job_has_no_trials_and_one_worker_takes_each_task(store: Any) -> None:
     a, b = _worker(store, "a"), _worker(store, "b")
     job = store.create_verify_job(template="t", template_version="1", backend="triton", device_kind="cpu",
@@ -699,20 +755,7 @@ def test_a_page_of_jobs_holds_each_jobs_tasks_and_workers(store: Any) -> None:
     jobs = [_job(store, shapes=1 + i % 3) for i in range(12)]
     w = _worker(store, "w")
     claimed = _claim(store, w).task
-    statements: list[str] = []
-    engine = getattr(store, "engine", None)
-    if engine is not None:
-        from sqlalchemy import event
-
-        def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            statements.append(statement)
-
-        event.listen(engine, "before_cursor_execute", count)
-    try:
-        listed = store.list_jobs(limit=50)
-    finally:
-        if engine is not None:
-            event.remove(engine, "before_cursor_execute", count)
+    listed, selects = _select_statements(store, lambda: store.list_jobs(limit=50))
     assert [j.id for j in listed] == sorted((j.id for j in jobs), reverse=True)
     for job in listed:
         created = next(j for j in jobs if j.id == job.id)
@@ -720,5 +763,4 @@ def test_a_page_of_jobs_holds_each_jobs_tasks_and_workers(store: Any) -> None:
         assert [t.position for t in job.tasks] == list(range(len(job.tasks)))
         assert all(t.job_id == job.id for t in job.tasks)
         assert job.workers == (("w",) if job.id == claimed.job_id else ())
-    if engine is not None:
-        assert len([s for s in statements if s.lstrip().upper().startswith("SELECT")]) <= 4, statements
+    assert selects is None or len(selects) <= 4, selects

@@ -160,6 +160,55 @@ def test_compare_says_which_study_is_faster(tmp_path: Path) -> None:
     store.close()
 
 
+def test_the_template_page_reads_the_store_as_often_for_12_shapes_as_for_3(tmp_path: Path) -> None:
+    """The template page's store reads do not grow with its rows (what final rounds and verifications
+    disproved was three reads per row: ~1.5 s at 300 shapes on PostgreSQL); a row whose best a verification on
+    its device disproved shows the next fastest config of its round instead."""
+    from sqlalchemy import event
+
+    from tests.fixtures.fault_templates import TUNABLE_REF
+    from tuner import registry
+    from tuner.api.best_service import BestService
+    from tuner.api.catalog import Catalog
+    from tuner.api.deps import StoreProvider
+    from tuner.api.ui import views
+    from tuner.store.records import VERIFIED_LABEL
+
+    registry.register(NAME, TUNABLE_REF)
+
+    def selects(shapes: int) -> tuple[int, list[views.ShapeRow]]:
+        store = db.Store.open(db.sqlite_url(tmp_path / f"{shapes}.db"))
+        sweeps = [store_sweep(store, shape={"n": 256 * (i + 1)}) for i in range(shapes)]
+        wrong = [{"process": 1, "candidates": [{"label": VERIFIED_LABEL, "status": "WRONG_RESULT"}]}]
+        store.add_verification(study_id=sweeps[0].study_id, config_json='{"BLOCK": 256, "mode": "ok"}',
+                               stored_us=19.0, median_us=None, low_us=None, high_us=None, drift=None, tolerance=0.03,
+                               flagged=False, processes=1, figures=wrong, device_kind="cpu", device_name="test-cpu",
+                               fingerprint_hash="f", fingerprint_json="{}")
+        catalog = Catalog()
+        best = BestService(catalog, StoreProvider(None, store), ttl_s=60.0, max_entries=100)
+        views.template_page(store, catalog, best, NAME, None)  # the lookup's cached entries, read once
+        statements: list[str] = []
+
+        def count(conn: object, cursor: object, statement: str, *args: object) -> None:
+            statements.append(statement)
+
+        event.listen(store.engine, "before_cursor_execute", count)
+        try:
+            page = views.template_page(store, catalog, best, NAME, None)
+        finally:
+            event.remove(store.engine, "before_cursor_execute", count)
+            store.close()
+        assert len(page["rows"]) == shapes
+        by_study = {row.study.id: row for row in page["rows"]}
+        return len(statements), [by_study[sweep.study_id] for sweep in sweeps]
+
+    few, rows = selects(3)
+    many, _ = selects(12)
+    assert few == many, (few, many)
+    assert (rows[0].best_us, rows[0].best_config) == (38.0, {"mode": "ok", "BLOCK": 64})  # disproved: the default
+    assert (rows[1].best_us, rows[1].best_config) == (19.0, {"mode": "ok", "BLOCK": 256})
+
+
 @pytest.mark.parametrize(("path", "status", "message"), [
     ("/ui/studies/999", 404, "no study 999"),
     ("/ui/jobs/999", 404, "no job 999"),

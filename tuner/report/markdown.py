@@ -21,14 +21,14 @@ import dataclasses
 import json
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tuner import registry
 from tuner.frozen import Config, Shape
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status, reason_line
 from tuner.store import MeasurementRecord, StudyRecord, TuningStore, VerificationRecord
-from tuner.store.entries import disproved_in, round_winner
+from tuner.store.entries import disproved_by_study, round_winner
 from tuner.store.records import active_seconds, current_studies
 from tuner.template import Comparator, KernelTemplate
 
@@ -120,24 +120,26 @@ def collect(store: TuningStore, template_name: str, *, device_kind: str | None =
     rows = []
     fingerprints: dict[str, dict[str, object]] = {}
     checks = store.latest_verifications(study_ids=[st.id for st in latest.values()])
+    disproved = disproved_by_study(store, [st.id for st in latest.values()])
     for st in sorted(latest.values(), key=lambda s: (s.device_name, s.shape_key)):
         fingerprint = json.loads(st.fingerprint_json)
         fingerprints[st.fingerprint_hash] = fingerprint
-        row = _row(store, template, st, fingerprint)
+        row = _row(store, template, st, fingerprint, disproved[st.id])
         check = checks.get(st.id)  # only a verification of the config the row shows as best
         verified = check.of_config(row.best_config.to_dict()) if check and row.best_config else None
         rows.append(dataclasses.replace(row, verification=verified))
     return Report(template.name, template.version, tuple(rows), tuple(fingerprints.values()))
 
 
-def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerprint: dict[str, object]) -> ReportRow:
+def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerprint: dict[str, object],
+         disproved: Collection[Config]) -> ReportRow:
     shape = Shape.from_json(st.shape_json)
     final = store.latest_round(study_id=st.id)
     trials = store.list_measurements(study_id=st.id, role="trial")
     measured = [t for t in trials if t.status != Status.INVALID.value]
     failed = sum(1 for t in measured if t.status != Status.OK.value)
     search_s = active_seconds([t.created_at for t in measured])
-    best = round_winner(final, disproved_in(store, st.id))
+    best = round_winner(final, disproved)
     default = next((m for m in final if m.candidate == DEFAULT_LABEL and m.status == Status.OK.value), None)
     if best is not None and best.candidate == DEFAULT_LABEL:
         default = best

@@ -67,16 +67,17 @@ def disproved_in(store: TuningStore, study_id: int) -> set[Config]:
     verification replaces a published one (:func:`tuner.driver.reverify.verify_best`), the report and the
     pages do not show one as the best (:func:`round_winner`). A crash or a build error is left out: it may be
     the host's, not the config's; so is a verification on another device name than the study's (another
-    GPU's numerics say nothing about the study's own clients). Raises StoreError."""
-    found = {
-        Config.from_json(row.config_json)
-        for row in store.list_measurements(study_id=study_id, role="final", status=Status.WRONG_RESULT)
-        if not row.candidate.startswith(COMPARATOR_PREFIX)
-    }
-    study = store.get_study(study_id=study_id)
-    found.update(Config.from_json(v.config_json) for v in store.list_verifications(study_id=study_id, limit=10_000)
-                 if v.wrong_processes and study is not None and v.device_name == study.device_name)
-    return found
+    GPU's numerics say nothing about the study's own clients). One read
+    (:meth:`tuner.store.TuningStore.disproved_configs`); :func:`disproved_by_study` for several studies.
+    Raises StoreError."""
+    return disproved_by_study(store, [study_id])[study_id]
+
+
+def disproved_by_study(store: TuningStore, study_ids: Sequence[int]) -> dict[int, set[Config]]:
+    """:func:`disproved_in` of each of these studies (an empty set for one without any), in one read: the
+    pages and the report show many studies at once. Raises StoreError."""
+    found = store.disproved_configs(study_ids=study_ids)
+    return {i: {Config.from_json(c) for c in found.get(i, ())} for i in study_ids}
 
 
 class RoundRow(Protocol):

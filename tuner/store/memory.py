@@ -20,6 +20,7 @@ from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store.protocols import ORDERS, TrialHeartbeats
 from tuner.store.records import (
     ACTIVE_JOB_STATES,
+    COMPARATOR_PREFIX,
     DEFAULT_LABEL,
     OPEN_TASK_STATES,
     BestRecord,
@@ -335,6 +336,20 @@ class MemoryStore:
         with self._lock:
             wanted = set(study_ids)
             return {v.study_id: v for v in self._verifications if v.study_id in wanted}  # later ones win
+
+    def disproved_configs(self, *, study_ids: Sequence[int]) -> dict[int, frozenset[str]]:
+        with self._lock:
+            wanted = set(study_ids)
+            found: dict[int, set[str]] = {}
+            for m in self._measurements.values():
+                if (m.study_id in wanted and m.role == "final" and m.status is Status.WRONG_RESULT
+                        and not m.candidate.startswith(COMPARATOR_PREFIX)):
+                    found.setdefault(m.study_id, set()).add(m.config_json)
+            for v in self._verifications:
+                if (v.study_id in wanted and v.device_name == self._studies[v.study_id].device_name
+                        and v.wrong_processes):
+                    found.setdefault(v.study_id, set()).add(v.config_json)
+            return {study_id: frozenset(configs) for study_id, configs in found.items()}
 
     def list_verifications(
         self, *, study_id: int | None = None, template: str | None = None, limit: int = 100

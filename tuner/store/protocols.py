@@ -151,6 +151,13 @@ class TuningStore(Protocol):
     def latest_verifications(self, *, study_ids: Sequence[int]) -> dict[int, VerificationRecord]:
         """The most recent verification of each of these studies that has one."""
 
+    def disproved_configs(self, *, study_ids: Sequence[int]) -> dict[int, frozenset[str]]:
+        """For each of these studies that has any, the ``config_json`` of the configs found wrong
+        (:func:`tuner.store.entries.disproved_in`): those of its final-round measurements with status
+        WRONG_RESULT (comparators left out: they are not configs of the template), and those of its
+        verifications with ``wrong_processes`` above zero on the study's own device name. Studies without any,
+        and unknown ids, are left out. One read, however many studies."""
+
     def list_verifications(
         self, *, study_id: int | None = None, template: str | None = None, limit: int = 100
     ) -> list[VerificationRecord]:

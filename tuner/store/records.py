@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from tuner.results import DEFAULT_LABEL, Status, Timer
+from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status, Timer
 
 __all__ = [
-    "ACTIVE_JOB_STATES", "DEFAULT_LABEL", "OPEN_TASK_STATES", "ROLES", "VERIFIED_LABEL", "BestRecord", "Claim",
-    "Claimant", "ClaimingWorker",
+    "ACTIVE_JOB_STATES", "COMPARATOR_PREFIX", "DEFAULT_LABEL", "OPEN_TASK_STATES", "ROLES", "VERIFIED_LABEL",
+    "BestRecord", "Claim", "Claimant", "ClaimingWorker",
     "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord", "TaskAttemptRecord", "TaskRecord",
     "Timer", "WorkerRecord", "advertises", "attempts_error", "canonical_json", "check_candidate",
     "check_max_attempts", "check_role", "check_tasks", "claimable_tasks", "current_studies", "has_free_slot",
