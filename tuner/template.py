@@ -198,6 +198,29 @@ class KernelTemplate(abc.ABC):
         lazily on first launch (Triton) override it to launch once."""
         self.build(config, shape)
 
+    def precompile_comparator(self, name: str, shape: Shape) -> None:
+        """Compile comparator ``name`` for ``shape`` into the on-disk caches its library keeps (TileLang's,
+        Triton's), so that its measurement in another process loads it instead of building (mamba_ssm's
+        TileLang MIMO backward: minutes per shape). On a CUDA device with Triton compiled (not interpreted):
+        build it at its contract shape (:meth:`Comparator.contract_shape`) and run it once on inputs of seed
+        0, since libraries compile at their first launch; elsewhere only build it. Nothing for a comparator
+        unavailable here (its measurement says why). Raises KeyError for a name the template has no
+        comparator of, and what the comparator's build or run raises."""
+        import torch
+
+        from tuner.settings import triton_interpreted
+
+        comparator = {c.name: c for c in self.comparators()}[name]
+        at = comparator.contract_shape(shape)
+        if comparator.unavailable(at) is not None:
+            return
+        kernel = comparator.build(at)
+        if not torch.cuda.is_available() or triton_interpreted():
+            return
+        inputs = self.make_inputs(at, "cuda", 0)
+        kernel(inputs, self.allocate_outputs(at, inputs))
+        torch.cuda.synchronize()
+
     def comparators(self) -> tuple[Comparator, ...]:
         """Other implementations to measure beside the template (none by default)."""
         return ()

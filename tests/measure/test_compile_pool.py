@@ -132,6 +132,37 @@ def test_a_final_round_builds_its_configs_in_the_pool_first(tmp_path, measurer: 
     assert pooled == configs  # each of the round's configs, and nothing else, was built in the pool
 
 
+def test_a_final_round_builds_its_comparators_in_the_pool_too(tmp_path, measurer: Measurer, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A library that compiles at its first call (mamba_ssm's TileLang backward: minutes) is built beside the
+    round's configs, not inside its measurement's timeout; an unavailable one is not built and says why."""
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=1)
+    run_trials(ctx, CountBudget(3))
+    log = tmp_path / "builds.log"
+    monkeypatch.setenv("TUNER_TEST_BUILD_LOG", str(log))
+    with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+        final = finalize(ctx, finalists=2, pool=pool)
+    entries = {e.label: e.result for e in final.entries}
+    assert entries["comparator:torch"].ok and final.published
+    assert entries["comparator:missing"].status is Status.INVALID
+    assert "fastscale is not installed" in (entries["comparator:missing"].reason or "")
+    pooled = [line.split(" ", 1)[1] for line in log.read_text().splitlines() if line.startswith("SpawnProcess")]
+    assert pooled.count('{"comparator":"torch"}') == 1 and '{"comparator":"missing"}' not in pooled
+
+
+def test_a_final_round_comparator_whose_build_hangs_is_a_timeout(tmp_path, measurer: Measurer, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=1)
+    run_trials(ctx, CountBudget(2))
+    monkeypatch.setenv("TUNER_TEST_COMPARATOR_HANG", "1")  # in the pool's processes, spawned below
+    with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+        final = finalize(ctx, finalists=1, names=["torch"], pool=pool)
+    entries = {e.label: e.result for e in final.entries}
+    assert entries["comparator:torch"].status is Status.TIMEOUT
+    assert "while building" in (entries["comparator:torch"].reason or "")
+    assert final.published  # the configs were measured and one published, the hung library aside
+
+
 def test_a_final_round_config_whose_build_hangs_is_a_timeout(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=1)

@@ -373,12 +373,13 @@ def finalize(
     so that a round whose new finalists all fail on its inputs (seen on the H200: three configs at their
     error bound) publishes the incumbent again rather than the slower default. Every candidate is verified
     on ``check_seeds`` input sets before the timing (:data:`FINAL_CHECK_SEEDS`). ``names`` restricts the
-    comparators to those names. With ``pool`` the round's configs are first built in it, in parallel (a
-    fresh host would otherwise build them one after another: minutes for the MIMO template); a build over
-    twice the candidate timeout is that config's TIMEOUT, as in a trial batch. Every entry is stored (role
-    ``final``) under one ``round_id``, failures included, so that the report can show what ran in the same
-    round. ``may_publish`` is asked once the round is measured: False (its job was cancelled meanwhile)
-    stores the round but publishes nothing.
+    comparators to those names. With ``pool`` the round's configs and comparators are first built in it,
+    in parallel (a fresh host would otherwise build them one after another inside their measurements:
+    minutes for the MIMO template, and mamba_ssm's TileLang backward alone outlives a 120 s candidate
+    timeout on a fresh H200); a build over twice the candidate timeout is that candidate's TIMEOUT, as in a
+    trial batch. Every entry is stored (role ``final``) under one ``round_id``, failures included, so that
+    the report can show what ran in the same round. ``may_publish`` is asked once the round is measured:
+    False (its job was cancelled meanwhile) stores the round but publishes nothing.
     """
     disproved = disproved_configs(ctx)
     configs = top_configs(ctx, finalists, disproved)
@@ -398,12 +399,12 @@ def finalize(
     round_id = uuid.uuid4().hex
     if not labelled:
         return FinalRound(round_id, (), None, False)
-    late = prebuild(ctx, [c.config for _, c in labelled if c.config is not None], pool)
-    timed = [c for _, c in labelled if c.config not in late]
+    late = prebuild(ctx, [c.result_config() for _, c in labelled], pool)
+    timed = [c for _, c in labelled if c.result_config() not in late]
     measured = iter(ctx.measurer.measure_interleaved(
         ctx.template_ref, ctx.shape, timed, seed=ctx.seed_base + 1_000_003, check_seeds=check_seeds,
     ) if timed else ())
-    results = [late[c.config] if c.config in late else next(measured) for _, c in labelled]
+    results = [late[key] if (key := c.result_config()) in late else next(measured) for _, c in labelled]
     entries = tuple(
         FinalEntry(label, result, store_result(ctx, result, role="final", candidate=label, round_id=round_id))
         for (label, _), result in zip(labelled, results, strict=True)
@@ -422,7 +423,8 @@ def finalize(
 
 
 def prebuild(ctx: StudyContext, configs: Sequence[Config], pool: CompilePool | None) -> dict[Config, MeasureResult]:
-    """Build ``configs`` (a trial batch, a final round's) in ``pool``, in parallel, before they are measured;
+    """Build ``configs`` (a trial batch, a final round's; a comparator as its result config,
+    :meth:`tuner.measure.protocol.Candidate.result_config`) in ``pool``, in parallel, before they are measured;
     the TIMEOUT results of those whose build outlived its limit: twice the candidate's timeout (the pool's
     processes share the host's cores: a build that fits alone may not among them; one still running then
     would not fit in a measurement either). Nothing to do without a pool or for one config."""

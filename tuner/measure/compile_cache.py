@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tuner.errors import MeasureInterrupted
 from tuner.frozen import Config, Shape
+from tuner.measure.protocol import comparator_of
 from tuner.settings import data_home
 
 if TYPE_CHECKING:
@@ -535,8 +536,14 @@ def _worker_build(ref: str, config_json: str, shape_json: str, mark: str | None 
 
 
 def _build_one(template: KernelTemplate, config: Config, shape: Shape) -> str | None:
+    """Precompile one config, or one comparator when ``config`` is a comparator's result config
+    (``{"comparator": name}``, :meth:`tuner.measure.protocol.Candidate.result_config`); its error as a value."""
     try:
-        template.precompile(config, shape)
+        name = comparator_of(config)
+        if name is not None:
+            template.precompile_comparator(name, shape)
+        else:
+            template.precompile(config, shape)
     except Exception as exc:  # every failure of a candidate is a value here
         return describe(exc)
     return None

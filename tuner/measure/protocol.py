@@ -72,6 +72,12 @@ class Candidate:
         return self.config
 
 
+def comparator_of(config: Config) -> str | None:
+    """The comparator name of a comparator's result config (:meth:`Candidate.result_config`), else None."""
+    name = config.get(COMPARATOR_KEY) if len(config) == 1 else None
+    return name if isinstance(name, str) else None
+
+
 # -- requests (parent → worker) ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class WireCandidate:
