@@ -11,10 +11,11 @@ from tuner.store import JobQueue, JobRecord, TaskAttemptRecord, WorkerRecord
 from tuner.store.records import ACTIVE_JOB_STATES, waiting_reason
 
 
-def task_attempts(store: JobQueue, job: JobRecord) -> dict[int, list[TaskAttemptRecord]]:
-    """The attempts of each of the job's tasks that has any, by task id (one read per such task).
-    Raises what the store raises (:class:`tuner.errors.StoreError`)."""
-    return {t.id: store.list_attempts(task_id=t.id) for t in job.tasks if t.attempts}
+def task_attempts(store: JobQueue, jobs: Sequence[JobRecord]) -> dict[int, list[TaskAttemptRecord]]:
+    """The attempts of each task of these jobs that has any, by task id: one read for all the jobs (none when
+    no task has an attempt). Raises what the store raises (:class:`tuner.errors.StoreError`)."""
+    task_ids = [t.id for job in jobs for t in job.tasks if t.attempts]
+    return store.attempts_by_task(task_ids=task_ids) if task_ids else {}
 
 
 def job_out(store: JobQueue, job: JobRecord, workers: Sequence[WorkerRecord] | None = None,
@@ -22,9 +23,10 @@ def job_out(store: JobQueue, job: JobRecord, workers: Sequence[WorkerRecord] | N
     """The job as served: each task's attempts with their reasons, and why the job waits (when it does).
 
     ``workers``: the live workers (``store.list_workers()``), read when needed and not given; ``attempts``:
-    :func:`task_attempts` of the job, read when not given. Raises what the store raises."""
+    :func:`task_attempts` of the job (or of a page of jobs holding it), read when not given. Raises what the
+    store raises."""
     if attempts is None:
-        attempts = task_attempts(store, job)
+        attempts = task_attempts(store, [job])
     waiting = None
     if job.state in ACTIVE_JOB_STATES and not job.workers:
         live = store.list_workers() if workers is None else workers

@@ -22,6 +22,7 @@ from tuner.db.engine import (
 from tuner.db.errors import RecordConflictError, RecordRejectedError, SlotLostError
 from tuner.db.jobs import (
     attach_study,
+    attempts_by_task,
     begin_finalize,
     cancel_job,
     claim_task,
@@ -103,6 +104,7 @@ __all__ = [
     "add_new",
     "add_verification",
     "attach_study",
+    "attempts_by_task",
     "begin_finalize",
     "cancel_job",
     "claim_task",

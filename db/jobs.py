@@ -657,3 +657,16 @@ def list_attempts(session: Session, *, task_id: int) -> list[TaskAttemptRecord]:
         select(TaskAttemptRow).where(TaskAttemptRow.task_id == task_id).order_by(TaskAttemptRow.id)
     )
     return [to_record(TaskAttemptRecord, r) for r in rows]
+
+
+def attempts_by_task(session: Session, *, task_ids: Sequence[int]) -> dict[int, list[TaskAttemptRecord]]:
+    """The attempts of each of these tasks that has any, oldest first, by task id: one query."""
+    ids = list(task_ids)
+    if not ids:
+        return {}
+    found: dict[int, list[TaskAttemptRecord]] = {}
+    for row in session.scalars(
+        select(TaskAttemptRow).where(TaskAttemptRow.task_id.in_(ids)).order_by(TaskAttemptRow.id)
+    ):
+        found.setdefault(row.task_id, []).append(to_record(TaskAttemptRecord, row))
+    return found

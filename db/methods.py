@@ -257,6 +257,10 @@ class StoreMethods:
         with self._reading() as s:
             return jobs.list_attempts(s, task_id=task_id)
 
+    def attempts_by_task(self, *, task_ids: Sequence[int]) -> dict[int, list[TaskAttemptRecord]]:
+        with self._reading() as s:
+            return jobs.attempts_by_task(s, task_ids=task_ids)
+
 
     # -- exploration (the pages, /v1/studies, tuner history/studies; see tuner.db.explore) --------------------
     def list_study_summaries(self, **filters: Any) -> tuple[list[explore.StudySummary], int]:

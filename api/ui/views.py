@@ -262,7 +262,7 @@ def job_page(store: db.Store, catalog: Catalog, job_id: int) -> dict[str, Any]:
     if record is None:
         raise NotFoundError(f"no job {job_id}")
     listed = store.list_workers()
-    attempts = task_attempts(store, record)
+    attempts = task_attempts(store, [record])
     job = job_out(store, record, listed, attempts)
     every_attempt = [a for of_task in attempts.values() for a in of_task]
     live = [w for w in listed if is_live(w, now)]

@@ -7,12 +7,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from tests.fixtures.processes import ROOT, env, start_worker
 from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
+from tests.fixtures.statements import sent_statements
 from tuner import db
 from tuner.api.settings import ApiSettings
 
@@ -224,6 +226,57 @@ def test_a_job_no_live_worker_can_take_says_why_it_waits(tmp_path: Path, capsys:
     _print_job(got, as_json=False)
     printed = capsys.readouterr().out
     assert f"waiting: every live worker gave {label} up" in printed and "given up by w: DeviceError: gone" in printed
+    store.close()
+
+
+def test_jobs_are_listed_with_their_attempts_in_as_many_statements_for_8_jobs_as_for_2(db_url: str) -> None:
+    """``GET /v1/jobs`` reads the attempts of every task on the page at once (it was one read per task with
+    attempts: 2 + one per task), and the job page those of all its shapes at once; each listed task keeps its
+    own attempts."""
+    store = db.Store.open(db_url)
+    store.register_worker(worker_id="w", host="h", pid=1, device_kind="cpu", device_name="CPU", device_index=0,
+                          backends=["triton"], fingerprint_hash="f", fingerprint_json="{}", lease_s=600.0)
+
+    def submit(jobs: int) -> list[int]:
+        """``jobs`` jobs of 1 to 4 shapes, each shape given up by the worker (attempts 1 of 3: still open)."""
+        ids = []
+        for _ in range(jobs):
+            shapes = 1 + len(store.list_jobs(limit=500)) % 4
+            job = store.create_job(template=NAME, template_version="1", backend="triton", device_kind="cpu",
+                                   device_name=None, trials=4, sampler="random", samples=3, candidate_timeout_s=60,
+                                   tasks=[(f"s{i}", f"n={i}", f'{{"n":{i}}}') for i in range(shapes)])
+            while (claim := store.claim_task(worker_id="w", device_kind="cpu", device_name="CPU",
+                                             backends=["triton"])) is not None:
+                store.fail_attempt(task_id=claim.task.id, worker_id="w", reason=f"DeviceError: {claim.task.id}")
+            ids.append(job.id)
+        return ids
+
+    with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
+        def listed() -> tuple[int, list[dict[str, Any]]]:
+            with sent_statements(store.engine) as statements:
+                r = http.get("/v1/jobs", params={"limit": 500})
+            assert r.status_code == 200, r.text[:300]
+            return len(statements), r.json()["items"]
+
+        def page(job_id: int) -> int:
+            with sent_statements(store.engine) as statements:
+                r = http.get(f"/ui/jobs/{job_id}")
+            assert r.status_code == 200, r.text[:300]
+            return len(statements)
+
+        first = submit(2)
+        few, _ = listed()
+        more = submit(6)
+        many, jobs = listed()
+        one_shape, four_shapes = page(first[0]), page(more[1])
+    assert len(jobs) == 8 and few == many, (few, many)
+    assert one_shape == four_shapes and len(store.get_job(job_id=more[1]).tasks) == 4, (one_shape, four_shapes)
+    for job in jobs:
+        assert job["state"] in ("queued", "running") and job["tasks"], job
+        for task in job["tasks"]:
+            assert task["attempts"] == 1, task
+            assert [(a["worker_id"], a["reason"]) for a in task["attempt_reasons"]] == [
+                ("w", f"DeviceError: {task['id']}")], task
     store.close()
 
 

@@ -13,6 +13,7 @@ import optuna
 import pytest
 
 from tests.fixtures import databases
+from tests.fixtures.statements import select_statements
 from tests.fixtures.studies import study_fields
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store import JobQueue, NewMeasurement, StudyRecord, TuningStore
@@ -63,25 +64,6 @@ def _worker(store: Any, worker_id: str = "w1", lease_s: float = 30.0, **fields: 
 
 def _claim(store: Any, worker_id: str) -> Any:
     return store.claim_task(worker_id=worker_id, device_kind="cpu", device_name="CPU", backends=["triton"])
-
-
-def _select_statements(store: Any, read: Any) -> tuple[Any, list[str] | None]:
-    """``read()``'s result and, on SQL, the SELECT statements it ran (None in memory)."""
-    engine = getattr(store, "engine", None)
-    if engine is None:
-        return read(), None
-    from sqlalchemy import event
-
-    statements: list[str] = []
-
-    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
-
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        return read(), [s for s in statements if s.lstrip().upper().startswith("SELECT")]
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
 
 
 def test_both_protocols_are_implemented(store: Any) -> None:
@@ -435,7 +417,7 @@ def test_disproved_configs_are_wrong_final_rows_and_wrong_verifications_on_the_s
     verification(study.id, '{"BLOCK_H": 128}', wrong=False, device_name=study.device_name)  # wrong_processes 0
     verification(other.id, '{"BLOCK_H": 8}', device_name=other.device_name)
     verification(clean.id, '{"BLOCK_H": 8}', wrong=False, device_name=clean.device_name)
-    got, selects = _select_statements(
+    got, selects = select_statements(
         store, lambda: store.disproved_configs(study_ids=[study.id, other.id, clean.id, 999_999]))
     assert got == {study.id: frozenset({'{"BLOCK_H":8}', '{"BLOCK_H":2}'}), other.id: frozenset({'{"BLOCK_H":8}'})}
     assert selects is None or len(selects) <= 2, selects  # however many studies
@@ -600,6 +582,25 @@ def test_a_job_fails_by_attempts_once_none_of_its_tasks_runs(store: Any) -> None
         "w0: could not run on 1 worker(s): w1: gone; w1: could not run on 1 worker(s): w1: gone too")
 
 
+def test_the_attempts_of_many_tasks_are_read_at_once(store: Any) -> None:
+    """attempts_by_task: each task's own attempts, oldest first, as list_attempts gives them; tasks without
+    any and unknown ids left out; in SQL one read, however many tasks (a page of jobs read one per task)."""
+    jobs = [_job(store, shapes=3) for _ in range(3)]
+    tasks = [t.id for job in jobs for t in job.tasks]
+    for worker in ("a", "b"):
+        _worker(store, worker)
+        for _ in tasks[:-1] if worker == "a" else tasks[:2]:  # the last task: no attempt
+            task = _claim(store, worker).task
+            store.fail_attempt(task_id=task.id, worker_id=worker, reason=f"{worker} gave {task.id} up")
+    got, selects = select_statements(store, lambda: store.attempts_by_task(task_ids=[*tasks, 999_999]))
+    assert selects is None or len(selects) == 1, selects
+    assert got == {t: store.list_attempts(task_id=t) for t in tasks[:-1]}
+    assert [[(a.worker_id, a.reason) for a in got[t]] for t in tasks[:3]] == [
+        [("a", f"a gave {tasks[0]} up"), ("b", f"b gave {tasks[0]} up")],
+        [("a", f"a gave {tasks[1]} up"), ("b", f"b gave {tasks[1]} up")], [("a", f"a gave {tasks[2]} up")]]
+    assert store.attempts_by_task(task_ids=[tasks[-1]]) == {} and store.attempts_by_task(task_ids=[]) == {}
+
+
 def _finalising(store: Any) -> tuple[Any, int, str, str]:
     """A one-trial job whose trial worker "a" measured and whose final round it began; "b" waits."""
     job = _job(store, trials=1)
@@ -755,7 +756,7 @@ def test_a_page_of_jobs_holds_each_jobs_tasks_and_workers(store: Any) -> None:
     jobs = [_job(store, shapes=1 + i % 3) for i in range(12)]
     w = _worker(store, "w")
     claimed = _claim(store, w).task
-    listed, selects = _select_statements(store, lambda: store.list_jobs(limit=50))
+    listed, selects = select_statements(store, lambda: store.list_jobs(limit=50))
     assert [j.id for j in listed] == sorted((j.id for j in jobs), reverse=True)
     for job in listed:
         created = next(j for j in jobs if j.id == job.id)

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.fixtures.servers import TOKENS, thread_server
+from tests.fixtures.statements import sent_statements
 from tests.fixtures.sweeps import NAME, StoredSweep, store_sweep
 from tuner import db
 from tuner.api.settings import ApiSettings
@@ -164,8 +165,6 @@ def test_the_template_page_reads_the_store_as_often_for_12_shapes_as_for_3(tmp_p
     """The template page's store reads do not grow with its rows (what final rounds and verifications
     disproved was three reads per row: ~1.5 s at 300 shapes on PostgreSQL); a row whose best a verification on
     its device disproved shows the next fastest config of its round instead."""
-    from sqlalchemy import event
-
     from tests.fixtures.fault_templates import TUNABLE_REF
     from tuner import registry
     from tuner.api.best_service import BestService
@@ -187,16 +186,10 @@ def test_the_template_page_reads_the_store_as_often_for_12_shapes_as_for_3(tmp_p
         catalog = Catalog()
         best = BestService(catalog, StoreProvider(None, store), ttl_s=60.0, max_entries=100)
         views.template_page(store, catalog, best, NAME, None)  # the lookup's cached entries, read once
-        statements: list[str] = []
-
-        def count(conn: object, cursor: object, statement: str, *args: object) -> None:
-            statements.append(statement)
-
-        event.listen(store.engine, "before_cursor_execute", count)
         try:
-            page = views.template_page(store, catalog, best, NAME, None)
+            with sent_statements(store.engine) as statements:
+                page = views.template_page(store, catalog, best, NAME, None)
         finally:
-            event.remove(store.engine, "before_cursor_execute", count)
             store.close()
         assert len(page["rows"]) == shapes
         by_study = {row.study.id: row for row in page["rows"]}

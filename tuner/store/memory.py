@@ -712,3 +712,12 @@ class MemoryStore:
     def list_attempts(self, *, task_id: int) -> list[TaskAttemptRecord]:
         with self._lock:
             return [a for a in self._attempts if a.task_id == task_id]
+
+    def attempts_by_task(self, *, task_ids: Sequence[int]) -> dict[int, list[TaskAttemptRecord]]:
+        with self._lock:
+            wanted = set(task_ids)
+            found: dict[int, list[TaskAttemptRecord]] = {}
+            for a in self._attempts:
+                if a.task_id in wanted:
+                    found.setdefault(a.task_id, []).append(a)
+            return found

@@ -313,3 +313,7 @@ class JobQueue(Protocol):
 
     def list_attempts(self, *, task_id: int) -> list[TaskAttemptRecord]:
         """The workers that gave the task up (:meth:`fail_attempt`), oldest first."""
+
+    def attempts_by_task(self, *, task_ids: Sequence[int]) -> dict[int, list[TaskAttemptRecord]]:
+        """:meth:`list_attempts` of each of these tasks that has any attempt, by task id (tasks without any,
+        and unknown ids, are left out). One read, however many tasks."""
