@@ -76,14 +76,13 @@ class DeviceTotals:
 
 
 def shape_filter(dims: Mapping[str, str]) -> list[Any]:
-    """WHERE clauses matching studies whose canonical shape key holds every ``dim=value`` (values written as
-    :meth:`tuner.frozen.FrozenMap.key` writes them: ``true``/``false`` for flags)."""
-    clauses = []
+    """WHERE clauses matching studies whose canonical shape key holds every ``dim=value`` exactly (values
+    written as :meth:`tuner.frozen.FrozenMap.key` writes them: ``true``/``false`` for flags): names and values
+    compared case-sensitively, as the template writes them, on every database. Not LIKE: SQLite's ignores
+    ASCII case (``n=8`` matched ``N=8``) and PostgreSQL's does not; ``replace()`` compares exactly on both,
+    and a ``%`` or ``_`` in the text is no wildcard."""
     padded = literal(",") + StudyRow.shape_key + literal(",")
-    for name, value in dims.items():
-        needle = f",{name}={value},".replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        clauses.append(padded.like(f"%{needle}%", escape="\\"))
-    return clauses
+    return [func.replace(padded, literal(f",{name}={value},"), literal("")) != padded for name, value in dims.items()]
 
 
 def _study_query(

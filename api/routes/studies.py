@@ -66,7 +66,10 @@ def list_studies(
     version: Annotated[str | None, Query(max_length=64, description="Template version.")] = None,
     device: DeviceKind | None = None,
     device_name: Annotated[str | None, Query(max_length=256)] = None,
-    shape: Annotated[str | None, Query(max_length=2048, description="Dims to match, e.g. B=8,H=64.")] = None,
+    shape: Annotated[str | None, Query(max_length=2048, description=(
+        "Dims to match, e.g. B=8,H=64: a study is listed when its shape has each dim at exactly that value. "
+        "Names and values are compared case-sensitively, as the template writes them (true/false in any "
+        "case); with a template, a dim it does not have is a 422."))] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> StudyPage:

@@ -71,6 +71,30 @@ def test_studies_list_detail_and_trials(db_url: str) -> None:
         assert http.get(f"/v1/studies/{first.study_id}/trials", params={"role": "all"}).json()["total"] == 12
 
 
+def test_the_shape_filter_matches_dims_exactly_and_case_sensitively_on_every_database(db_url: str) -> None:
+    """``shape=`` answers the same on SQLite and PostgreSQL: a dim's name and value as the template writes
+    them (SQLite's LIKE ignored case: ``n=16`` matched ``N=16`` there and not on PostgreSQL), a whole value
+    (``N=1`` is not ``N=16``), ``%`` and ``_`` taken as written; true/false in any case."""
+    store = db.Store.open(db_url)
+    ids = {name: store_sweep(store, shape=shape, template="other").study_id for name, shape in (
+        ("N16", {"N": 16, "dtype": "bfloat16", "causal": True}),
+        ("n16", {"n": 16, "dtype": "BFloat16", "causal": False}),
+        ("N32", {"N": 32, "dtype": "float_16", "causal": True}),
+        ("N32x", {"N": 32, "dtype": "floatx16", "causal": False}),
+    )}
+    with thread_server(_settings(db_url), store) as base, httpx.Client(base_url=base, timeout=30) as http:
+        for shape, expected in (
+            ("N=16", ["N16"]), ("n=16", ["n16"]), ("N=1", []), ("N=16,dtype=bfloat16", ["N16"]),
+            ("dtype=bfloat16", ["N16"]), ("dtype=BFloat16", ["n16"]), ("dtype=BFLOAT16", []),
+            ("dtype=float_16", ["N32"]), ("dtype=float%", []), ("dtype=%", []), ("N=32", ["N32x", "N32"]),
+            ("causal=TRUE", ["N32", "N16"]), ("n=16,causal=False", ["n16"]), ("N=16,causal=false", []),
+        ):
+            got = http.get("/v1/studies", params={"shape": shape}).json()
+            assert [x["id"] for x in got["items"]] == [ids[n] for n in expected], shape
+            assert got["total"] == len(expected), shape
+    store.close()
+
+
 def test_studies_bad_input_and_auth(tmp_path: object) -> None:
     url = db.sqlite_url(f"{tmp_path}/t.db")
     store = db.Store.open(url)
