@@ -6,8 +6,11 @@ script fetches ``GET /v1/studies/{id}/importance``). Optuna is imported the firs
 Optuna storage in the same database; when Optuna is not installed the answer says so instead of failing.
 
 Evaluator: PED-ANOVA (``optuna.importance.PedAnovaImportanceEvaluator``): how much each parameter matters for
-reaching the fastest 10% of the completed trials. It needs nothing beyond Optuna (fANOVA would need
-scikit-learn) and takes milliseconds on sweeps of hundreds of trials. Results are cached per study and
+reaching the fastest 10% of the configs measured OK. Each config counts once, with its first completed trial:
+a config proposed again is told its stored time again (``duplicate_of``), and two workers may measure one
+config at once, so the study's completed trials repeat configs, and the repeats (the sampler returns to the
+fastest) would fill the top 10% with copies of a few configs. It needs nothing beyond Optuna (fANOVA would
+need scikit-learn) and takes milliseconds on sweeps of hundreds of trials. Results are cached per study and
 number of completed trials (a running sweep gets fresh figures as trials complete). Thread-safe.
 """
 
@@ -24,13 +27,14 @@ from tuner import db
 
 log = logging.getLogger(__name__)
 MIN_TRIALS = 4
-EVALUATOR = "PED-ANOVA (Optuna), top 10% of completed trials"
+EVALUATOR = "PED-ANOVA (Optuna), top 10% of the configs measured OK"
 
 
 class ImportanceOut(BaseModel):
     study_id: int
     evaluator: str
-    trials: int = Field(description="Completed (OK) trials the importance was computed from.")
+    trials: int = Field(description="Distinct configs the importance was computed from: those of the study's "
+                                    "completed (OK) trials, a config measured or told again counted once.")
     importances: dict[str, float] = Field(description="Parameter → importance (sums to 1), most important first.")
     note: str | None = Field(description="Why there is no figure, or how to read it.")
 
@@ -52,6 +56,7 @@ class Importances:
         except ImportError:
             return ImportanceOut(study_id=study.id, evaluator=EVALUATOR, trials=0, importances={},
                                  note="Optuna is not installed where the server runs")
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # as in every tuner process: no line per copy
         storage = self._storage(optuna, store)
         try:
             loaded = optuna.load_study(study_name=study.name, storage=storage)
@@ -64,7 +69,7 @@ class Importances:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        out = self._compute(optuna, loaded, study.id, len(complete))
+        out = self._compute(optuna, loaded, study.id, _first_of_each_config(complete))
         with self._lock:
             self._cache[key] = out
             while len(self._cache) > self.max_entries:
@@ -80,17 +85,30 @@ class Importances:
         return storage
 
     @staticmethod
-    def _compute(optuna: Any, study: Any, study_id: int, n: int) -> ImportanceOut:
+    def _compute(optuna: Any, study: Any, study_id: int, trials: list[Any]) -> ImportanceOut:
+        """PED-ANOVA over ``trials`` (completed, one per config), on an in-memory copy of ``study`` holding
+        only them (the evaluator reads every completed trial of the study it is given)."""
+        n = len(trials)
         if n < MIN_TRIALS:
             return ImportanceOut(study_id=study_id, evaluator=EVALUATOR, trials=n, importances={},
-                                 note=f"needs at least {MIN_TRIALS} completed trials ({n} so far)")
+                                 note=f"needs at least {MIN_TRIALS} distinct configs measured OK ({n} so far)")
+        view = optuna.create_study(storage=optuna.storages.InMemoryStorage(), directions=study.directions)
+        view.add_trials(trials)
         try:
             values = optuna.importance.get_param_importances(
-                study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), normalize=True)
+                view, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), normalize=True)
         except (ValueError, RuntimeError) as exc:  # e.g. every parameter fixed: nothing to rank
             log.info("importance of study %d: %s", study_id, exc)
             return ImportanceOut(study_id=study_id, evaluator=EVALUATOR, trials=n, importances={},
                                  note=f"cannot rank parameters: {exc}")
         return ImportanceOut(study_id=study_id, evaluator=EVALUATOR, trials=n,
                              importances={k: float(v) for k, v in values.items()},
-                             note="how much each parameter decides whether a trial is among the fastest 10%")
+                             note="how much each parameter decides whether a config is among the fastest 10%")
+
+
+def _first_of_each_config(complete: list[Any]) -> list[Any]:
+    """The first of ``complete`` (Optuna's completed trials, in trial order) with each set of parameters."""
+    first: dict[tuple[tuple[str, Any], ...], Any] = {}
+    for trial in complete:
+        first.setdefault(tuple(sorted(trial.params.items())), trial)
+    return list(first.values())

@@ -95,6 +95,48 @@ def test_the_shape_filter_matches_dims_exactly_and_case_sensitively_on_every_dat
     store.close()
 
 
+def test_importance_counts_and_weighs_each_config_once(db_url: str) -> None:
+    """A config told again (measured before: its stored time told once more, ``duplicate_of``) is one config:
+    ``trials`` counts distinct configs and the importances are those of each config once (the repeats of the
+    fastest config would fill the top 10%); too few distinct configs is the 'needs at least' note however
+    many times they were told."""
+    import optuna
+
+    store = db.Store.open(db_url)
+    many, few = store_sweep(store, shape={"n": 256}), store_sweep(store, shape={"n": 512})
+    blocks = optuna.distributions.CategoricalDistribution([16, 32, 64, 128, 256])
+    modes = optuna.distributions.CategoricalDistribution(["a", "b"])
+
+    def trial(block: int, mode: str, again: bool = False) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(
+            params={"BLOCK": block, "mode": mode}, distributions={"BLOCK": blocks, "mode": modes},
+            value=block / 16 + (0.5 if mode == "b" else 0.0), user_attrs={"duplicate_of": 0} if again else {})
+
+    distinct = [trial(b, m) for b in (16, 32, 64, 128, 256) for m in ("a", "b")]
+    told = distinct + [trial(32, "b", again=True)] * 6 + [trial(16, "a", again=True)] * 4
+    sweeps = {}
+    for sweep, trials in ((many, told), (few, [*distinct[:3], *distinct[:3], distinct[1]])):
+        name = store.get_study(study_id=sweep.study_id).name  # type: ignore[union-attr]
+        study = optuna.create_study(study_name=name, storage=store.optuna_storage(), direction="minimize")
+        study.add_trials(trials)
+        sweeps[sweep.study_id] = study
+    alone = optuna.create_study(direction="minimize")
+    alone.add_trials(distinct)
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator
+    expected = optuna.importance.get_param_importances(alone, evaluator=evaluator(), normalize=True)
+    repeated = optuna.importance.get_param_importances(sweeps[many.study_id], evaluator=evaluator(),
+                                                       normalize=True)
+    assert repeated != pytest.approx(expected)  # what the answer was: the repeats change the figures
+    with thread_server(_settings(db_url), store) as base, httpx.Client(base_url=base, timeout=60) as http:
+        got = http.get(f"/v1/studies/{many.study_id}/importance").json()
+        assert got["trials"] == 10 and got["importances"] == pytest.approx(expected), got
+        assert list(got["importances"]) == list(expected)  # most important first
+        short = http.get(f"/v1/studies/{few.study_id}/importance").json()
+        assert short["trials"] == 3 and short["importances"] == {}, short
+        assert short["note"] == "needs at least 4 distinct configs measured OK (3 so far)"
+    store.close()
+
+
 def test_studies_bad_input_and_auth(tmp_path: object) -> None:
     url = db.sqlite_url(f"{tmp_path}/t.db")
     store = db.Store.open(url)
