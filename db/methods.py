@@ -19,6 +19,7 @@ from tuner.store.protocols import JsonInput, TrialHeartbeats
 from tuner.store.records import (
     BestRecord,
     Claim,
+    Disproval,
     JobRecord,
     MeasurementRecord,
     NewMeasurement,
@@ -130,6 +131,10 @@ class StoreMethods:
     def add_verification(self, **fields: Any) -> VerificationRecord:
         with self.session() as s:
             return verifications.add_verification(s, **fields)
+
+    def record_disproval(self, **fields: Any) -> Disproval | None:
+        with self.session() as s:
+            return verifications.record_disproval(s, **fields)
 
     def latest_verifications(self, *, study_ids: Sequence[int]) -> dict[int, VerificationRecord]:
         with self._reading() as s:

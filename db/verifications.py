@@ -15,9 +15,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tuner.db._convert import canonical_json, to_record
-from tuner.db.models import MeasurementRow, StudyRow, VerificationRow, utcnow
+from tuner.db.best import publish_best, withdraw_best
+from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, VerificationRow, utcnow
 from tuner.errors import NotFoundError
-from tuner.store.records import COMPARATOR_PREFIX, Status, VerificationRecord
+from tuner.store.records import COMPARATOR_PREFIX, Disproval, Status, VerificationRecord, check_disproval
 
 
 def add_verification(
@@ -56,6 +57,44 @@ def add_verification(
     session.add(row)
     session.flush()
     return to_record(VerificationRecord, row)
+
+
+def record_disproval(
+    session: Session,
+    *,
+    best_measurement_id: int | None,
+    stand_in_id: int | None = None,
+    withdraw: bool = False,
+    **verification: Any,
+) -> Disproval | None:
+    """Store a verification that found its config wrong and act on the study's best in the same session: publish
+    the stand-in (keeping the replaced best's ``published_at``) or withdraw the best, as the caller decided on
+    the best whose measurement id is ``best_measurement_id`` (None: none); when the study's best is another
+    one now, store nothing and return None. The study's row and its best's are locked (``FOR UPDATE`` on
+    PostgreSQL; a write session holds SQLite's write lock) until the transaction ends: a concurrent
+    :func:`tuner.db.best.publish_best` waits, on the best row when there is one, else on the study row its
+    foreign key shares. Raises as :meth:`tuner.store.TuningStore.record_disproval` (the caller's session rolls
+    back what was written)."""
+    study_id = verification["study_id"]
+    study = session.get(StudyRow, study_id, with_for_update=True)
+    if study is None:
+        raise NotFoundError(f"no study with id {study_id}")
+    check_disproval(best_measurement_id=best_measurement_id, stand_in_id=stand_in_id, withdraw=withdraw,
+                    figures=verification["figures"], device_name=verification["device_name"],
+                    study_device_name=study.device_name)
+    current = session.scalars(
+        select(BestConfigRow).where(BestConfigRow.study_id == study_id).with_for_update()
+    ).one_or_none()
+    if (None if current is None else current.measurement_id) != best_measurement_id:
+        return None  # a final round published meanwhile: the caller decides again
+    record = add_verification(session, **verification)
+    replacement = None
+    if stand_in_id is not None:
+        assert current is not None  # check_disproval: a stand-in names the best it replaces
+        replacement = publish_best(session, study_id=study_id, measurement_id=stand_in_id,
+                                   published_at=current.published_at)
+    withdrawn = withdraw and withdraw_best(session, study_id=study_id)
+    return Disproval(record, replacement, withdrawn)
 
 
 def latest_verification(session: Session, *, study_id: int) -> VerificationRecord | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,8 +21,10 @@ from tuner.db import (
     list_best,
     publish_best,
 )
+from tuner.db.verifications import record_disproval
 from tuner.errors import NotFoundError
 from tuner.results import Status
+from tuner.store.records import VERIFIED_LABEL
 
 StudyFactory = Callable[..., StudyRecord]
 
@@ -151,3 +155,40 @@ def test_list_best_filters(store: Store, make_study: StudyFactory) -> None:
         assert list_best(session, template="mamba3_mimo_bwd") == [best[b.id]]
         assert list_best(session, device_kind="cuda", device_name="NVIDIA H200") == [best[a.id], best[b.id]]
         assert list_best(session, device_kind="npu") == []
+
+
+@pytest.mark.parametrize("published", [True, False], ids=["best", "no-best"])
+def test_a_final_round_publishing_during_a_disproval_waits_for_it(
+    store: Store, make_study: StudyFactory, published: bool
+) -> None:
+    """The disproval holds the study's best (its row, or the study's row while none is published) until it
+    commits, even when it decided to leave the best as it is: a final round's publish waits and lands after
+    it, never between its read and its write (PostgreSQL: FOR UPDATE; SQLite: the write lock)."""
+    study = make_study()
+    first = measure(store, study)
+    later = measure(store, study, 4.0, round_id="r2", config_json={"BLOCK_H": 8, "num_warps": 2})
+    best = publish(store, study, first) if published else None
+    figures = [{"process": 1, "candidates": [{"label": VERIFIED_LABEL, "status": Status.WRONG_RESULT.value}]}]
+    results: list[BestRecord | BaseException] = []
+
+    def final_round() -> None:
+        try:
+            results.append(publish(store, study, later))
+        except BaseException as exc:  # reported below
+            results.append(exc)
+
+    with store.session() as session:
+        done = record_disproval(
+            session, best_measurement_id=None if best is None else best.measurement_id,
+            study_id=study.id, config_json=first.config_json, stored_us=5.0, median_us=None, low_us=None,
+            high_us=None, drift=None, tolerance=0.03, flagged=True, processes=1, figures=figures,
+            device_kind="cuda", device_name=study.device_name, fingerprint_hash="f", fingerprint_json="{}")
+        assert done is not None and done.replacement is None  # decided: the best is left as it is
+        thread = threading.Thread(target=final_round)
+        thread.start()
+        time.sleep(0.5)  # let the publish reach its lock
+        assert results == []  # it waits for the disproval
+    thread.join(timeout=30)
+    assert len(results) == 1 and isinstance(results[0], BestRecord), results
+    with store.session(readonly=True) as session:
+        assert get_study_best(session, study_id=study.id) == results[0]

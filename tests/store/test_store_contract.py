@@ -426,6 +426,104 @@ def test_disproved_configs_are_wrong_final_rows_and_wrong_verifications_on_the_s
     assert store.disproved_configs(study_ids=[]) == {}
 
 
+def _disproved(store: Any, study: StudyRecord, *, wrong: bool = True, **fields: Any) -> dict[str, Any]:
+    """``record_disproval``'s verification fields: a verification of {"BLOCK_H": 4} on the study's device
+    name, wrong in its first process (right in both with ``wrong=False``)."""
+    status = (Status.WRONG_RESULT if wrong else Status.OK).value
+    figures = [{"process": 1, "candidates": [{"label": VERIFIED_LABEL, "status": status}]},
+               {"process": 2, "candidates": [{"label": VERIFIED_LABEL, "status": Status.OK.value}]}]
+    return {"study_id": study.id, "config_json": '{"BLOCK_H": 4}', "stored_us": 5.0, "median_us": 5.0,
+            "low_us": 5.0, "high_us": 5.0, "drift": 0.0, "tolerance": 0.03, "flagged": wrong, "processes": 2,
+            "figures": figures, "device_kind": "cuda", "device_name": study.device_name, "fingerprint_hash": "f",
+            "fingerprint_json": "{}", **fields}
+
+
+def _round(store: Any, study: StudyRecord) -> tuple[Any, Any, Any]:
+    """A final round of {"BLOCK_H": 4} (5 µs, published, a week ago) and {"BLOCK_H": 8} (6 µs): (the best,
+    both measurements)."""
+    a = store.record_measurement(_m(study.id, role="final", round_id="r1", config_json={"BLOCK_H": 4}))
+    b = store.record_measurement(_m(study.id, role="final", round_id="r1", config_json={"BLOCK_H": 8},
+                                    median_us=6.0))
+    best = store.publish_best(study_id=study.id, measurement_id=a.id,
+                              published_at=a.created_at - timedelta(days=7))
+    return best, a, b
+
+
+def test_a_disproval_publishes_its_stand_in_at_the_disproved_bests_time_with_the_verification(store: Any) -> None:
+    study = _study(store)
+    best, a, b = _round(store, study)
+    done = store.record_disproval(best_measurement_id=a.id, stand_in_id=b.id, **_disproved(store, study))
+    assert done is not None and not done.withdrawn and done.verification.wrong_processes == 1
+    assert done.replacement is not None and done.replacement.measurement_id == b.id
+    assert done.replacement.published_at == best.published_at and done.replacement.median_us == 6.0
+    assert store.get_study_best(study_id=study.id) == done.replacement
+    assert store.list_verifications(study_id=study.id) == [done.verification]
+    assert store.disproved_configs(study_ids=[study.id]) == {study.id: frozenset({'{"BLOCK_H":4}'})}
+
+
+def test_a_disproval_without_a_stand_in_withdraws_the_best(store: Any) -> None:
+    study = _study(store)
+    _, a, _ = _round(store, study)
+    done = store.record_disproval(best_measurement_id=a.id, withdraw=True, **_disproved(store, study))
+    assert done is not None and done.withdrawn and done.replacement is None
+    assert store.get_study_best(study_id=study.id) is None
+    assert store.list_verifications(study_id=study.id) == [done.verification]
+
+
+def test_a_disproval_decided_on_a_best_since_replaced_stores_nothing(store: Any) -> None:
+    """A final round published another best after the caller read it: nothing is stored, the verification
+    neither (the caller reads again and decides again); decided on the best as it is, it is stored and a
+    best not disproved is left as it is."""
+    study = _study(store)
+    _, a, b = _round(store, study)
+    newer = store.publish_best(study_id=study.id, measurement_id=b.id)  # a final round, meanwhile
+    assert store.record_disproval(best_measurement_id=a.id, stand_in_id=b.id, **_disproved(store, study)) is None
+    assert store.record_disproval(best_measurement_id=a.id, withdraw=True, **_disproved(store, study)) is None
+    assert store.record_disproval(best_measurement_id=None, **_disproved(store, study)) is None
+    assert store.list_verifications(study_id=study.id) == []
+    assert store.get_study_best(study_id=study.id) == newer
+    done = store.record_disproval(best_measurement_id=b.id, **_disproved(store, study))
+    assert done is not None and done.replacement is None and not done.withdrawn
+    assert store.list_verifications(study_id=study.id) == [done.verification]
+    assert store.get_study_best(study_id=study.id) == newer
+    fresh = _study(store, S=8192)  # nothing published: nothing to act on, the verification is recorded
+    assert store.record_disproval(best_measurement_id=None, **_disproved(store, fresh)) is not None
+
+
+def test_a_disproval_the_store_refuses_stores_nothing(store: Any) -> None:
+    """One transaction: a stand-in that is unknown, of another study or not publishable, a stand-in or a
+    withdrawal asked of a verification on another device name or without a wrong process, both at once, or
+    either without the best they replace: the verification is not stored either, the best stays."""
+    study, other = _study(store), _study(store, S=8192)
+    best, a, _ = _round(store, study)
+    foreign = store.record_measurement(_m(other.id, role="final", round_id="r9"))
+    wrong = store.record_measurement(_m(study.id, role="final", round_id="r1", config_json={"BLOCK_H": 16},
+                                        status=Status.WRONG_RESULT, median_us=None))
+    refused: list[tuple[type[Exception], dict[str, Any]]] = [
+        (NotFoundError, {"stand_in_id": a.id + 1000}),
+        (RecordConflictError, {"stand_in_id": foreign.id}),
+        (RecordConflictError, {"stand_in_id": wrong.id}),
+        (RecordConflictError, {"withdraw": True, "device_name": "NVIDIA A100"}),  # another GPU's numerics
+        (ValueError, {"withdraw": True, "wrong": False}),
+        (ValueError, {"withdraw": True, "stand_in_id": wrong.id}),
+        (ValueError, {"withdraw": True, "best_measurement_id": None}),
+        (ValueError, {"processes": 0}),
+        (NotFoundError, {"study_id": 999_999}),
+    ]
+    for error, fields in refused:
+        args = {"best_measurement_id": a.id, "stand_in_id": None, "withdraw": False, **fields}
+        verification = _disproved(store, study, wrong=args.pop("wrong", True),
+                                  **{k: args.pop(k) for k in ("device_name", "processes", "study_id") if k in args})
+        with pytest.raises(error):
+            store.record_disproval(**args, **verification)
+        assert store.get_study_best(study_id=study.id) == best, fields
+        assert store.list_verifications() == [], fields
+    # on another device name it only records (the caller asks nothing of the best)
+    done = store.record_disproval(best_measurement_id=a.id, **_disproved(store, study, device_name="NVIDIA A100"))
+    assert done is not None and done.replacement is None and store.get_study_best(study_id=study.id) == best
+    assert store.disproved_configs(study_ids=[study.id]) == {study.id: frozenset({'{"BLOCK_H":16}'})}
+
+
 def test_a_verify_job_has_no_trials_and_one_worker_takes_each_task(store: Any) -> None:
     a, b = _worker(store, "a"), _worker(store, "b")
     job = store.create_verify_job(template="t", template_version="1", backend="triton", device_kind="cpu",

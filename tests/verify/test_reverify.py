@@ -9,10 +9,12 @@ times as long in every process after the first; ``steady_spin`` keeps its speed.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +24,7 @@ from tests.fixtures.processes import ROOT, env
 from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
 from tuner import db, registry
 from tuner.api.settings import ApiSettings
-from tuner.driver.reverify import BEST_LABEL, _published_best, disproval_text, verify_best
+from tuner.driver.reverify import BEST_LABEL, _disprove, _published_best, disproval_text, verify_best
 from tuner.driver.tuning import tune_shapes
 from tuner.errors import UserInputError
 from tuner.frozen import Shape
@@ -32,7 +34,9 @@ from tuner.measure.devices.base import DeviceSpec
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.report.markdown import collect, render_markdown, render_verifications
 from tuner.service.worker import Worker, WorkerOptions
+from tuner.store import Disproval, NewMeasurement
 from tuner.store.entries import disproved_in, published_entries
+from tuner.store.memory import MemoryStore
 
 CPU = DeviceSpec("cpu")
 OPTIONS = MeasureOptions(n_samples=15, warmup=2)
@@ -224,6 +228,48 @@ def test_a_best_that_gives_wrong_results_on_fresh_inputs_is_replaced_by_the_next
     assert store.get_best(template="flaky_spin", shape_key=SHAPE.key()).config == {"scale": 2}  # type: ignore[union-attr]
 
 
+class _RoundMeanwhile(MemoryStore):
+    """A memory store on which a final round publishes ``republish`` the first time a disproval is recorded,
+    just before it (the round read the disproved configs before this verification was recorded)."""
+
+    republish: int | None = None
+
+    def record_disproval(self, **fields: Any) -> Disproval | None:
+        if self.republish is not None:
+            self.publish_best(study_id=fields["study_id"], measurement_id=self.republish)
+            self.republish = None
+        return super().record_disproval(**fields)
+
+
+def test_a_disproval_decides_again_when_a_final_round_published_the_config_meanwhile() -> None:
+    """The verification disproves {"scale": 1}; while it was decided, a new final round published scale 1
+    again (its own measurement): the write finds another best than the one decided on, stores nothing, and
+    the next decision, on the new round, publishes that round's next config, with one verification stored."""
+    store = _RoundMeanwhile()
+    study = store.get_or_create_study(
+        name="s", template="flaky_spin", template_version="1", shape_key=SHAPE.key(), shape_json=SHAPE.to_json(),
+        device_kind="cpu", device_name="test-cpu", fingerprint_hash="f", fingerprint_json="{}")
+
+    def final(round_id: str, scale: int, median_us: float) -> int:
+        return store.record_measurement(NewMeasurement(
+            study_id=study.id, role="final", round_id=round_id, candidate="config", config_json={"scale": scale},
+            status="OK", median_us=median_us)).id
+
+    first, _ = final("r1", 1, 10.0), final("r1", 2, 20.0)
+    again, stand_in = final("r2", 1, 11.0), final("r2", 3, 25.0)
+    verified = store.publish_best(study_id=study.id, measurement_id=first)
+    store.republish = again
+    figures = [{"process": 1, "candidates": [{"label": BEST_LABEL, "status": "WRONG_RESULT"}]}]
+    done = _disprove(store, verified, dict(
+        study_id=study.id, config_json=verified.config_json, stored_us=10.0, median_us=None, low_us=None,
+        high_us=None, drift=None, tolerance=0.03, flagged=True, processes=1, figures=figures, device_kind="cpu",
+        device_name="test-cpu", fingerprint_hash="f", fingerprint_json="{}"))
+    assert done.replacement is not None and done.replacement.measurement_id == stand_in
+    assert done.replacement.published_at > verified.published_at  # the time of the best it replaced: r2's
+    assert store.get_study_best(study_id=study.id) == done.replacement
+    assert store.list_verifications(study_id=study.id) == [done.verification]
+
+
 def test_a_wrong_best_with_no_stand_in_is_withdrawn_and_the_cli_says_so(tmp_path: Path) -> None:
     """Its round held no other config: the best is withdrawn (the lookup then serves the shape as untuned);
     ``tuner verify`` prints what happened and exits 3."""
@@ -292,6 +338,36 @@ def test_a_verify_job_that_disproves_the_best_says_so_in_its_task(tmp_path: Path
               if e["status"] == "OK"}
     assert ratios['{"scale": 2}'] == 1.0 and ratios['{"scale": 1}'] < 1.0
     assert "scale=2" in page and "scale=1</code>" not in page.split("Every study")[0]
+
+
+@pytest.mark.parametrize("wrong", ["every", "some"])
+def test_a_verify_job_that_finds_a_foreign_best_wrong_flags_it_and_ends_done(
+    tmp_path: Path, wrong: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A best of another device name (as the server queues for foreign answers) wrong here, in every fresh
+    process or in some: the verification is flagged with its wrong processes, the job ends done (not a
+    disproval: the study's clients keep their best), and the worker's log says why."""
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    foreign = publish(store, "flaky_spin", SHAPE.to_dict(), {"scale": 1}, 20.0, device_name="another CPU")
+    if wrong == "every":  # the first process is the one measuring right: taken by no one here
+        (Path(os.environ[DIR_ENV]) / "0").touch()
+    job = store.create_verify_job(template="flaky_spin", template_version="1", backend="triton", device_kind="cpu",
+                                  device_name=None, tasks=[("n=64", SHAPE.key(), SHAPE.to_json())], processes=2,
+                                  samples=5, comparators=False)
+    with caplog.at_level("WARNING", logger="tuner.service.worker"):
+        assert Worker(store, WorkerOptions(CPU, heartbeat_s=0.5, lease_s=10)).run(exit_when_idle=True) == 1
+    done = store.get_job(job_id=job.id)
+    assert done is not None and done.state == "done" and done.error is None
+    (task,) = done.tasks
+    assert task.state == "done" and task.error is None
+    assert (task.best_us is None) is (wrong == "every")  # a median only from the processes measuring right
+    (check,) = store.list_verifications(study_id=foreign.study_id)
+    assert check.flagged and check.wrong_processes == (2 if wrong == "every" else 1)
+    assert check.device_name != foreign.device_name
+    assert store.get_best(template="flaky_spin", shape_key=SHAPE.key()) == foreign  # left as it is
+    assert disproved_in(store, foreign.study_id) == set()
+    assert f"wrong results in {check.wrong_processes} of 2 fresh processes" in caplog.text
+    assert "flagged; the best is left as it is there" in caplog.text
 
 
 def test_verify_without_a_published_best_says_so(tmp_path: Path) -> None:

@@ -19,7 +19,9 @@ published best as it is (a re-tune decides). A wrong result on the study's own d
 fresh inputs disproved the config (as a final round's WRONG_RESULT does: later rounds leave it out), so the
 fastest other config of the round that published it, verified on that round's inputs and not disproved, is
 published in its place, or, when the round has none, the best is withdrawn and the shape is served as an
-untuned one. On another device name (a host verifying a foreign best) a wrong result is only flagged.
+untuned one — in the one transaction that records the verification
+(:meth:`tuner.store.TuningStore.record_disproval`), so that no failure in between leaves the disproved config
+served. On another device name (a host verifying a foreign best) a wrong result is only flagged.
 
 Raises UserInputError when no best is published for the shape, DeviceError / MeasureSetupError from the
 measurer, StoreError from the store. Not thread-safe (one device, one verification at a time).
@@ -41,7 +43,7 @@ from tuner.lookup import Requester, choose, requester_software
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
 from tuner.results import MeasureResult, Status
-from tuner.store import BestRecord, TuningStore, VerificationRecord
+from tuner.store import BestRecord, Disproval, TuningStore, VerificationRecord
 from tuner.store.entries import disproved_in, published_entries, round_winner
 from tuner.store.records import VERIFIED_LABEL
 
@@ -139,6 +141,17 @@ class Verification:
     replacement: BestRecord | None = None
     withdrawn: bool = False  # a wrong result and no stand-in: the study's best was withdrawn
 
+    @property
+    def disproved(self) -> bool:
+        """:func:`disproves`: the verification disproved the best config."""
+        return disproves(self.verdict, self.fingerprint, self.best)
+
+
+def disproves(verdict: Verdict, fingerprint: Fingerprint, best: BestRecord) -> bool:
+    """A wrong result on the study's own device name disproves the config; on another device name it is only
+    flagged (another GPU's numerics say nothing about the study's clients). Pure."""
+    return verdict.wrong > 0 and fingerprint.device_name == best.device_name
+
 
 def verify_best(
     store: TuningStore,
@@ -196,24 +209,24 @@ def verify_best(
             on_process(process)
     assert best is not None and fingerprint is not None
     verdict = Verdict.of(best.median_us, figures, tolerance)
-    record = store.add_verification(
+    fields: dict[str, Any] = dict(
         study_id=best.study_id, config_json=best.config_json, stored_us=best.median_us,
         median_us=verdict.median_us, low_us=verdict.low_us, high_us=verdict.high_us, drift=verdict.drift,
         tolerance=tolerance, flagged=verdict.flagged, processes=processes, figures=[p.to_dict() for p in figures],
         device_kind=fingerprint.kind, device_name=fingerprint.device_name, fingerprint_hash=fingerprint.hash(),
         fingerprint_json=fingerprint.to_json(), worker=worker or process_label(),
     )
-    mine = fingerprint.device_name == best.device_name  # a wrong result elsewhere disproves nothing here
-    replacement, withdrawn = _stand_in(store, best) if verdict.wrong and mine else (None, False)
-    return Verification(template.name, shape, best, fingerprint, tuple(figures), verdict, record, replacement,
-                        withdrawn)
+    done = (_disprove(store, best, fields) if disproves(verdict, fingerprint, best)
+            else Disproval(store.add_verification(**fields)))
+    return Verification(template.name, shape, best, fingerprint, tuple(figures), verdict, done.verification,
+                        done.replacement, done.withdrawn)
 
 
 def disproval_text(outcome: Verification) -> str:
     """What a verification that found the best wrong did, in a sentence (CLI, a verify job's task)."""
     v, best = outcome.verdict, outcome.best
     text = f"the published best gave wrong results in {v.wrong} of {len(outcome.processes)} fresh processes"
-    if outcome.fingerprint.device_name != best.device_name:
+    if not outcome.disproved:
         return (f"{text} on {outcome.fingerprint.device_name}, not the device its study measured on "
                 f"({best.device_name}): flagged; the best is left as it is there")
     text += " (disproved: later final rounds leave it out)"
@@ -225,26 +238,54 @@ def disproval_text(outcome: Verification) -> str:
     return f"{text}; the study's best had changed meanwhile and was left as it is"
 
 
-def _stand_in(store: TuningStore, verified: BestRecord) -> tuple[BestRecord | None, bool]:
-    """After a verification on the study's device name found ``verified`` wrong (and recorded it): when the
-    study's best is (still) a disproved config, publish the fastest OK config of the final round that
-    published it that no round or verification disproved (:func:`tuner.store.entries.round_winner`), or
-    withdraw the best when there is none. Nothing changes when a final round published a config not
-    disproved meanwhile. Returns (the best published instead, whether it was withdrawn). Not atomic: a final
-    round publishing in between is read again by :func:`tuner.driver.study.finalize`, which leaves out what
-    this verification disproved."""
-    wrong = disproved_in(store, verified.study_id)
+DECIDE_ATTEMPTS = 3  # a final round publishing between the read and the write: decide again, this many times
+
+
+@dataclass(frozen=True)
+class _StandIn:
+    """What a disproval does to the study's best as read: the measurement id of that best (None: none
+    published), and the measurement published in its place (None: none) or whether it is withdrawn; neither
+    when the best read is not disproved. Immutable."""
+
+    best_measurement_id: int | None
+    stand_in_id: int | None = None
+    withdraw: bool = False
+
+
+def _disprove(store: TuningStore, verified: BestRecord, fields: dict[str, Any]) -> Disproval:
+    """Record the verification (``fields``, as :meth:`tuner.store.TuningStore.add_verification` takes them)
+    that disproved ``verified`` on the study's device name, and act on the study's best in the same
+    transaction (:meth:`tuner.store.TuningStore.record_disproval`): what :func:`_stand_in` decided on the
+    best as read, unless a final round published another between the read and the write; then it is read
+    and decided again, up to DECIDE_ATTEMPTS times. After that the verification is only recorded, the best
+    left as it is (the final rounds that keep publishing read the disproval and leave the config out).
+    Raises StoreError, and RecordConflictError from the store for a stand-in the store refuses (nothing is
+    recorded then)."""
+    for _ in range(DECIDE_ATTEMPTS):
+        decided = _stand_in(store, verified)
+        done = store.record_disproval(best_measurement_id=decided.best_measurement_id,
+                                      stand_in_id=decided.stand_in_id, withdraw=decided.withdraw, **fields)
+        if done is not None:
+            return done
+    return Disproval(store.add_verification(**fields))
+
+
+def _stand_in(store: TuningStore, verified: BestRecord) -> _StandIn:
+    """What a verification on the study's device name that found ``verified`` wrong (not yet recorded) does:
+    when the study's best is a disproved config (by a round, a recorded verification, or this one), publish
+    the fastest OK config of the final round that published it that none of them disproved
+    (:func:`tuner.store.entries.round_winner`), or withdraw the best when there is none. Nothing changes when
+    a final round published a config not disproved meanwhile. Reads only: :func:`_disprove` writes it,
+    atomically with the verification, while the best is still the one read here."""
+    wrong = disproved_in(store, verified.study_id) | {Config.from_json(verified.config_json)}
     current = store.get_study_best(study_id=verified.study_id)
     if current is None or Config.from_json(current.config_json) not in wrong:
-        return None, False
+        return _StandIn(None if current is None else current.measurement_id)
     published = store.get_measurement(measurement_id=current.measurement_id)
     rows = [] if published is None or published.round_id is None else store.list_measurements(
         study_id=current.study_id, role="final", round_id=published.round_id)
     pick = round_winner(rows, wrong)
-    if pick is None:
-        return None, store.withdraw_best(study_id=current.study_id)
-    return store.publish_best(study_id=current.study_id, measurement_id=pick.id,
-                              published_at=current.published_at), False
+    return _StandIn(current.measurement_id, None if pick is None else pick.id, pick is None)
 
 
 def _published_best(

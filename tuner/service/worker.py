@@ -382,8 +382,11 @@ class Worker:
     def _verify(self, job: JobRecord, task_id: int, shape: Shape) -> None:
         """A verify job's task: re-measure the shape's published best in fresh processes (one worker takes
         it, through ``begin_finalize``) and record the verification; the task keeps the re-measured median.
-        A drift is a finding, not a failure. The task fails when no process measured the best OK, or when the
-        best gave wrong results (then its error says what the verification published instead)."""
+        A drift is a finding, not a failure; so is a wrong result on another device name than the study's
+        (a foreign best, re-verified for this device: flagged in the verification, logged, the best left as
+        it is). The task fails when the verification disproved the best (wrong results on the study's own
+        device name: its error says what was published instead), or when no process measured the best OK
+        and none found it wrong."""
         if not self.store.begin_finalize(task_id=task_id, worker_id=self.id):
             return  # another worker took it
         outcome = verify_best(
@@ -393,8 +396,11 @@ class Worker:
         )
         median = outcome.verdict.median_us
         error = None if median is not None else "the published best did not measure OK in any process"
-        if outcome.verdict.wrong:
+        if outcome.disproved:
             error = disproval_text(outcome)
+        elif outcome.verdict.wrong:  # flagged, not failed: the store keeps no text with a task that is done
+            error = None
+            log.warning("verify task %s of job %s: %s", task_id, job.id, disproval_text(outcome))
         self.store.finish_task(
             task_id=task_id, worker_id=self.id, best_us=median, best_config_json=outcome.best.config_json,
             error=error,

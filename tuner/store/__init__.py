@@ -7,6 +7,7 @@ from tuner.store.protocols import JobQueue, TrialHeartbeats, TuningStore
 from tuner.store.records import (
     BestRecord,
     Claim,
+    Disproval,
     JobRecord,
     MeasurementRecord,
     NewMeasurement,
@@ -20,6 +21,7 @@ from tuner.store.records import (
 __all__ = [
     "BestRecord",
     "Claim",
+    "Disproval",
     "JobQueue",
     "JobRecord",
     "MeasurementRecord",

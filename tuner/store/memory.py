@@ -26,6 +26,7 @@ from tuner.store.records import (
     BestRecord,
     Claim,
     ClaimingWorker,
+    Disproval,
     JobRecord,
     JsonInput,
     MeasurementRecord,
@@ -40,6 +41,7 @@ from tuner.store.records import (
     attempts_error,
     canonical_json,
     check_candidate,
+    check_disproval,
     check_job_kind,
     check_max_attempts,
     check_role,
@@ -317,20 +319,54 @@ class MemoryStore:
         fingerprint_json: str, worker: str | None = None,
     ) -> VerificationRecord:
         with self._lock:
-            if study_id not in self._studies:
-                raise NotFoundError(f"no study with id {study_id}")
-            if processes < 1:
-                raise ValueError(f"a verification runs at least one process, got {processes}")
-            record = VerificationRecord(
-                id=next(self._ids), study_id=study_id, config_json=canonical_json(config_json, what="config_json"),
-                stored_us=stored_us, median_us=median_us, low_us=low_us, high_us=high_us, drift=drift,
-                tolerance=tolerance, flagged=flagged, processes=processes,
-                figures_json=json.dumps(list(figures), sort_keys=True, separators=(",", ":")),
-                device_kind=device_kind, device_name=device_name, fingerprint_hash=fingerprint_hash,
-                fingerprint_json=fingerprint_json, worker=worker, created_at=_now(),
+            record = self._new_verification(
+                study_id=study_id, config_json=config_json, stored_us=stored_us, median_us=median_us,
+                low_us=low_us, high_us=high_us, drift=drift, tolerance=tolerance, flagged=flagged,
+                processes=processes, figures=figures, device_kind=device_kind, device_name=device_name,
+                fingerprint_hash=fingerprint_hash, fingerprint_json=fingerprint_json, worker=worker,
             )
             self._verifications.append(record)
             return record
+
+    def _new_verification(
+        self, *, study_id: int, config_json: str, processes: int, figures: Sequence[Mapping[str, Any]],
+        worker: str | None = None, **figures_and_device: Any,
+    ) -> VerificationRecord:
+        """The record :meth:`add_verification` stores (its arguments), checked and not yet stored; the caller
+        holds the lock."""
+        if study_id not in self._studies:
+            raise NotFoundError(f"no study with id {study_id}")
+        if processes < 1:
+            raise ValueError(f"a verification runs at least one process, got {processes}")
+        return VerificationRecord(
+            id=next(self._ids), study_id=study_id, config_json=canonical_json(config_json, what="config_json"),
+            processes=processes, figures_json=json.dumps(list(figures), sort_keys=True, separators=(",", ":")),
+            worker=worker, created_at=_now(), **figures_and_device,
+        )
+
+    def record_disproval(
+        self, *, best_measurement_id: int | None, stand_in_id: int | None = None, withdraw: bool = False,
+        **verification: Any,
+    ) -> Disproval | None:
+        study_id = verification["study_id"]
+        with self._lock:  # the checks and their order as the SQL store's
+            if study_id not in self._studies:
+                raise NotFoundError(f"no study with id {study_id}")
+            check_disproval(best_measurement_id=best_measurement_id, stand_in_id=stand_in_id, withdraw=withdraw,
+                            figures=verification["figures"], device_name=verification["device_name"],
+                            study_device_name=self._studies[study_id].device_name)
+            current = self._best.get(study_id)
+            if (None if current is None else current.measurement_id) != best_measurement_id:
+                return None  # a final round published meanwhile: the caller decides again
+            record = self._new_verification(**verification)  # ValueError: nothing stored yet
+            replacement = None
+            if stand_in_id is not None:
+                assert current is not None  # check_disproval: a stand-in names the best it replaces
+                replacement = self.publish_best(study_id=record.study_id, measurement_id=stand_in_id,
+                                                published_at=current.published_at)  # raises before any change
+            withdrawn = withdraw and self.withdraw_best(study_id=record.study_id)
+            self._verifications.append(record)
+            return Disproval(record, replacement, withdrawn)
 
     def latest_verifications(self, *, study_ids: Sequence[int]) -> dict[int, VerificationRecord]:
         with self._lock:

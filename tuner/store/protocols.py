@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from tuner.store.records import (
     BestRecord,
     Claim,
+    Disproval,
     JobRecord,
     MeasurementRecord,
     NewMeasurement,
@@ -147,6 +148,29 @@ class TuningStore(Protocol):
     ) -> VerificationRecord:
         """Record one re-measurement of a study's best (kept, never replaced). NotFoundError for an unknown
         study; ValueError for fewer than one process."""
+
+    def record_disproval(
+        self, *, best_measurement_id: int | None, stand_in_id: int | None = None, withdraw: bool = False,
+        study_id: int, config_json: str, stored_us: float, median_us: float | None, low_us: float | None,
+        high_us: float | None, drift: float | None, tolerance: float, flagged: bool, processes: int,
+        figures: Sequence[Mapping[str, Any]], device_kind: str, device_name: str, fingerprint_hash: str,
+        fingerprint_json: str, worker: str | None = None,
+    ) -> Disproval | None:
+        """Record a verification that found the re-measured config wrong (the fields as
+        :meth:`add_verification`) and, in the same transaction, act on the study's best as the caller decided
+        on the best it read, whose measurement id is ``best_measurement_id`` (None: none was published):
+        publish measurement ``stand_in_id`` in its place, keeping the replaced best's ``published_at`` (a
+        stand-in is not newer for the lookup), or withdraw it (``withdraw``), or leave it (neither: the best
+        read was not disproved). The study's best is locked while it is compared and changed: when it is no
+        longer that measurement (a final round published meanwhile), nothing is stored, the verification
+        neither, and None is returned: read the best again and decide again. Otherwise returns what was
+        stored (:class:`tuner.store.records.Disproval`). Nothing is stored either when it raises:
+        NotFoundError for an unknown study or stand-in measurement; RecordConflictError when the stand-in is
+        not publishable (as :meth:`publish_best`), or a stand-in or a withdrawal is asked of a verification on
+        another device name than the study's (it disproves nothing); ValueError as :meth:`add_verification`,
+        for a stand-in and a withdrawal both, either without ``best_measurement_id`` or either for figures
+        without a wrong process (:func:`tuner.store.records.check_disproval`). Thread-safe and, on a shared
+        database, safe against other processes' writes of the same best."""
 
     def latest_verifications(self, *, study_ids: Sequence[int]) -> dict[int, VerificationRecord]:
         """The most recent verification of each of these studies that has one."""

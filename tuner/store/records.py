@@ -15,17 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from tuner.errors import RecordConflictError
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status, Timer
 
 __all__ = [
     "ACTIVE_JOB_STATES", "COMPARATOR_PREFIX", "DEFAULT_LABEL", "OPEN_TASK_STATES", "ROLES", "VERIFIED_LABEL",
-    "BestRecord", "Claim", "Claimant", "ClaimingWorker",
+    "BestRecord", "Claim", "Claimant", "ClaimingWorker", "Disproval",
     "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord", "TaskAttemptRecord", "TaskRecord",
-    "Timer", "WorkerRecord", "advertises", "attempts_error", "canonical_json", "check_candidate",
+    "Timer", "WorkerRecord", "advertises", "attempts_error", "canonical_json", "check_candidate", "check_disproval",
     "check_max_attempts", "check_role", "check_tasks", "claimable_tasks", "current_studies", "has_free_slot",
     "has_template",
     "is_live", "serves",
-    "task_may_still_run", "waiting_reason",
+    "task_may_still_run", "waiting_reason", "wrong_processes",
 ]
 
 VERIFIED_LABEL = "best"  # the label of the re-measured config among a verification's candidates
@@ -534,10 +535,47 @@ class VerificationRecord:
     def wrong_processes(self) -> int:
         """Fresh processes in which the re-measured config failed its correctness check (WRONG_RESULT on
         their inputs): above zero, the verification disproved it (see :func:`tuner.driver.reverify.verify_best`)."""
-        return sum(
-            1 for p in self.figures for c in p.get("candidates", ())
-            if c.get("label") == VERIFIED_LABEL and c.get("status") == Status.WRONG_RESULT.value
-        )
+        return wrong_processes(self.figures)
+
+
+def wrong_processes(figures: Iterable[Mapping[str, Any]]) -> int:
+    """:attr:`VerificationRecord.wrong_processes` of a verification's per-process ``figures``. Pure."""
+    return sum(
+        1 for p in figures for c in p.get("candidates", ())
+        if c.get("label") == VERIFIED_LABEL and c.get("status") == Status.WRONG_RESULT.value
+    )
+
+
+@dataclass(frozen=True)
+class Disproval:
+    """What :meth:`tuner.store.TuningStore.record_disproval` stored in its one transaction: the verification,
+    and the best published in the disproved one's place (None: none) or whether the best was withdrawn (at
+    most one of the two). Immutable."""
+
+    verification: VerificationRecord
+    replacement: BestRecord | None = None
+    withdrawn: bool = False
+
+
+def check_disproval(
+    *, best_measurement_id: int | None, stand_in_id: int | None, withdraw: bool,
+    figures: Iterable[Mapping[str, Any]], device_name: str, study_device_name: str,
+) -> None:
+    """The checks of :meth:`tuner.store.TuningStore.record_disproval` that need no stored row but the study's
+    device name: ValueError for a stand-in and a withdrawal both, either without the best they act on, or
+    either for a verification whose figures hold no wrong process; RecordConflictError for either on a
+    verification on another device name than the study's (it disproves nothing: another GPU's numerics)."""
+    if stand_in_id is None and not withdraw:
+        return
+    if stand_in_id is not None and withdraw:
+        raise ValueError("a disproved best is either replaced by a stand-in or withdrawn, not both")
+    if best_measurement_id is None:
+        raise ValueError("a stand-in or a withdrawal acts on a published best: best_measurement_id is missing")
+    if not wrong_processes(figures):
+        raise ValueError("the verification found no wrong result: it disproves nothing")
+    if device_name != study_device_name:
+        raise RecordConflictError(
+            f"a verification on {device_name} disproves nothing of a study measured on {study_device_name}")
 
 
 SESSION_GAP_S = 300.0  # trials further apart than this belong to separate runs of the search
