@@ -660,13 +660,18 @@ def list_attempts(session: Session, *, task_id: int) -> list[TaskAttemptRecord]:
 
 
 def attempts_by_task(session: Session, *, task_ids: Sequence[int]) -> dict[int, list[TaskAttemptRecord]]:
-    """The attempts of each of these tasks that has any, oldest first, by task id: one query."""
-    ids = list(task_ids)
-    if not ids:
-        return {}
+    """The attempts of each of these tasks that has any, oldest first, by task id: one query per
+    IN_CHUNK ids (PostgreSQL takes at most 65 535 bound parameters in a statement; a page of 500 jobs may
+    list more tasks than that)."""
+    ids = sorted(set(task_ids))
     found: dict[int, list[TaskAttemptRecord]] = {}
-    for row in session.scalars(
-        select(TaskAttemptRow).where(TaskAttemptRow.task_id.in_(ids)).order_by(TaskAttemptRow.id)
-    ):
-        found.setdefault(row.task_id, []).append(to_record(TaskAttemptRecord, row))
+    for start in range(0, len(ids), IN_CHUNK):
+        chunk = ids[start:start + IN_CHUNK]
+        for row in session.scalars(
+            select(TaskAttemptRow).where(TaskAttemptRow.task_id.in_(chunk)).order_by(TaskAttemptRow.id)
+        ):
+            found.setdefault(row.task_id, []).append(to_record(TaskAttemptRecord, row))
     return found
+
+
+IN_CHUNK = 10_000  # ids bound in one IN list

@@ -697,6 +697,9 @@ def test_the_attempts_of_many_tasks_are_read_at_once(store: Any) -> None:
         [("a", f"a gave {tasks[0]} up"), ("b", f"b gave {tasks[0]} up")],
         [("a", f"a gave {tasks[1]} up"), ("b", f"b gave {tasks[1]} up")], [("a", f"a gave {tasks[2]} up")]]
     assert store.attempts_by_task(task_ids=[tasks[-1]]) == {} and store.attempts_by_task(task_ids=[]) == {}
+    # more ids than PostgreSQL binds in one statement (65 535): a listing of 500 large jobs asks that many
+    many = [*range(10_000_000, 10_070_000), tasks[0]]
+    assert store.attempts_by_task(task_ids=many) == {tasks[0]: got[tasks[0]]}
 
 
 def _finalising(store: Any) -> tuple[Any, int, str, str]:
