@@ -13,6 +13,7 @@ machine. It keys the compile cache (tuner/measure/compile_cache.py). Instances a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -21,6 +22,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,17 +141,37 @@ def _find_nvcc() -> str | None:
     return candidate if os.path.exists(candidate) else None
 
 
-def point_tilelang_cache(directory: os.PathLike[str] | str) -> None:
-    """Make TileLang keep its compiled kernels under ``directory`` (for this process and its children).
+@contextlib.contextmanager
+def tilelang_cache_at(directory: os.PathLike[str] | str) -> Iterator[None]:
+    """Make TileLang keep the kernels it compiles meanwhile under ``directory`` (this process and the
+    children it starts meanwhile); then point it back where it was, so that nothing compiled later in this
+    process (a library's own TileLang kernels, a comparator) lands in a folder its other processes do not
+    read. Not thread-safe (process-wide state).
 
-    TileLang creates its cache folders once, at import; when the directory changes later they are created
-    here, or its saves would fail (it logs them and goes on without caching).
+    TileLang creates its cache folders once, at import; when the directory changes they are created here,
+    or its saves would fail (it logs them and goes on without caching).
     """
+    import tilelang
+
+    before_env = os.environ.get("TILELANG_CACHE_DIR")
+    before = str(tilelang.env.TILELANG_CACHE_DIR)
+    _point(str(directory))
+    try:
+        yield
+    finally:
+        if before_env is None:
+            os.environ.pop("TILELANG_CACHE_DIR", None)
+        else:
+            os.environ["TILELANG_CACHE_DIR"] = before_env
+        _point(before, environ=False)
+
+
+def _point(path: str, *, environ: bool = True) -> None:
     import tilelang
     from tilelang.cache.kernel_cache import KernelCache
 
-    path = str(directory)
-    os.environ["TILELANG_CACHE_DIR"] = path
+    if environ:
+        os.environ["TILELANG_CACHE_DIR"] = path
     if str(tilelang.env.TILELANG_CACHE_DIR) != path:
         tilelang.env.TILELANG_CACHE_DIR = path  # a forced value: TileLang reads it at every use
     KernelCache._create_dirs()

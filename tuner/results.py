@@ -18,6 +18,8 @@ from tuner.frozen import Config
 DEFAULT_LABEL = "default"
 CONFIG_LABEL = "config"
 COMPARATOR_PREFIX = "comparator:"
+# The one key of a comparator's result config ({"comparator": name}); no search space may name a parameter so.
+COMPARATOR_KEY = "comparator"
 T = TypeVar("T")
 
 

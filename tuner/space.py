@@ -39,6 +39,7 @@ from tuner.errors import ConfigError, SearchSpaceError
 from tuner.expr import Expression, ExpressionError
 from tuner.frozen import Config, Scalar, Shape
 from tuner.lookup import ConstraintCheck, Domain
+from tuner.results import COMPARATOR_KEY
 
 if TYPE_CHECKING:
     import optuna
@@ -335,6 +336,8 @@ def parse_space(data: object, *, source: str, shape_dims: tuple[str, ...] = ()) 
     clash = sorted(set(model.parameters) & set(shape_dims))
     if clash:
         raise SearchSpaceError(f"{source}: parameters: {', '.join(clash)} is also a shape dim")
+    if COMPARATOR_KEY in model.parameters:  # {"comparator": name} is a comparator's config (stores, pool)
+        raise SearchSpaceError(f"{source}: parameters: {COMPARATOR_KEY!r} is reserved for comparators")
     known = frozenset(model.parameters) | frozenset(shape_dims)
     constraints = []
     for i, item in enumerate(model.constraints):

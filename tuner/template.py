@@ -63,6 +63,10 @@ class Comparator:
     the report shows the best of the group); a comparator without a group is a line of its own.
     ``gated`` False times the comparator even when its outputs miss the template's error bounds (its errors
     are stored with its measurement): for a baseline whose own accuracy is part of the comparison.
+    ``prebuild`` marks a library that compiles for minutes at its first call (mamba_ssm's TileLang MIMO
+    backward): a final round with a compile pool builds it there first, beside the configs
+    (:meth:`KernelTemplate.precompile_comparator`), not inside its measurement's timeout. Off by default:
+    a pool process that runs a comparator holds a device context for the pool's life.
 
     A line is the library *as its users call it* unless ``variant`` says how it departs from that (e.g. the
     library's kernel launched on the template's output buffers): reports label such lines as contract
@@ -83,6 +87,7 @@ class Comparator:
     contract: Mapping[str, Scalar] = field(default_factory=dict)
     variant: str | None = None
     ceiling: bool = False
+    prebuild: bool = False
 
     @property
     def line(self) -> str:
@@ -199,12 +204,13 @@ class KernelTemplate(abc.ABC):
         self.build(config, shape)
 
     def precompile_comparator(self, name: str, shape: Shape) -> None:
-        """Compile comparator ``name`` for ``shape`` into the on-disk caches its library keeps (TileLang's,
-        Triton's), so that its measurement in another process loads it instead of building (mamba_ssm's
-        TileLang MIMO backward: minutes per shape). On a CUDA device with Triton compiled (not interpreted):
-        build it at its contract shape (:meth:`Comparator.contract_shape`) and run it once on inputs of seed
-        0, since libraries compile at their first launch; elsewhere only build it. Nothing for a comparator
-        unavailable here (its measurement says why). Raises KeyError for a name the template has no
+        """Compile comparator ``name`` (one marked ``prebuild``) for ``shape`` into the on-disk caches its
+        library keeps (TileLang's, Triton's), so that its measurement in another process loads it instead of
+        building (mamba_ssm's TileLang MIMO backward: minutes per shape). On a CUDA device with Triton
+        compiled (not interpreted): build it at its contract shape (:meth:`Comparator.contract_shape`) and run
+        it once on inputs of seed 0, since libraries compile at their first launch, then give back the
+        device memory it cached; elsewhere only build it. Nothing for a comparator unavailable here (its
+        measurement says why). Raises KeyError for a name the template has no
         comparator of, and what the comparator's build or run raises."""
         import torch
 
@@ -218,8 +224,11 @@ class KernelTemplate(abc.ABC):
         if not torch.cuda.is_available() or triton_interpreted():
             return
         inputs = self.make_inputs(at, "cuda", 0)
-        kernel(inputs, self.allocate_outputs(at, inputs))
+        outputs = self.allocate_outputs(at, inputs)
+        kernel(inputs, outputs)
         torch.cuda.synchronize()
+        del inputs, outputs, kernel  # the pool's process lives on: give back what this run cached
+        torch.cuda.empty_cache()
 
     def comparators(self) -> tuple[Comparator, ...]:
         """Other implementations to measure beside the template (none by default)."""

@@ -67,15 +67,15 @@ def _compile(plan: CumsumPlan, toolchain: TileLangToolchain, artifact_dir: Path)
     import tilelang
 
     from tuner.kernels.mamba2_chunk_cumsum.tilelang_program import make_program
-    from tuner.kernels.tilelang_toolchain import point_tilelang_cache
+    from tuner.kernels.tilelang_toolchain import tilelang_cache_at
 
-    point_tilelang_cache(artifact_dir)
-    return tilelang.compile(
-        make_program(plan, cuda=toolchain.kind == "cuda"),
-        target=toolchain.target(),
-        execution_backend=toolchain.execution_backend,
-        pass_configs={**toolchain.pass_configs(fast_math=plan.fast_math), **_loop_pass_configs(plan)},
-    )
+    with tilelang_cache_at(artifact_dir):
+        return tilelang.compile(
+            make_program(plan, cuda=toolchain.kind == "cuda"),
+            target=toolchain.target(),
+            execution_backend=toolchain.execution_backend,
+            pass_configs={**toolchain.pass_configs(fast_math=plan.fast_math), **_loop_pass_configs(plan)},
+        )
 
 
 def _launcher(compiled: Any, plan: CumsumPlan, device_type: str) -> Kernel:

@@ -58,6 +58,7 @@ def test_constraints_see_shape_and_name_the_violation() -> None:
         (lambda d: d["constraints"].append("BLOKC_H < 2"), "constraints.2: unknown name(s) BLOKC_H"),
         (lambda d: d["constraints"].append("open('x')"), "constraints.2: only calls to"),
         (lambda d: d["parameters"].update(H={"type": "bool"}), "H is also a shape dim"),
+        (lambda d: d["parameters"].update(comparator={"type": "bool"}), "'comparator' is reserved for comparators"),
     ],
 )
 def test_invalid_files_name_the_offending_key(mutate, message: str) -> None:  # type: ignore[no-untyped-def]

@@ -133,8 +133,9 @@ def test_a_final_round_builds_its_configs_in_the_pool_first(tmp_path, measurer: 
 
 
 def test_a_final_round_builds_its_comparators_in_the_pool_too(tmp_path, measurer: Measurer, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """A library that compiles at its first call (mamba_ssm's TileLang backward: minutes) is built beside the
-    round's configs, not inside its measurement's timeout; an unavailable one is not built and says why."""
+    """A library marked ``prebuild`` (it compiles for minutes at its first call: mamba_ssm's TileLang
+    backward) is built beside the round's configs, not inside its measurement's timeout; an unavailable one
+    is not built and says why; an unmarked one is built by its measurement alone."""
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=1)
     run_trials(ctx, CountBudget(3))
@@ -148,6 +149,7 @@ def test_a_final_round_builds_its_comparators_in_the_pool_too(tmp_path, measurer
     assert "fastscale is not installed" in (entries["comparator:missing"].reason or "")
     pooled = [line.split(" ", 1)[1] for line in log.read_text().splitlines() if line.startswith("SpawnProcess")]
     assert pooled.count('{"comparator":"torch"}') == 1 and '{"comparator":"missing"}' not in pooled
+    assert entries["comparator:torch_inline"].ok and '{"comparator":"torch_inline"}' not in pooled
 
 
 def test_a_final_round_comparator_whose_build_hangs_is_a_timeout(tmp_path, measurer: Measurer, monkeypatch) -> None:  # type: ignore[no-untyped-def]

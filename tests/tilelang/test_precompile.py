@@ -70,3 +70,25 @@ def _key(template, config, shape):  # type: ignore[no-untyped-def]
     return CacheKey(
         template.name, template.version, config, shape, template.backend, resolve_toolchain().fingerprint()
     )
+
+
+def test_a_template_build_points_tilelang_cache_only_while_it_compiles(cpu_template, tmp_path: Path,
+                                                                        monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A TileLang template's build keeps its kernels in its own artifact folder, then points TileLang back: a
+    library compiled later in the same process (a comparator built in the compile pool) must land where the
+    measurer's processes look for it, not in the last config's folder."""
+    import os
+
+    import tilelang
+
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "users-cache"))
+    before = str(tilelang.env.TILELANG_CACHE_DIR)
+    set_default_cache(CompileCache(tmp_path / "kernel-cache"))
+    try:
+        shape = cpu_template.reduced(cpu_template.workload("mamba2-780m-b1-s4k-dt-bias"))
+        cpu_template.build(cpu_template.space().default, shape)
+    finally:
+        set_default_cache(None)
+    assert os.environ["TILELANG_CACHE_DIR"] == str(tmp_path / "users-cache")
+    assert str(tilelang.env.TILELANG_CACHE_DIR) == before
+    assert list((tmp_path / "kernel-cache").rglob("kernels/*"))  # the build's kernels went to its own folder

@@ -373,13 +373,13 @@ def finalize(
     so that a round whose new finalists all fail on its inputs (seen on the H200: three configs at their
     error bound) publishes the incumbent again rather than the slower default. Every candidate is verified
     on ``check_seeds`` input sets before the timing (:data:`FINAL_CHECK_SEEDS`). ``names`` restricts the
-    comparators to those names. With ``pool`` the round's configs and comparators are first built in it,
-    in parallel (a fresh host would otherwise build them one after another inside their measurements:
-    minutes for the MIMO template, and mamba_ssm's TileLang backward alone outlives a 120 s candidate
-    timeout on a fresh H200); a build over twice the candidate timeout is that candidate's TIMEOUT, as in a
-    trial batch. Every entry is stored (role ``final``) under one ``round_id``, failures included, so that
-    the report can show what ran in the same round. ``may_publish`` is asked once the round is measured:
-    False (its job was cancelled meanwhile) stores the round but publishes nothing.
+    comparators to those names. With ``pool`` the round's configs and its comparators marked ``prebuild``
+    are first built in it, in parallel (a fresh host would otherwise build them one after another inside
+    their measurements: minutes for the MIMO template, and mamba_ssm's TileLang backward alone outlives a
+    120 s candidate timeout on a fresh H200); a build over twice the candidate timeout is that candidate's
+    TIMEOUT, as in a trial batch. Every entry is stored (role ``final``) under one ``round_id``, failures
+    included, so that the report can show what ran in the same round. ``may_publish`` is asked once the
+    round is measured: False (its job was cancelled meanwhile) stores the round but publishes nothing.
     """
     disproved = disproved_configs(ctx)
     configs = top_configs(ctx, finalists, disproved)
@@ -399,7 +399,9 @@ def finalize(
     round_id = uuid.uuid4().hex
     if not labelled:
         return FinalRound(round_id, (), None, False)
-    late = prebuild(ctx, [c.result_config() for _, c in labelled], pool)
+    slow = {c.name for c in ctx.template.comparators() if c.prebuild}  # built in the pool too
+    late = prebuild(ctx, [c.result_config() for _, c in labelled if c.comparator is None or c.comparator in slow],
+                    pool)
     timed = [c for _, c in labelled if c.result_config() not in late]
     measured = iter(ctx.measurer.measure_interleaved(
         ctx.template_ref, ctx.shape, timed, seed=ctx.seed_base + 1_000_003, check_seeds=check_seeds,

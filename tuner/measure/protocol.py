@@ -11,9 +11,7 @@ from dataclasses import dataclass
 
 from tuner.errors import UserInputError
 from tuner.frozen import Config
-from tuner.results import MeasureResult
-
-COMPARATOR_KEY = "comparator"
+from tuner.results import COMPARATOR_KEY, MeasureResult
 
 
 @dataclass(frozen=True)
