@@ -73,8 +73,9 @@ def record_disproval(
     one now, store nothing and return None. The study's row and its best's are locked (``FOR UPDATE`` on
     PostgreSQL; a write session holds SQLite's write lock) until the transaction ends: a concurrent
     :func:`tuner.db.best.publish_best` waits, on the best row when there is one, else on the study row its
-    foreign key shares. Raises as :meth:`tuner.store.TuningStore.record_disproval` (the caller's session rolls
-    back what was written)."""
+    foreign key shares; when the stand-in's config was found wrong since the caller read (a final round's
+    WRONG_RESULT: its insert waits on the study row too), store nothing and return None. Raises as
+    :meth:`tuner.store.TuningStore.record_disproval` (the caller's session rolls back what was written)."""
     study_id = verification["study_id"]
     study = session.get(StudyRow, study_id, with_for_update=True)
     if study is None:
@@ -87,6 +88,11 @@ def record_disproval(
     ).one_or_none()
     if (None if current is None else current.measurement_id) != best_measurement_id:
         return None  # a final round published meanwhile: the caller decides again
+    if stand_in_id is not None:  # a final round found the stand-in wrong meanwhile: decide again
+        stand_in = session.get(MeasurementRow, stand_in_id)
+        if (stand_in is not None and stand_in.study_id == study_id and stand_in.status == Status.OK.value
+                and stand_in.config_json in disproved_configs(session, study_ids=[study_id]).get(study_id, ())):
+            return None
     record = add_verification(session, **verification)
     replacement = None
     if stand_in_id is not None:

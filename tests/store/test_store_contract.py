@@ -490,6 +490,20 @@ def test_a_disproval_decided_on_a_best_since_replaced_stores_nothing(store: Any)
     assert store.record_disproval(best_measurement_id=None, **_disproved(store, fresh)) is not None
 
 
+def test_a_disproval_whose_stand_in_a_final_round_found_wrong_since_stores_nothing(store: Any) -> None:
+    """The caller decided on a stand-in that a later final round measured WRONG_RESULT (stored, not yet
+    published): nothing is stored, the caller decides again (the stand-in would be served though wrong)."""
+    study = _study(store)
+    _, a, b = _round(store, study)
+    store.record_measurement(_m(study.id, role="final", round_id="r2", config_json={"BLOCK_H": 8},
+                                status=Status.WRONG_RESULT, median_us=None))
+    assert store.record_disproval(best_measurement_id=a.id, stand_in_id=b.id, **_disproved(store, study)) is None
+    assert store.list_verifications(study_id=study.id) == []
+    assert store.get_study_best(study_id=study.id).measurement_id == a.id
+    done = store.record_disproval(best_measurement_id=a.id, withdraw=True, **_disproved(store, study))
+    assert done is not None and done.withdrawn
+
+
 def test_a_disproval_the_store_refuses_stores_nothing(store: Any) -> None:
     """One transaction: a stand-in that is unknown, of another study or not publishable, a stand-in or a
     withdrawal asked of a verification on another device name or without a wrong process, both at once, or

@@ -358,6 +358,10 @@ class MemoryStore:
             current = self._best.get(study_id)
             if (None if current is None else current.measurement_id) != best_measurement_id:
                 return None  # a final round published meanwhile: the caller decides again
+            stand_in = None if stand_in_id is None else self._measurements.get(stand_in_id)
+            if (stand_in is not None and stand_in.study_id == study_id and stand_in.status is Status.OK
+                    and stand_in.config_json in self.disproved_configs(study_ids=[study_id]).get(study_id, ())):
+                return None  # a final round found the stand-in wrong meanwhile: the caller decides again
             record = self._new_verification(**verification)  # ValueError: nothing stored yet
             replacement = None
             if stand_in_id is not None:

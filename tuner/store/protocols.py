@@ -163,7 +163,8 @@ class TuningStore(Protocol):
         stand-in is not newer for the lookup), or withdraw it (``withdraw``), or leave it (neither: the best
         read was not disproved). The study's best is locked while it is compared and changed: when it is no
         longer that measurement (a final round published meanwhile), nothing is stored, the verification
-        neither, and None is returned: read the best again and decide again. Otherwise returns what was
+        neither, and None is returned: read the best again and decide again; so too when the stand-in's
+        config was found wrong since (a final round's WRONG_RESULT stored meanwhile). Otherwise returns what was
         stored (:class:`tuner.store.records.Disproval`). Nothing is stored either when it raises:
         NotFoundError for an unknown study or stand-in measurement; RecordConflictError when the stand-in is
         not publishable (as :meth:`publish_best`), or a stand-in or a withdrawal is asked of a verification on

@@ -559,7 +559,7 @@ class Disproval:
 
 def check_disproval(
     *, best_measurement_id: int | None, stand_in_id: int | None, withdraw: bool,
-    figures: Iterable[Mapping[str, Any]], device_name: str, study_device_name: str,
+    figures: Sequence[Mapping[str, Any]], device_name: str, study_device_name: str,
 ) -> None:
     """The checks of :meth:`tuner.store.TuningStore.record_disproval` that need no stored row but the study's
     device name: ValueError for a stand-in and a withdrawal both, either without the best they act on, or
