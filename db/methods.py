@@ -101,6 +101,10 @@ class StoreMethods:
         with self.session() as s:
             return best.publish_best(s, study_id=study_id, measurement_id=measurement_id, published_at=published_at)
 
+    def publish_unless_disproved(self, *, study_id: int, measurement_id: int) -> BestRecord | None:
+        with self.session() as s:
+            return verifications.publish_unless_disproved(s, study_id=study_id, measurement_id=measurement_id)
+
     def get_best(self, *, template: str, shape_key: str, **filters: str | None) -> BestRecord | None:
         with self._reading() as s:
             return best.get_best(s, template=template, shape_key=shape_key, **filters)

@@ -18,7 +18,7 @@ from tuner.db._convert import canonical_json, to_record
 from tuner.db.best import publish_best, withdraw_best
 from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, VerificationRow, utcnow
 from tuner.errors import NotFoundError
-from tuner.store.records import COMPARATOR_PREFIX, Disproval, Status, VerificationRecord, check_disproval
+from tuner.store.records import COMPARATOR_PREFIX, BestRecord, Disproval, Status, VerificationRecord, check_disproval
 
 
 def add_verification(
@@ -101,6 +101,21 @@ def record_disproval(
                                    published_at=current.published_at)
     withdrawn = withdraw and withdraw_best(session, study_id=study_id)
     return Disproval(record, replacement, withdrawn)
+
+
+def publish_unless_disproved(session: Session, *, study_id: int, measurement_id: int) -> BestRecord | None:
+    """:func:`tuner.db.best.publish_best` unless the measurement's config is among the study's
+    :func:`disproved_configs` (then None), the study's row locked meanwhile (``FOR UPDATE`` on PostgreSQL; a
+    write session holds SQLite's write lock) as :func:`record_disproval` locks it: the two are serialised.
+    Raises as publish_best."""
+    study = session.get(StudyRow, study_id, with_for_update=True)
+    if study is None:
+        raise NotFoundError(f"no study with id {study_id}")
+    measurement = session.get(MeasurementRow, measurement_id)
+    if (measurement is not None and measurement.study_id == study_id
+            and measurement.config_json in disproved_configs(session, study_ids=[study_id]).get(study_id, ())):
+        return None
+    return publish_best(session, study_id=study_id, measurement_id=measurement_id)
 
 
 def latest_verification(session: Session, *, study_id: int) -> VerificationRecord | None:

@@ -17,7 +17,8 @@ from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
 from tuner.measure.devices.base import DeviceSpec
 from tuner.measure.measurer import MeasureOptions, Measurer
-from tuner.results import Status
+from tuner.results import COMPARATOR_PREFIX, Status
+from tuner.store.records import VERIFIED_LABEL
 
 NAME = "fault_vector_scale_tunable"
 
@@ -218,6 +219,35 @@ def test_a_round_whose_job_was_cancelled_meanwhile_is_stored_not_published(tmp_p
     assert asked == [True] and final.winner is not None and not final.published
     assert store.get_study_best(study_id=ctx.study_id) is None  # nothing served from a cancelled job
     assert store.latest_round(study_id=ctx.study_id)  # the round's measurements are kept
+
+
+def test_a_round_does_not_publish_a_winner_disproved_after_its_read(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    """A verification disproves the round's fastest config between the round's last read of the disproved
+    configs and its publish (here: while the round asks ``may_publish``): the store's check at the publish
+    leaves it out and the round publishes its next fastest config."""
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=5)
+    run_trials(ctx, CountBudget(4))
+    study = store.get_study(study_id=ctx.study_id)
+    assert study is not None
+    wrong: list[str] = []
+
+    def verification_meanwhile() -> bool:
+        finals = [m for m in store.list_measurements(study_id=ctx.study_id, role="final", status=Status.OK)
+                  if not m.candidate.startswith(COMPARATOR_PREFIX)]
+        fastest = min(finals, key=lambda m: m.median_us or float("inf"))
+        figures = [{"process": 1, "candidates": [{"label": VERIFIED_LABEL, "status": "WRONG_RESULT"}]}]
+        store.add_verification(
+            study_id=ctx.study_id, config_json=fastest.config_json, stored_us=1.0, median_us=None, low_us=None,
+            high_us=None, drift=None, tolerance=0.03, flagged=True, processes=1, figures=figures,
+            device_kind=study.device_kind, device_name=study.device_name, fingerprint_hash="f", fingerprint_json="{}")
+        wrong.append(fastest.config_json)
+        return True
+
+    final = finalize(ctx, finalists=2, comparators=False, may_publish=verification_meanwhile)
+    best = store.get_study_best(study_id=ctx.study_id)
+    assert wrong and final.published and final.winner is not None and best is not None
+    assert best.config_json != wrong[0] and best.measurement_id == final.winner.measurement_id
 
 
 def test_new_studies_start_from_default_seeds_and_neighbours_best(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]

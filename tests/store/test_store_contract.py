@@ -504,6 +504,26 @@ def test_a_disproval_whose_stand_in_a_final_round_found_wrong_since_stores_nothi
     assert done is not None and done.withdrawn
 
 
+def test_a_final_round_publishes_only_a_config_not_disproved(store: Any) -> None:
+    """publish_unless_disproved: publishes as publish_best; a config found wrong (a final round's
+    WRONG_RESULT, a verification on the study's device name) is not published and the best stays."""
+    study = _study(store)
+    best, a, b = _round(store, study)
+    store.record_measurement(_m(study.id, role="final", round_id="r2", config_json={"BLOCK_H": 8},
+                                status=Status.WRONG_RESULT, median_us=None))
+    assert store.publish_unless_disproved(study_id=study.id, measurement_id=b.id) is None
+    assert store.get_study_best(study_id=study.id) == best
+    store.add_verification(**_disproved(store, study))  # {"BLOCK_H": 4} wrong on the study's device
+    assert store.publish_unless_disproved(study_id=study.id, measurement_id=a.id) is None
+    c = store.record_measurement(_m(study.id, role="final", round_id="r2", config_json={"BLOCK_H": 2},
+                                    median_us=7.0))
+    published = store.publish_unless_disproved(study_id=study.id, measurement_id=c.id)
+    assert published is not None and published == store.get_study_best(study_id=study.id)
+    assert published.measurement_id == c.id and published.median_us == 7.0
+    with pytest.raises(NotFoundError):
+        store.publish_unless_disproved(study_id=study.id, measurement_id=999_999)
+
+
 def test_a_disproval_the_store_refuses_stores_nothing(store: Any) -> None:
     """One transaction: a stand-in that is unknown, of another study or not publishable, a stand-in or a
     withdrawal asked of a verification on another device name or without a wrong process, both at once, or

@@ -379,7 +379,9 @@ def finalize(
     120 s candidate timeout on a fresh H200); a build over twice the candidate timeout is that candidate's
     TIMEOUT, as in a trial batch. Every entry is stored (role ``final``) under one ``round_id``, failures
     included, so that the report can show what ran in the same round. ``may_publish`` is asked once the
-    round is measured: False (its job was cancelled meanwhile) stores the round but publishes nothing.
+    round is measured: False (its job was cancelled meanwhile) stores the round but publishes nothing. The
+    publish itself leaves out a config a verification disproved since the round read the disproved configs
+    (:meth:`tuner.store.TuningStore.publish_unless_disproved`): the next fastest is published then.
     """
     disproved = disproved_configs(ctx)
     configs = top_configs(ctx, finalists, disproved)
@@ -414,12 +416,16 @@ def finalize(
     # read again: a verification that ran meanwhile (a round of the MIMO template takes minutes) may have
     # disproved a config this round measured right on its own inputs
     disproved = disproved_configs(ctx)
-    winners = [e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok
-               and e.result.config not in disproved]
-    winner = min(winners, key=lambda e: e.result.median_us or float("inf"), default=None)
+    winners = sorted((e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok
+                      and e.result.config not in disproved), key=lambda e: e.result.median_us or float("inf"))
+    winner = winners[0] if winners else None
     published = winner is not None and (may_publish is None or may_publish())
-    if winner is not None and published:
-        ctx.store.publish_best(study_id=ctx.study_id, measurement_id=winner.measurement_id)
+    if published:
+        # the store checks again, with the publish, against a verification disproving the winner since the
+        # read above: then the next fastest of the round is published, or none
+        winner = next((e for e in winners if ctx.store.publish_unless_disproved(
+            study_id=ctx.study_id, measurement_id=e.measurement_id) is not None), None)
+        published = winner is not None
     _describe_round(ctx.study, entries, winner if published else None)
     return FinalRound(round_id, entries, winner, published)
 

@@ -232,6 +232,14 @@ class MemoryStore:
             return out
 
     # -- best configs -----------------------------------------------------------------------------------
+    def publish_unless_disproved(self, *, study_id: int, measurement_id: int) -> BestRecord | None:
+        with self._lock:
+            m = self._measurements.get(measurement_id)
+            if (m is not None and m.study_id == study_id
+                    and m.config_json in self.disproved_configs(study_ids=[study_id]).get(study_id, ())):
+                return None
+            return self.publish_best(study_id=study_id, measurement_id=measurement_id)
+
     def publish_best(self, *, study_id: int, measurement_id: int, published_at: datetime | None = None) -> BestRecord:
         with self._lock:
             study = self._studies.get(study_id)

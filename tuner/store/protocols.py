@@ -121,6 +121,13 @@ class TuningStore(Protocol):
         NotFoundError for an unknown study or measurement; RecordConflictError when the measurement is of
         another study, not OK, has no median, or measured a comparator."""
 
+    def publish_unless_disproved(self, *, study_id: int, measurement_id: int) -> BestRecord | None:
+        """:meth:`publish_best` (stamped now), unless the measurement's config was found wrong
+        (:meth:`disproved_configs`): then nothing changes and None is returned. The check and the publish
+        are one transaction, serialised with :meth:`record_disproval` (the study's row is locked): a final
+        round that read the disproved configs before a verification disproved its winner does not publish
+        it after. Raises as :meth:`publish_best`. Thread-safe."""
+
     def get_best(
         self, *, template: str, shape_key: str, device_kind: str | None = None, device_name: str | None = None,
         fingerprint_hash: str | None = None, template_version: str | None = None,
