@@ -177,7 +177,10 @@ async def login(request: Request) -> Response:
     if scopes is None or "read" not in scopes:
         return render(request, "login.html", {"next": _local(next), "error": "unknown token, or no 'read' scope"}, 401)
     response = RedirectResponse(_local(next), status_code=303)
-    response.set_cookie(READ_COOKIE, token, httponly=True, samesite="strict", path="/")  # no max-age: a session cookie
+    # no max-age: a session cookie; Secure over HTTPS (uvicorn takes the scheme from a trusted proxy's
+    # X-Forwarded-Proto), so that the token it holds never travels in clear text once it went out encrypted
+    response.set_cookie(READ_COOKIE, token, httponly=True, samesite="strict", path="/",
+                        secure=request.url.scheme == "https")
     return response
 
 

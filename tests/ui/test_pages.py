@@ -304,6 +304,11 @@ def test_pages_need_the_read_token_when_reads_do(tmp_path: Path) -> None:
         assert signed.status_code == 303 and signed.headers["location"] == "/"  # never to another host
         cookie = signed.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age" not in cookie
+        assert "Secure" not in cookie  # plain HTTP: a Secure cookie would never come back
+        # Behind a TLS proxy on this host (uvicorn trusts 127.0.0.1's X-Forwarded-Proto) the cookie is Secure.
+        tls = httpx.post(f"{base}/ui/login", data={"token": read, "next": "/"}, follow_redirects=False,
+                         headers={"x-forwarded-proto": "https"})
+        assert tls.status_code == 303 and "Secure" in tls.headers["set-cookie"]
         assert http.get("/").status_code == 200  # the session cookie is sent back
         # The pages' scripts read /v1 with that cookie alone (trials tables, job polling)...
         assert http.get("/v1/jobs", params={"limit": 20}).status_code == 200
