@@ -91,4 +91,3 @@ def test_a_template_build_points_tilelang_cache_only_while_it_compiles(cpu_templ
         set_default_cache(None)
     assert os.environ["TILELANG_CACHE_DIR"] == str(tmp_path / "users-cache")
     assert str(tilelang.env.TILELANG_CACHE_DIR) == before
-    assert list((tmp_path / "kernel-cache").rglob("kernels/*"))  # the build's kernels went to its own folder
