@@ -40,7 +40,9 @@ def publish_best(
     the measurement belongs to another study, is not OK, has no median, or measured a comparator (a
     comparator is not a config of the template).
     """
-    study = session.get(StudyRow, study_id)
+    # The study's row first, as record_disproval and publish_unless_disproved lock it: every publish takes
+    # study then best (an insert of a first best would otherwise take the study's key lock last: a deadlock)
+    study = session.get(StudyRow, study_id, with_for_update=True)
     if study is None:
         raise NotFoundError(f"no study with id {study_id}")
     measurement = session.get(MeasurementRow, measurement_id)

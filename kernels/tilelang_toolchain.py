@@ -22,6 +22,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -141,29 +142,34 @@ def _find_nvcc() -> str | None:
     return candidate if os.path.exists(candidate) else None
 
 
+_CACHE_POINTING = threading.RLock()  # TileLang's cache folder is process-wide state
+
+
 @contextlib.contextmanager
 def tilelang_cache_at(directory: os.PathLike[str] | str) -> Iterator[None]:
     """Make TileLang keep the kernels it compiles meanwhile under ``directory`` (this process and the
     children it starts meanwhile); then point it back where it was, so that nothing compiled later in this
     process (a library's own TileLang kernels, a comparator) lands in a folder its other processes do not
-    read. Not thread-safe (process-wide state).
+    read. Thread-safe: a process-wide lock is held meanwhile (another thread's TileLang compile pointed
+    elsewhere waits; nested use in one thread restores in order).
 
     TileLang creates its cache folders once, at import; when the directory changes they are created here,
     or its saves would fail (it logs them and goes on without caching).
     """
     import tilelang
 
-    before_env = os.environ.get("TILELANG_CACHE_DIR")
-    before = str(tilelang.env.TILELANG_CACHE_DIR)
-    _point(str(directory))
-    try:
-        yield
-    finally:
-        if before_env is None:
-            os.environ.pop("TILELANG_CACHE_DIR", None)
-        else:
-            os.environ["TILELANG_CACHE_DIR"] = before_env
-        _point(before, environ=False)
+    with _CACHE_POINTING:
+        before_env = os.environ.get("TILELANG_CACHE_DIR")
+        before = str(tilelang.env.TILELANG_CACHE_DIR)
+        try:
+            _point(str(directory))
+            yield
+        finally:
+            if before_env is None:
+                os.environ.pop("TILELANG_CACHE_DIR", None)
+            else:
+                os.environ["TILELANG_CACHE_DIR"] = before_env
+            _point(before, environ=False)
 
 
 def _point(path: str, *, environ: bool = True) -> None:

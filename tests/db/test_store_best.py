@@ -21,6 +21,7 @@ from tuner.db import (
     list_best,
     publish_best,
 )
+from tuner.db.models import StudyRow
 from tuner.db.verifications import record_disproval
 from tuner.errors import NotFoundError
 from tuner.results import Status
@@ -169,14 +170,6 @@ def test_a_final_round_publishing_during_a_disproval_waits_for_it(
     later = measure(store, study, 4.0, round_id="r2", config_json={"BLOCK_H": 8, "num_warps": 2})
     best = publish(store, study, first) if published else None
     figures = [{"process": 1, "candidates": [{"label": VERIFIED_LABEL, "status": Status.WRONG_RESULT.value}]}]
-    results: list[BestRecord | BaseException] = []
-
-    def final_round() -> None:
-        try:
-            results.append(publish(store, study, later))
-        except BaseException as exc:  # reported below
-            results.append(exc)
-
     with store.session() as session:
         done = record_disproval(
             session, best_measurement_id=None if best is None else best.measurement_id,
@@ -184,11 +177,47 @@ def test_a_final_round_publishing_during_a_disproval_waits_for_it(
             high_us=None, drift=None, tolerance=0.03, flagged=True, processes=1, figures=figures,
             device_kind="cuda", device_name=study.device_name, fingerprint_hash="f", fingerprint_json="{}")
         assert done is not None and done.replacement is None  # decided: the best is left as it is
-        thread = threading.Thread(target=final_round)
-        thread.start()
-        time.sleep(0.5)  # let the publish reach its lock
+        thread, results = _publishing(store, study, later)  # a final round
         assert results == []  # it waits for the disproval
     thread.join(timeout=30)
     assert len(results) == 1 and isinstance(results[0], BestRecord), results
     with store.session(readonly=True) as session:
         assert get_study_best(session, study_id=study.id) == results[0]
+
+
+def test_two_publishes_of_a_first_best_wait_for_each_other_without_a_deadlock(
+    store: Store, make_study: StudyFactory
+) -> None:
+    """Every publish locks the study's row before it writes the best (publish_unless_disproved and
+    record_disproval did, plain publish_best did not): a first best's insert took the study's key lock last,
+    and on PostgreSQL two such publishes deadlocked (found by review)."""
+    study = make_study()
+    first = measure(store, study)
+    later = measure(store, study, 4.0, round_id="r2", config_json={"BLOCK_H": 8, "num_warps": 2})
+    with store.session() as session:
+        session.get(StudyRow, study.id, with_for_update=True)  # a publish in progress holds the study
+        thread, results = _publishing(store, study, later)
+        mine = publish_best(session, study_id=study.id, measurement_id=first.id)
+    thread.join(timeout=30)
+    assert len(results) == 1 and isinstance(results[0], BestRecord), results
+    with store.session(readonly=True) as session:
+        assert get_study_best(session, study_id=study.id) == results[0] != mine
+
+
+def _publishing(
+    store: Store, study: StudyRecord, measurement: MeasurementRecord
+) -> tuple[threading.Thread, list[BestRecord | BaseException]]:
+    """Publish ``measurement`` in another thread (another writer), given half a second to reach its lock:
+    the thread, and the list its result or error lands in."""
+    results: list[BestRecord | BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(publish(store, study, measurement))
+        except BaseException as exc:  # reported by the caller's asserts
+            results.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(0.5)
+    return thread, results

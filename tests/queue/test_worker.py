@@ -259,6 +259,10 @@ def test_a_final_round_without_a_winner_says_what_its_configs_did() -> None:
     final = FinalRound("r", (entry("config", Status.TIMEOUT), entry("default", Status.TIMEOUT),
                              entry("config", Status.WRONG_RESULT), entry("comparator:torch", Status.OK)), None, False)
     assert _no_winner(final) == "no config of the final round ran correctly (2 TIMEOUT, 1 WRONG_RESULT)"
+    # configs that ran OK and were disproved meanwhile (a verification): said so, not "none ran correctly"
+    gone = FinalRound("r", (entry("config", Status.OK), entry("default", Status.OK)), None, False, disproved=2)
+    assert _no_winner(gone) == ("every config of the final round that ran OK was found wrong by a verification "
+                                "or a final round (2 disproved; 2 OK)")
 
 
 def test_worker_options_refuse_a_lease_two_heartbeats_cannot_renew() -> None:

@@ -91,3 +91,25 @@ def test_a_template_build_points_tilelang_cache_only_while_it_compiles(cpu_templ
         set_default_cache(None)
     assert os.environ["TILELANG_CACHE_DIR"] == str(tmp_path / "users-cache")
     assert str(tilelang.env.TILELANG_CACHE_DIR) == before
+
+
+def test_tilelang_cache_pointing_is_undone_when_it_fails_and_in_order_when_nested(tmp_path: Path,
+                                                                                monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    import tilelang
+
+    from tuner.kernels.tilelang_toolchain import tilelang_cache_at
+
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "users-cache"))
+    before = str(tilelang.env.TILELANG_CACHE_DIR)
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(OSError), tilelang_cache_at(tmp_path / "a-file" / "sub"):  # its folders cannot be made
+        pass
+    assert os.environ["TILELANG_CACHE_DIR"] == str(tmp_path / "users-cache")
+    assert str(tilelang.env.TILELANG_CACHE_DIR) == before
+    with tilelang_cache_at(tmp_path / "outer"):
+        with tilelang_cache_at(tmp_path / "inner"):
+            assert os.environ["TILELANG_CACHE_DIR"] == str(tmp_path / "inner")
+        assert str(tilelang.env.TILELANG_CACHE_DIR) == str(tmp_path / "outer")
+    assert str(tilelang.env.TILELANG_CACHE_DIR) == before

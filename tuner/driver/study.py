@@ -68,8 +68,11 @@ class FinalEntry:
 class FinalRound:
     round_id: str
     entries: tuple[FinalEntry, ...]
-    winner: FinalEntry | None  # fastest OK template config; None when nothing passed the gate
+    # the published config (else the fastest OK one not disproved); None when none passed the gate or every
+    # one was disproved by a verification meanwhile (``disproved`` counts those)
+    winner: FinalEntry | None
     published: bool
+    disproved: int = 0  # OK configs of the round left out because a verification or round found them wrong
 
 
 @dataclass
@@ -416,18 +419,24 @@ def finalize(
     # read again: a verification that ran meanwhile (a round of the MIMO template takes minutes) may have
     # disproved a config this round measured right on its own inputs
     disproved = disproved_configs(ctx)
-    winners = sorted((e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok
-                      and e.result.config not in disproved), key=lambda e: e.result.median_us or float("inf"))
+    ok = [e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok]
+    winners = sorted((e for e in ok if e.result.config not in disproved),
+                     key=lambda e: e.result.median_us or float("inf"))
+    refused = len(ok) - len(winners)
     winner = winners[0] if winners else None
     published = winner is not None and (may_publish is None or may_publish())
     if published:
         # the store checks again, with the publish, against a verification disproving the winner since the
         # read above: then the next fastest of the round is published, or none
-        winner = next((e for e in winners if ctx.store.publish_unless_disproved(
-            study_id=ctx.study_id, measurement_id=e.measurement_id) is not None), None)
+        winner = None
+        for e in winners:
+            if ctx.store.publish_unless_disproved(study_id=ctx.study_id, measurement_id=e.measurement_id):
+                winner = e
+                break
+            refused += 1
         published = winner is not None
     _describe_round(ctx.study, entries, winner if published else None)
-    return FinalRound(round_id, entries, winner, published)
+    return FinalRound(round_id, entries, winner, published, refused)
 
 
 def prebuild(ctx: StudyContext, configs: Sequence[Config], pool: CompilePool | None) -> dict[Config, MeasureResult]:

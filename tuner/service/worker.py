@@ -120,9 +120,13 @@ class SlotBudget:
 
 def _no_winner(final: FinalRound) -> str:
     """Why a final round published nothing: its configs' outcomes, counted (all WRONG_RESULT is the
-    correctness gate; TIMEOUTs under a busy host or build errors are not)."""
+    correctness gate; TIMEOUTs under a busy host or build errors are not), or that those that ran OK were
+    disproved (by a verification, or an earlier round, since the round began)."""
     outcomes = Counter(e.result.status.value for e in final.entries if not e.label.startswith(COMPARATOR_PREFIX))
     counted = ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items()))
+    if final.disproved:
+        return (f"every config of the final round that ran OK was found wrong by a verification or a final "
+                f"round ({final.disproved} disproved; {counted})")
     return f"no config of the final round ran correctly ({counted or 'no config to run'})"
 
 

@@ -126,7 +126,8 @@ class TuningStore(Protocol):
         (:meth:`disproved_configs`): then nothing changes and None is returned. The check and the publish
         are one transaction, serialised with :meth:`record_disproval` (the study's row is locked): a final
         round that read the disproved configs before a verification disproved its winner does not publish
-        it after. Raises as :meth:`publish_best`. Thread-safe."""
+        it after. Raises as :meth:`publish_best` (a measurement of a disproved config returns None before
+        its other checks). Thread-safe."""
 
     def get_best(
         self, *, template: str, shape_key: str, device_kind: str | None = None, device_name: str | None = None,
