@@ -659,6 +659,9 @@ def list_attempts(session: Session, *, task_id: int) -> list[TaskAttemptRecord]:
     return [to_record(TaskAttemptRecord, r) for r in rows]
 
 
+IN_CHUNK = 10_000  # ids bound in one IN list
+
+
 def attempts_by_task(session: Session, *, task_ids: Sequence[int]) -> dict[int, list[TaskAttemptRecord]]:
     """The attempts of each of these tasks that has any, oldest first, by task id: one query per
     IN_CHUNK ids (PostgreSQL takes at most 65 535 bound parameters in a statement; a page of 500 jobs may
@@ -672,6 +675,3 @@ def attempts_by_task(session: Session, *, task_ids: Sequence[int]) -> dict[int, 
         ):
             found.setdefault(row.task_id, []).append(to_record(TaskAttemptRecord, row))
     return found
-
-
-IN_CHUNK = 10_000  # ids bound in one IN list

@@ -90,8 +90,7 @@ def record_disproval(
         return None  # a final round published meanwhile: the caller decides again
     if stand_in_id is not None:  # a final round found the stand-in wrong meanwhile: decide again
         stand_in = session.get(MeasurementRow, stand_in_id)
-        if (stand_in is not None and stand_in.study_id == study_id and stand_in.status == Status.OK.value
-                and stand_in.config_json in disproved_configs(session, study_ids=[study_id]).get(study_id, ())):
+        if stand_in is not None and stand_in.status == Status.OK.value and _found_wrong(session, study_id, stand_in):
             return None
     record = add_verification(session, **verification)
     replacement = None
@@ -111,11 +110,16 @@ def publish_unless_disproved(session: Session, *, study_id: int, measurement_id:
     study = session.get(StudyRow, study_id, with_for_update=True)
     if study is None:
         raise NotFoundError(f"no study with id {study_id}")
-    measurement = session.get(MeasurementRow, measurement_id)
-    if (measurement is not None and measurement.study_id == study_id
-            and measurement.config_json in disproved_configs(session, study_ids=[study_id]).get(study_id, ())):
+    if _found_wrong(session, study_id, session.get(MeasurementRow, measurement_id)):
         return None
     return publish_best(session, study_id=study_id, measurement_id=measurement_id)
+
+
+def _found_wrong(session: Session, study_id: int, measurement: MeasurementRow | None) -> bool:
+    """Whether ``measurement`` is one of the study's and its config is among the study's
+    :func:`disproved_configs`."""
+    return (measurement is not None and measurement.study_id == study_id
+            and measurement.config_json in disproved_configs(session, study_ids=[study_id]).get(study_id, ()))
 
 
 def latest_verification(session: Session, *, study_id: int) -> VerificationRecord | None:

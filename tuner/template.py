@@ -210,8 +210,8 @@ class KernelTemplate(abc.ABC):
         compiled (not interpreted): build it at its contract shape (:meth:`Comparator.contract_shape`) and run
         it once on inputs of seed 0, since libraries compile at their first launch, then give back the
         device memory it cached; elsewhere only build it. Nothing for a comparator unavailable here (its
-        measurement says why). Raises KeyError for a name the template has no
-        comparator of, and what the comparator's build or run raises."""
+        measurement says why). Raises KeyError for a name the template has no comparator of, and what the
+        comparator's build or run raises."""
         import torch
 
         from tuner.settings import triton_interpreted

@@ -234,11 +234,15 @@ class MemoryStore:
     # -- best configs -----------------------------------------------------------------------------------
     def publish_unless_disproved(self, *, study_id: int, measurement_id: int) -> BestRecord | None:
         with self._lock:
-            m = self._measurements.get(measurement_id)
-            if (m is not None and m.study_id == study_id
-                    and m.config_json in self.disproved_configs(study_ids=[study_id]).get(study_id, ())):
+            if self._found_wrong(study_id, self._measurements.get(measurement_id)):
                 return None
             return self.publish_best(study_id=study_id, measurement_id=measurement_id)
+
+    def _found_wrong(self, study_id: int, measurement: MeasurementRecord | None) -> bool:
+        """Whether ``measurement`` is one of the study's and its config is among the study's
+        :meth:`disproved_configs`; the caller holds the lock."""
+        return (measurement is not None and measurement.study_id == study_id
+                and measurement.config_json in self.disproved_configs(study_ids=[study_id]).get(study_id, ()))
 
     def publish_best(self, *, study_id: int, measurement_id: int, published_at: datetime | None = None) -> BestRecord:
         with self._lock:
@@ -367,8 +371,7 @@ class MemoryStore:
             if (None if current is None else current.measurement_id) != best_measurement_id:
                 return None  # a final round published meanwhile: the caller decides again
             stand_in = None if stand_in_id is None else self._measurements.get(stand_in_id)
-            if (stand_in is not None and stand_in.study_id == study_id and stand_in.status is Status.OK
-                    and stand_in.config_json in self.disproved_configs(study_ids=[study_id]).get(study_id, ())):
+            if stand_in is not None and stand_in.status is Status.OK and self._found_wrong(study_id, stand_in):
                 return None  # a final round found the stand-in wrong meanwhile: the caller decides again
             record = self._new_verification(**verification)  # ValueError: nothing stored yet
             replacement = None
