@@ -4,7 +4,8 @@ a study's measurements in any order, and the store's totals per template and dev
 Functions take a session from :meth:`db.Store.session` first and keyword arguments after it; they return
 frozen records (below and :mod:`db.records`) and never write. Invalid arguments (an unknown sort, role or
 status, a negative limit) raise ValueError; a study that does not exist gives None or an empty page.
-Each function runs a fixed number of queries whatever the number of studies (no query per row), so that a
+Each function runs a fixed number of queries whatever the number of studies (no query per row; an IN list
+binds at most :data:`~tuner.db._chunks.IN_CHUNK` ids, so a query is sent once per chunk of them), so that a
 page stays fast on a store holding many studies.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 from sqlalchemy import Select, and_, func, literal, select
 from sqlalchemy.orm import Session
 
+from tuner.db._chunks import in_chunks
 from tuner.db._convert import as_utc, to_record
 from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow
 from tuner.store.records import BestRecord, MeasurementRecord, Status, StudyRecord, active_seconds
@@ -144,23 +146,23 @@ def get_study_summary(session: Session, *, study_id: int) -> StudySummary | None
 
 
 def summarize(session: Session, studies: Sequence[StudyRecord]) -> list[StudySummary]:
-    """The summaries of these studies, in their order (two queries in all)."""
-    if not studies:
-        return []
-    ids = [s.id for s in studies]
-    grouped = session.execute(
-        select(
-            MeasurementRow.study_id, MeasurementRow.role, MeasurementRow.status,
-            func.count(MeasurementRow.id), func.max(MeasurementRow.created_at), func.min(MeasurementRow.median_us),
-        )
-        .where(MeasurementRow.study_id.in_(ids))
-        .group_by(MeasurementRow.study_id, MeasurementRow.role, MeasurementRow.status)
-    ).all()
-    bests = {row.study_id: to_record(BestRecord, row)
-             for row in session.scalars(select(BestConfigRow).where(BestConfigRow.study_id.in_(ids)))}
+    """The summaries of these studies, in their order (two queries per :data:`~tuner.db._chunks.IN_CHUNK`
+    studies)."""
     per_study: dict[int, list[tuple[str, str, int, datetime | None, float | None]]] = {}
-    for study_id, role, status, n, newest, fastest in grouped:
-        per_study.setdefault(study_id, []).append((role, status, int(n), newest, fastest))
+    bests: dict[int, BestRecord] = {}
+    for ids in in_chunks(s.id for s in studies):
+        grouped = session.execute(
+            select(
+                MeasurementRow.study_id, MeasurementRow.role, MeasurementRow.status, func.count(MeasurementRow.id),
+                func.max(MeasurementRow.created_at), func.min(MeasurementRow.median_us),
+            )
+            .where(MeasurementRow.study_id.in_(ids))
+            .group_by(MeasurementRow.study_id, MeasurementRow.role, MeasurementRow.status)
+        ).all()
+        bests.update({row.study_id: to_record(BestRecord, row)
+                      for row in session.scalars(select(BestConfigRow).where(BestConfigRow.study_id.in_(ids)))})
+        for study_id, role, status, n, newest, fastest in grouped:
+            per_study.setdefault(study_id, []).append((role, status, int(n), newest, fastest))
     return [_summary(s, per_study.get(s.id, []), bests.get(s.id)) for s in studies]
 
 
@@ -290,11 +292,18 @@ class StudyOutcome:
 
 
 def study_outcomes(session: Session, *, study_ids: Sequence[int]) -> dict[int, StudyOutcome]:
-    """The outcome of each of these studies (a study that does not exist is left out); five queries in all,
-    reading the final rounds' rows and the trials' times, not the trial records."""
-    ids = list(study_ids)
-    if not ids:
-        return {}
+    """The outcome of each of these studies (a study that does not exist is left out); five queries per
+    :data:`~tuner.db._chunks.IN_CHUNK` studies, reading the final rounds' rows and the trials' times, not the
+    trial records."""
+    out: dict[int, StudyOutcome] = {}
+    for ids in in_chunks(study_ids):
+        out.update(_outcomes(session, ids))
+    return out
+
+
+def _outcomes(session: Session, ids: list[int]) -> dict[int, StudyOutcome]:
+    """:func:`study_outcomes` of these distinct ids (at most IN_CHUNK: the final rounds' query binds two
+    parameters per study)."""
     newest = (
         select(func.max(MeasurementRow.id))
         .where(MeasurementRow.study_id.in_(ids), MeasurementRow.role == "final",

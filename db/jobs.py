@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, and_, delete, exists, false, func, or_, select, true, update
 from sqlalchemy.orm import Session
 
+from tuner.db._chunks import in_chunks
 from tuner.db._convert import as_utc, canonical_json, to_record
 from tuner.db.models import JobRow, SlotRow, TaskAttemptRow, TaskRow, WorkerRow, utcnow
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
@@ -183,19 +184,20 @@ def _job_record(session: Session, job: JobRow) -> JobRecord:
 
 def _job_records(session: Session, jobs: Sequence[JobRow]) -> list[JobRecord]:
     """The records of ``jobs`` with their tasks and the busy workers on them: two queries for all the jobs
-    (a page of jobs is one read, not two per job)."""
+    (a page of jobs is one read, not two per job), each sent once per :data:`~tuner.db._chunks.IN_CHUNK` ids."""
     if not jobs:
         return []
     tasks: dict[int, list[TaskRecord]] = {job.id: [] for job in jobs}
-    for t in session.scalars(select(TaskRow).where(TaskRow.job_id.in_(list(tasks)))
-                             .order_by(TaskRow.job_id, TaskRow.position)):
-        tasks[t.job_id].append(to_record(TaskRecord, t))
+    for chunk in in_chunks(tasks):
+        for t in session.scalars(select(TaskRow).where(TaskRow.job_id.in_(chunk))
+                                 .order_by(TaskRow.job_id, TaskRow.position)):
+            tasks[t.job_id].append(to_record(TaskRecord, t))
     job_of = {t.id: job_id for job_id, ts in tasks.items() for t in ts}
     workers: dict[int, list[str]] = {job.id: [] for job in jobs}
-    if job_of:
+    for chunk in in_chunks(job_of):
         for worker_id, task_id in session.execute(
             select(WorkerRow.id, WorkerRow.current_task_id)
-            .where(WorkerRow.current_task_id.in_(list(job_of)), WorkerRow.state == "busy").order_by(WorkerRow.id)
+            .where(WorkerRow.current_task_id.in_(chunk), WorkerRow.state == "busy").order_by(WorkerRow.id)
         ):
             if task_id is not None:  # the query's filter: for the type checker
                 workers[job_of[task_id]].append(worker_id)
@@ -659,17 +661,11 @@ def list_attempts(session: Session, *, task_id: int) -> list[TaskAttemptRecord]:
     return [to_record(TaskAttemptRecord, r) for r in rows]
 
 
-IN_CHUNK = 10_000  # ids bound in one IN list
-
-
 def attempts_by_task(session: Session, *, task_ids: Sequence[int]) -> dict[int, list[TaskAttemptRecord]]:
     """The attempts of each of these tasks that has any, oldest first, by task id: one query per
-    IN_CHUNK ids (PostgreSQL takes at most 65 535 bound parameters in a statement; a page of 500 jobs may
-    list more tasks than that)."""
-    ids = sorted(set(task_ids))
+    :data:`~tuner.db._chunks.IN_CHUNK` ids (a page of 500 jobs may list more tasks than PostgreSQL binds)."""
     found: dict[int, list[TaskAttemptRecord]] = {}
-    for start in range(0, len(ids), IN_CHUNK):
-        chunk = ids[start:start + IN_CHUNK]
+    for chunk in in_chunks(sorted(task_ids)):
         for row in session.scalars(
             select(TaskAttemptRow).where(TaskAttemptRow.task_id.in_(chunk)).order_by(TaskAttemptRow.id)
         ):

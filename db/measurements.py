@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, aliased
 
+from tuner.db._chunks import in_chunks
 from tuner.db._convert import JsonInput, canonical_json, to_record
 from tuner.db.models import MeasurementRow, StudyRow
 from tuner.errors import NotFoundError
@@ -210,15 +211,18 @@ def _filtered(
 
 def round_defaults(session: Session, *, measurement_ids: Sequence[int]) -> dict[int, float]:
     """For each of these final-round measurements, the median of the OK ``default`` candidate of the same
-    study and round (itself when it is the default); ids without one are left out. One query."""
-    ids = list(measurement_ids)
-    if not ids:
-        return {}
+    study and round (itself when it is the default); ids without one are left out. One query per
+    :data:`~tuner.db._chunks.IN_CHUNK` ids."""
     default = aliased(MeasurementRow)
-    rows = session.execute(
-        select(MeasurementRow.id, default.median_us)
-        .join(default, (default.study_id == MeasurementRow.study_id) & (default.round_id == MeasurementRow.round_id))
-        .where(MeasurementRow.id.in_(ids), MeasurementRow.role == "final", default.role == "final",
-               default.candidate == DEFAULT_LABEL, default.status == Status.OK.value, default.median_us.is_not(None))
-    )
-    return {int(i): float(us) for i, us in rows if us is not None}
+    found: dict[int, float] = {}
+    for ids in in_chunks(measurement_ids):
+        rows = session.execute(
+            select(MeasurementRow.id, default.median_us)
+            .join(default,
+                  (default.study_id == MeasurementRow.study_id) & (default.round_id == MeasurementRow.round_id))
+            .where(MeasurementRow.id.in_(ids), MeasurementRow.role == "final", default.role == "final",
+                   default.candidate == DEFAULT_LABEL, default.status == Status.OK.value,
+                   default.median_us.is_not(None))
+        )
+        found.update({int(i): float(us) for i, us in rows if us is not None})
+    return found

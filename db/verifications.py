@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from tuner.db._chunks import in_chunks
 from tuner.db._convert import canonical_json, to_record
 from tuner.db.best import publish_best, withdraw_best
 from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, VerificationRow, utcnow
@@ -133,25 +134,31 @@ def latest_verification(session: Session, *, study_id: int) -> VerificationRecor
 
 
 def latest_verifications(session: Session, *, study_ids: Sequence[int]) -> dict[int, VerificationRecord]:
-    """The most recent verification of each of these studies that has one (one query)."""
-    if not study_ids:
-        return {}
-    rows = session.scalars(
-        select(VerificationRow).where(VerificationRow.study_id.in_(list(study_ids)))
-        .order_by(VerificationRow.created_at, VerificationRow.id)
-    )
-    return {row.study_id: to_record(VerificationRecord, row) for row in rows}  # later rows win
+    """The most recent verification of each of these studies that has one (one query per
+    :data:`~tuner.db._chunks.IN_CHUNK` studies)."""
+    found: dict[int, VerificationRecord] = {}
+    for chunk in in_chunks(study_ids):
+        rows = session.scalars(
+            select(VerificationRow).where(VerificationRow.study_id.in_(chunk))
+            .order_by(VerificationRow.created_at, VerificationRow.id)
+        )
+        found.update({row.study_id: to_record(VerificationRecord, row) for row in rows})  # later rows win
+    return found
 
 
 def disproved_configs(session: Session, *, study_ids: Sequence[int]) -> dict[int, frozenset[str]]:
     """For each of these studies that has any, the configs (``config_json``) found wrong: WRONG_RESULT in a
     final round (comparators left out), or in a verification on the study's own device name (the verified
     config WRONG_RESULT in some process: :attr:`VerificationRecord.wrong_processes`, read from the figures).
-    Two queries, however many studies."""
-    ids = list(study_ids)
-    if not ids:
-        return {}
+    Two queries per :data:`~tuner.db._chunks.IN_CHUNK` studies."""
     found: dict[int, set[str]] = {}
+    for ids in in_chunks(study_ids):
+        _add_disproved(session, ids, found)
+    return {study_id: frozenset(configs) for study_id, configs in found.items()}
+
+
+def _add_disproved(session: Session, ids: list[int], found: dict[int, set[str]]) -> None:
+    """Add the configs found wrong in these studies (as :func:`disproved_configs`) to ``found``."""
     finals = session.execute(
         select(MeasurementRow.study_id, MeasurementRow.config_json).distinct()
         .where(MeasurementRow.study_id.in_(ids), MeasurementRow.role == "final",
@@ -168,7 +175,6 @@ def disproved_configs(session: Session, *, study_ids: Sequence[int]) -> dict[int
         check = to_record(VerificationRecord, row)
         if check.wrong_processes:
             found.setdefault(check.study_id, set()).add(check.config_json)
-    return {study_id: frozenset(configs) for study_id, configs in found.items()}
 
 
 def list_verifications(
