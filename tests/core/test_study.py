@@ -445,3 +445,60 @@ def test_the_final_round_verifies_on_several_input_sets(tmp_path, measurer: Meas
     (checked,) = [e for e in final.entries if e.result.config == edge]
     assert checked.result.status is Status.WRONG_RESULT
     assert f"inputs seed {seed + first}" not in (checked.result.reason or "")
+
+
+@pytest.fixture
+def near_template() -> Iterator[str]:
+    """The near-bound fixture template, registered for one test only."""
+    from tests.fixtures.fault_templates import NEAR_BOUND_REF
+
+    registry.register("fault_vector_scale_near", NEAR_BOUND_REF)
+    yield "fault_vector_scale_near"
+    registry.unregister("fault_vector_scale_near")
+
+
+def test_a_finalist_near_its_bound_is_checked_on_more_input_sets_and_not_published(  # type: ignore[no-untyped-def]
+    tmp_path, measurer: Measurer, near_template: str
+) -> None:
+    """Two finalists of one round: ``near`` passes the round's FINAL_CHECK_SEEDS sets close to its bound and
+    fails one of the FINAL_NEAR_BOUND extra sets: WRONG_RESULT naming that seed, not published, disproved for
+    later rounds; ``far`` is checked on the round's sets only (its errors are their worst, though an extra set
+    would show a larger one) and the round publishes."""
+    from tests.fixtures.fault_templates import NEAR_RTOL, NearBoundVectorScale, bound_fraction
+    from tuner.driver.study import CONFIG_LABEL, FINAL_CHECK_SEEDS, FINAL_NEAR_BOUND, store_result
+    from tuner.results import MeasureResult, SampleSummary
+
+    shape, first = Shape(n=256), 1_000_003
+    usual, more = FINAL_CHECK_SEEDS, FINAL_CHECK_SEEDS + FINAL_NEAR_BOUND.extra_seeds
+    scales = {s: float(NearBoundVectorScale().make_inputs(shape, "cpu", s + first)["a"]) for s in range(600)}
+
+    def near(s: int) -> list[float]:  # the near config's error over the round's sets, as fractions of its bound
+        return [bound_fraction("near", scales[s + k]) for k in range(more)]
+
+    seed = next(s for s in range(600 - more) if 0.5 <= max(near(s)[:usual]) < 0.998
+                and any(x > 1.002 for x in near(s)[usual:]))
+    wrong_at = seed + first + next(k for k, x in enumerate(near(seed)) if x >= 1)
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(near_template, shape, store=store, measurer=measurer, sampler="random", seed=seed)
+    close, far = Config(mode="near", BLOCK=64), Config(mode="far", BLOCK=64)
+    for number, config in enumerate([close, far]):
+        store_result(ctx, MeasureResult(Status.OK, config, SampleSummary.of([1.0 + number])), role="trial",
+                     candidate=CONFIG_LABEL, trial_number=number)
+    final = finalize(ctx, finalists=2, comparators=False)
+    by_config = {e.result.config: e.result for e in final.entries}
+    assert by_config[close].status is Status.WRONG_RESULT
+    assert (by_config[close].reason or "").startswith(f"inputs seed {wrong_at}: ")
+    assert wrong_at >= seed + first + usual  # an extra set: the round's own passed
+    assert by_config[far].status is Status.OK
+    far_usual = max(bound_fraction("far", scales[seed + k]) for k in range(usual))
+    assert by_config[far].errors["y"] / NEAR_RTOL == pytest.approx(far_usual, abs=1e-4)
+    assert max(bound_fraction("far", scales[seed + k]) for k in range(usual, more)) > far_usual + 1e-3
+    assert final.published and final.winner is not None and final.winner.result.config != close
+    best = store.get_best(template=near_template, shape_key=shape.key())
+    assert best is not None and best.config != close.to_dict()
+    (stored,) = [m for m in store.list_measurements(study_id=ctx.study_id, role="final")
+                 if Config.from_json(m.config_json) == close]
+    assert stored.status is Status.WRONG_RESULT and stored.reason == by_config[close].reason
+    wrong_error = bound_fraction("near", scales[wrong_at - first])  # the worst of the sets it was checked on
+    assert stored.errors["y"] / NEAR_RTOL == pytest.approx(wrong_error, abs=1e-3)
+    assert close not in [e.result.config for e in finalize(ctx, finalists=2, comparators=False).entries]

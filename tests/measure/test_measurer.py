@@ -7,18 +7,26 @@ left unwritten. After each, the same measurer must go on measuring.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.fixtures.fault_templates import CONTRACTS_REF, REF
+from tests.fixtures.fault_templates import (
+    CONTRACTS_REF,
+    NEAR_BOUND_REF,
+    NEAR_RTOL,
+    REF,
+    NearBoundVectorScale,
+    bound_fraction,
+)
 from tuner import registry
 from tuner.errors import MeasureSetupError, UserInputError
 from tuner.frozen import Config, Shape
 from tuner.measure.devices.base import DeviceSpec
-from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
+from tuner.measure.measurer import Candidate, MeasureOptions, Measurer, NearBoundChecks
 from tuner.results import MeasureResult, Status, Timer
 
 SHAPE = Shape(n=1024)
@@ -216,3 +224,79 @@ def test_comparators_run_on_their_own_contract_and_may_return_their_outputs(meas
     assert_ok(double)
     assert_ok(wrapper)
     assert wrong.status is Status.WRONG_RESULT and wrong.errors["y"] > 1e-3
+
+
+# -- extra input sets for a candidate near its error bound (NearBoundChecks) -----------------------------------
+NEAR = NearBoundChecks(margin=0.5, extra_seeds=8)
+
+
+def fraction(mode: str, seed: int) -> float:
+    """The error of the near-bound template's ``mode`` on the inputs of ``seed``, as a fraction of its bound."""
+    return bound_fraction(mode, float(NearBoundVectorScale().make_inputs(SHAPE, "cpu", seed)["a"]))
+
+
+def error_fraction(result: MeasureResult) -> float:
+    return result.errors["y"] / NEAR_RTOL
+
+
+def test_a_config_near_its_bound_is_checked_on_more_input_sets_until_one_fails_it(measurer: Measurer) -> None:
+    """A config at half its bound or more on its one input set is checked on up to 8 more: it is WRONG_RESULT at
+    the first that fails it (that seed in the reason; no later set checked, though a later one is worse), and
+    OK with its worst error over all nine when none does. Without NearBoundChecks (a trial) one set decides."""
+    near = Candidate(Config(mode="near", BLOCK=256))
+    f = {s: fraction("near", s) for s in range(1000)}
+
+    def extra(s: int) -> list[float]:
+        return [f[s + k] for k in range(1, 9)]
+
+    def near_and_clear(s: int) -> bool:  # at half its bound or more; no set within the figures' accuracy of it
+        return f[s] >= 0.5 and all(abs(x - 1) > 0.002 for x in [f[s], *extra(s)])
+
+    def worse_after_first_wrong(s: int) -> bool:
+        wrong = [k for k in range(1, 9) if f[s + k] >= 1]
+        return bool(wrong) and any(f[s + k] > f[s + wrong[0]] + 0.01 for k in range(wrong[0] + 1, 9))
+
+    passing = next(s for s in range(990) if near_and_clear(s) and f[s] + 0.05 < max(extra(s)) < 1)
+    failing = next(s for s in range(990) if near_and_clear(s) and f[s] < 1 and worse_after_first_wrong(s))
+    first_wrong = next(s for s in range(failing + 1, failing + 9) if f[s] >= 1)
+
+    (trial,) = measurer.measure_interleaved(NEAR_BOUND_REF, SHAPE, [near], seed=failing)
+    assert trial.status is Status.OK and error_fraction(trial) == pytest.approx(f[failing], abs=1e-3)
+    (wrong,) = measurer.measure_interleaved(NEAR_BOUND_REF, SHAPE, [near], seed=failing, near_bound=NEAR)
+    assert wrong.status is Status.WRONG_RESULT and wrong.summary is None
+    assert (wrong.reason or "").startswith(f"inputs seed {first_wrong}: output 'y'")
+    assert error_fraction(wrong) == pytest.approx(f[first_wrong], abs=1e-3)  # worst so far: it stopped there
+    (ok,) = measurer.measure_interleaved(NEAR_BOUND_REF, SHAPE, [near], seed=passing, near_bound=NEAR)
+    assert ok.status is Status.OK and ok.summary is not None
+    assert error_fraction(ok) == pytest.approx(max(extra(passing)), abs=1e-3)  # worst over all nine sets
+
+
+def test_a_config_far_from_its_bound_is_checked_on_its_usual_input_sets_only(measurer: Measurer) -> None:
+    """A config under half its bound pays nothing: its errors are the worst over its ``check_seeds`` sets,
+    though the sets that follow would show a larger one."""
+    far = Candidate(Config(mode="far", BLOCK=256))
+    f = {s: fraction("far", s) for s in range(300)}
+    seed = next(s for s in range(290) if max(f[s + k] for k in range(2, 10)) > max(f[s], f[s + 1]) + 0.005)
+    (result,) = measurer.measure_interleaved(NEAR_BOUND_REF, SHAPE, [far], seed=seed, check_seeds=2,
+                                             near_bound=NEAR)
+    assert result.status is Status.OK
+    assert error_fraction(result) == pytest.approx(max(f[seed], f[seed + 1]), abs=1e-4)
+
+
+@pytest.mark.parametrize(("margin", "extra_seeds"), [(0.0, 8), (-0.5, 8), (1.5, 8), (math.nan, 8), (0.5, 0),
+                                                     (0.5, -1)])
+def test_near_bound_checks_are_validated(margin: float, extra_seeds: int) -> None:
+    with pytest.raises(UserInputError):
+        NearBoundChecks(margin=margin, extra_seeds=extra_seeds)
+
+
+def test_near_bound_checks_are_immutable_options() -> None:
+    checks = NearBoundChecks(margin=1.0, extra_seeds=1)
+    options = MeasureOptions(near_bound=checks)
+    assert MeasureOptions().near_bound is None  # trials: one input set decides
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        checks.margin = 0.1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.near_bound = None  # type: ignore[misc]
+    assert checks.near({"y": 1e-3}, {"y": 1e-3}) and not checks.near({"y": 0.99e-3}, {"y": 1e-3})
+    assert not checks.near({"y": 0.0}, {"y": 0.0})  # a bound of 0 is met exactly or not at all

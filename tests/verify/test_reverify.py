@@ -450,3 +450,39 @@ def test_a_verify_job_over_http_re_measures_the_comparators_in_its_first_process
     labels = {p["process"]: [c["label"] for c in p["candidates"]] for p in record.figures}
     assert labels == {1: [BEST_LABEL, "comparator:library"], 2: [BEST_LABEL]}
     assert all(c["status"] == "OK" for p in record.figures for c in p["candidates"])
+
+
+def test_a_best_near_its_error_bound_is_checked_on_more_input_sets_and_disproved(tmp_path: Path) -> None:
+    """A config published close to its error bound (a round before the near-bound checks) passes the
+    verification's own input set; the verification checks it on the extra sets a final round does
+    (FINAL_NEAR_BOUND), finds it wrong on one, and disproves it: the best is withdrawn (its round held no
+    other config). Without those checks the one set passes it."""
+    from tests.fixtures.fault_templates import NEAR_BOUND_REF, NearBoundVectorScale, bound_fraction
+    from tuner.driver.study import CONFIG_LABEL, FINAL_NEAR_BOUND, open_study, store_result
+    from tuner.frozen import Config
+    from tuner.results import MeasureResult, SampleSummary, Status
+
+    name, extra = "fault_vector_scale_near", FINAL_NEAR_BOUND.extra_seeds
+    near = {s: bound_fraction("near", float(NearBoundVectorScale().make_inputs(SHAPE, "cpu", s)["a"]))
+            for s in range(300)}
+    seed = next(s for s in range(300 - extra) if 0.5 <= near[s] < 0.998
+                and any(near[s + k] > 1.002 for k in range(1, extra + 1)))
+    wrong_at = next(s for s in range(seed + 1, seed + extra + 1) if near[s] >= 1)
+    registry.register(name, NEAR_BOUND_REF)
+    try:
+        store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+        with Measurer(CPU, OPTIONS) as measurer:
+            ctx = open_study(name, SHAPE, store=store, measurer=measurer, sampler="random", seed=0, warm=False)
+        published = store_result(ctx, MeasureResult(Status.OK, Config(mode="near", BLOCK=64), SampleSummary.of([5.0])),
+                                 role="final", candidate=CONFIG_LABEL, round_id="before")
+        store.publish_best(study_id=ctx.study_id, measurement_id=published)
+        options = MeasureOptions(n_samples=5, warmup=1, seed=seed)
+        one_set = verify_best(store, name, SHAPE, device=CPU, processes=1, options=options, comparators=False,
+                              near_bound=None)
+        assert one_set.verdict.wrong == 0 and not one_set.disproved
+        outcome = verify_best(store, name, SHAPE, device=CPU, processes=1, options=options, comparators=False)
+        assert outcome.verdict.wrong == 1 and outcome.disproved and outcome.withdrawn
+        assert (outcome.processes[0].best.reason or "").startswith(f"inputs seed {wrong_at}: ")
+        assert store.get_best(template=name, shape_key=SHAPE.key()) is None
+    finally:
+        registry.unregister(name)

@@ -7,9 +7,10 @@ most recent — and re-measures it together with the
 template's comparators in ``processes`` fresh measurement processes (a new :class:`~tuner.measure.Measurer`,
 hence a new worker process, each: nothing warm carries over but the compile caches on disk). Each process
 measures every candidate interleaved (the measurement contract: same flush, same samples) on its own fresh
-inputs. Per process and candidate it keeps the median and the p20–p80 spread and the ratio to the figure the
-store holds for that candidate (the best's published median; a comparator's figure in the final round that
-published the best).
+inputs, and a candidate near its error bounds there on more input sets, as in a final round
+(:data:`tuner.driver.study.FINAL_NEAR_BOUND`). Per process and candidate it keeps the median and the p20–p80
+spread and the ratio to the figure the store holds for that candidate (the best's published median; a
+comparator's figure in the final round that published the best).
 
 The verdict is on the best config: the median over processes of its per-process medians against its stored
 median. A drift beyond ``tolerance`` (±3% by default), no process measuring it OK, or a wrong result in any
@@ -35,13 +36,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner import registry
-from tuner.driver.study import COMPARATOR_PREFIX, process_label
+from tuner.driver.study import COMPARATOR_PREFIX, FINAL_NEAR_BOUND, process_label
 from tuner.errors import UserInputError
 from tuner.frozen import Config, Shape
 from tuner.keys import software_of
 from tuner.lookup import Requester, choose, requester_software
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
-from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
+from tuner.measure.measurer import Candidate, MeasureOptions, Measurer, NearBoundChecks
 from tuner.results import MeasureResult, Status
 from tuner.store import BestRecord, Disproval, TuningStore, VerificationRecord
 from tuner.store.entries import disproved_in, published_entries, round_winner
@@ -167,12 +168,15 @@ def verify_best(
     worker: str | None = None,
     measurer_factory: MeasurerFactory = Measurer,
     on_process: Callable[[ProcessFigures], None] | None = None,
+    near_bound: NearBoundChecks | None = FINAL_NEAR_BOUND,
 ) -> Verification:
     """Re-measure the published best of (template, shape) in ``processes`` fresh processes and record the
     verification (see the module doc). ``comparator_processes`` (default: every process) limits the comparators
     to the first that many processes: a comparator whose compiled kernels no disk cache keeps (mamba_ssm's
     TileLang 0.1.8 MIMO backward compiles for minutes in each new process) is then built once, while the best
-    config is still re-measured in every process. ``on_process`` sees each process's figures as they come."""
+    config is still re-measured in every process. ``on_process`` sees each process's figures as they come.
+    ``near_bound``: a candidate near its error bounds on its input set is checked on more, as in a final round
+    (a config published close to its bound is the one a verification may find wrong; None: the options')."""
     if processes < 1:
         raise UserInputError(f"--processes must be at least 1, got {processes}")
     if comparator_processes is not None and not 1 <= comparator_processes <= processes:
@@ -200,7 +204,7 @@ def verify_best(
                 stored = _stored_figures(store, best)
             assert labelled is not None
             these = labelled if comparator_processes is None or number <= comparator_processes else labelled[:1]
-            results = measurer.measure_interleaved(ref, shape, [c for _, c in these])
+            results = measurer.measure_interleaved(ref, shape, [c for _, c in these], near_bound=near_bound)
         process = ProcessFigures(number, tuple(
             CandidateFigures.of(label, r, stored.get(label)) for (label, _), r in zip(these, results, strict=True)
         ))

@@ -37,7 +37,7 @@ from tuner.keys import StudyKey
 from tuner.lookup import Entry, fit_distance, latest_per_shape, repair_config
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.contract import Measuring
-from tuner.measure.measurer import Candidate
+from tuner.measure.measurer import Candidate, NearBoundChecks
 from tuner.results import (
     COMPARATOR_PREFIX,
     CONFIG_LABEL,
@@ -363,10 +363,22 @@ def incumbent(ctx: StudyContext, disproved: Collection[Config] | None = None) ->
 # sits at 0.91 of it). Verification costs a fraction of a second per set.
 FINAL_CHECK_SEEDS = 3
 
+# A candidate of the final round whose worst error on those sets reached half of an output's bound is checked
+# on up to 8 more before it is timed, stopping at the first that fails it (tuner.measure.protocol.NearBoundChecks).
+# Seen on the H200: a tf32 MIMO config passed its trial's set and the round's three close to its 1e-3 bound, was
+# published, and failed `tuner verify`'s set at 1.01e-3 (twice on one shape); tf32 configs sat at 0.88–1.01 of
+# the bound, the lowp3 and bf16 winners at 0.07 or less. A margin of 0.5 takes in the first kind with room to
+# spare (a config under it on three sets would have to double its error on another set to fail, where the
+# figures of one kind spread over 0.88–1.01) and leaves the second kind 7× below it: they pay nothing. Eight
+# more sets make 11 in all: a config wrong on one input set in four passes them all with probability
+# 0.75**11 ≈ 4% (0.75**3 ≈ 42% with three). Each set costs one reference and one run, a fraction of a second.
+FINAL_NEAR_BOUND = NearBoundChecks(margin=0.5, extra_seeds=8)
+
 
 def finalize(
     ctx: StudyContext, *, finalists: int = 3, include_default: bool = True, comparators: bool = True,
-    names: Sequence[str] | None = None, check_seeds: int = FINAL_CHECK_SEEDS, pool: CompilePool | None = None,
+    names: Sequence[str] | None = None, check_seeds: int = FINAL_CHECK_SEEDS,
+    near_bound: NearBoundChecks | None = FINAL_NEAR_BOUND, pool: CompilePool | None = None,
     may_publish: Callable[[], bool] | None = None,
 ) -> FinalRound:
     """Re-measure finalists, the incumbent, the default and comparators interleaved; publish the fastest
@@ -375,7 +387,9 @@ def finalize(
     The finalists are :func:`top_configs`; the study's published config (:func:`incumbent`) runs beside them,
     so that a round whose new finalists all fail on its inputs (seen on the H200: three configs at their
     error bound) publishes the incumbent again rather than the slower default. Every candidate is verified
-    on ``check_seeds`` input sets before the timing (:data:`FINAL_CHECK_SEEDS`). ``names`` restricts the
+    on ``check_seeds`` input sets before the timing (:data:`FINAL_CHECK_SEEDS`), and one whose errors there
+    came near its bounds on ``near_bound``'s extra sets (:data:`FINAL_NEAR_BOUND`; None: the measurer's
+    options', none unless set there); a failure on any set is its WRONG_RESULT. ``names`` restricts the
     comparators to those names. With ``pool`` the round's configs and its comparators marked ``prebuild``
     are first built in it, in parallel (a fresh host would otherwise build them one after another inside
     their measurements: minutes for the MIMO template, and mamba_ssm's TileLang backward alone outlives a
@@ -410,6 +424,7 @@ def finalize(
     timed = [c for _, c in labelled if c.result_config() not in late]
     measured = iter(ctx.measurer.measure_interleaved(
         ctx.template_ref, ctx.shape, timed, seed=ctx.seed_base + 1_000_003, check_seeds=check_seeds,
+        near_bound=near_bound,
     ) if timed else ())
     results = [late[key] if (key := c.result_config()) in late else next(measured) for _, c in labelled]
     entries = tuple(

@@ -8,8 +8,10 @@ ones are timed together, interleaved, in one ``backend.time`` call.
 
 Per candidate: build (exception → COMPILE_ERROR); for each check seed, fresh inputs, reference, outputs
 poisoned, one run (exception at the first launch → COMPILE_ERROR if the template calls it a compile error,
-else RUNTIME_ERROR), comparison (→ WRONG_RESULT). Errors of the template itself (it does not import, its
-inputs or reference raise) are not candidate failures: the request answers :class:`Failed`.
+else RUNTIME_ERROR), comparison (→ WRONG_RESULT); then, with ``near_bound`` in the options, a candidate whose
+worst error came near its bound is checked the same way on more input sets. Errors of the template itself (it
+does not import, its inputs or reference raise) are not candidate failures: the request answers
+:class:`Failed`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -153,7 +155,8 @@ def prepare(
     options: MeasureOptions,
 ) -> Runnable | MeasureResult:
     """Build and verify one candidate; a MeasureResult when it fails, else a Runnable. A comparator whose
-    contract differs from the template's is built, checked and timed on its contract's shape."""
+    contract differs from the template's is built, checked and timed on its contract's shape. A gated
+    candidate near its bounds on the ``check_seeds`` sets is checked on more (``options.near_bound``)."""
     config = candidate.result_config()
     if candidate.comparator is not None:
         shape = _comparator(template, candidate.comparator).contract_shape(shape)
@@ -162,36 +165,69 @@ def prepare(
     build_s = time.perf_counter() - start
     if isinstance(kernel, MeasureResult):
         return dataclasses.replace(kernel, phases=PhaseTimes(build_s=build_s))
-    verify_s = 0.0
-    worst: dict[str, float] = {}
-    case: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None
-    for k in range(options.check_seeds):
-        start = time.perf_counter()
-        inputs, reference, outputs = fresh_case(template, shape, backend, seed + k)
-        verify_s += time.perf_counter() - start
-        start = time.perf_counter()
-        produced = run_once(template, kernel, inputs, outputs, backend, first=k == 0)
-        if k == 0:
-            build_s += time.perf_counter() - start  # the first launch compiles where backends compile lazily
-        else:
-            verify_s += time.perf_counter() - start
-        phases = PhaseTimes(build_s=build_s, verify_s=verify_s)
-        if isinstance(produced, tuple):
-            status, reason = produced
-            return MeasureResult(status, config, errors=dict(worst), reason=reason, timer=backend.timer,
-                                 phases=phases)
-        start = time.perf_counter()
-        verdict = compare(template, shape, produced, reference)
-        verify_s += time.perf_counter() - start
-        for name, error in verdict.errors.items():
-            worst[name] = max(error, worst.get(name, 0.0))
-        if verdict.failure is not None and _gated(template, candidate):
-            return MeasureResult(Status.WRONG_RESULT, config, errors=dict(worst),
-                                 reason=f"inputs seed {seed + k}: {verdict.failure}", timer=backend.timer,
-                                 phases=PhaseTimes(build_s=build_s, verify_s=verify_s))
-        case = (inputs, outputs)
-    assert case is not None  # check_seeds >= 1
-    return Runnable(config, kernel, case[0], case[1], worst, build_s, verify_s)
+    checks = _Checks(template, shape, candidate, kernel, backend, build_s)
+    failure = checks.on(range(seed, seed + options.check_seeds))
+    extra = options.near_bound
+    if failure is None and extra is not None and checks.gated:
+        bounds = {spec.name: spec.rtol for spec in template.output_specs(shape)}
+        if extra.near(checks.worst, bounds):
+            first = seed + options.check_seeds
+            failure = checks.on(range(first, first + extra.extra_seeds))
+    if failure is not None:
+        return failure
+    assert checks.case is not None  # check_seeds >= 1
+    return Runnable(config, kernel, checks.case[0], checks.case[1], checks.worst, checks.build_s, checks.verify_s)
+
+
+class _Checks:
+    """The correctness checks of one built candidate, over as many input sets as it is given: the worst error
+    of each output over every set checked, the phase times, and the last set's inputs and outputs."""
+
+    def __init__(self, template: KernelTemplate, shape: Shape, candidate: Candidate, kernel: Kernel,
+                 backend: DeviceBackend, build_s: float) -> None:
+        self.template, self.shape, self.candidate, self.kernel, self.backend = (
+            template, shape, candidate, kernel, backend)
+        self.gated = _gated(template, candidate)
+        self.build_s, self.verify_s = build_s, 0.0
+        self.runs = 0
+        self.worst: dict[str, float] = {}
+        self.case: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None
+
+    def on(self, seeds: Iterable[int]) -> MeasureResult | None:
+        """Check the candidate on fresh inputs from each seed in turn; its failure (with the worst errors so
+        far) at the first set that fails it, else None. The first run of all counts as build time (backends
+        that compile lazily compile there)."""
+        config = self.candidate.result_config()
+        for s in seeds:
+            first = self.runs == 0
+            self.runs += 1
+            start = time.perf_counter()
+            inputs, reference, outputs = fresh_case(self.template, self.shape, self.backend, s)
+            self.verify_s += time.perf_counter() - start
+            start = time.perf_counter()
+            produced = run_once(self.template, self.kernel, inputs, outputs, self.backend, first=first)
+            if first:
+                self.build_s += time.perf_counter() - start
+            else:
+                self.verify_s += time.perf_counter() - start
+            if isinstance(produced, tuple):
+                status, reason = produced
+                return MeasureResult(status, config, errors=dict(self.worst), reason=reason,
+                                     timer=self.backend.timer, phases=self.phases())
+            start = time.perf_counter()
+            verdict = compare(self.template, self.shape, produced, reference)
+            self.verify_s += time.perf_counter() - start
+            for name, error in verdict.errors.items():
+                self.worst[name] = max(error, self.worst.get(name, 0.0))
+            if verdict.failure is not None and self.gated:
+                return MeasureResult(Status.WRONG_RESULT, config, errors=dict(self.worst),
+                                     reason=f"inputs seed {s}: {verdict.failure}", timer=self.backend.timer,
+                                     phases=self.phases())
+            self.case = (inputs, outputs)
+        return None
+
+    def phases(self) -> PhaseTimes:
+        return PhaseTimes(build_s=self.build_s, verify_s=self.verify_s)
 
 
 def _gated(template: KernelTemplate, candidate: Candidate) -> bool:

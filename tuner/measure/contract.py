@@ -11,7 +11,7 @@ from typing import Protocol
 
 from tuner.frozen import Shape
 from tuner.measure.devices.base import Fingerprint
-from tuner.measure.protocol import Candidate, MeasureOptions
+from tuner.measure.protocol import Candidate, MeasureOptions, NearBoundChecks
 from tuner.results import MeasureResult
 
 
@@ -39,9 +39,10 @@ class Measuring(Protocol):
 
     def measure_interleaved(
         self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None,
-        check_seeds: int | None = None,
+        check_seeds: int | None = None, near_bound: NearBoundChecks | None = None,
     ) -> list[MeasureResult]:
         """Each candidate, timed in one interleaved round; one result per candidate, in order. Each is
         verified on ``check_seeds`` input sets (``seed``, ``seed + 1``, …; default: the options' count)
-        before it is timed."""
+        before it is timed, and one near its error bounds there on ``near_bound``'s extra sets (the seeds
+        that follow; default: the options')."""
         ...

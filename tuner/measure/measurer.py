@@ -41,6 +41,7 @@ from tuner.measure.protocol import (
     Loaded,
     MeasureOptions,
     MeasureRequest,
+    NearBoundChecks,
     Prepared,
     Ready,
     TimingStarted,
@@ -48,7 +49,7 @@ from tuner.measure.protocol import (
 )
 from tuner.results import MeasureResult, PhaseTimes, Status
 
-__all__ = ["Candidate", "MeasureOptions", "Measurer"]
+__all__ = ["Candidate", "MeasureOptions", "Measurer", "NearBoundChecks"]
 
 WORKER_MODULE = "tuner.measure.child"
 STARTUP_TIMEOUT_S = 300.0  # importing torch and opening a device on a loaded host can take a while
@@ -110,12 +111,13 @@ class Measurer:
 
     def measure_interleaved(
         self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None,
-        check_seeds: int | None = None,
+        check_seeds: int | None = None, near_bound: NearBoundChecks | None = None,
     ) -> list[MeasureResult]:
         """Build and verify each candidate, then time the verified ones together, one sample of each per
         round, so that their figures come from the same run. One result per candidate, in order; a failing
         candidate never loses the others' results (they are measured again without it if it kills the
-        worker). ``check_seeds``: verify on that many input sets this call (default: the options')."""
+        worker). ``check_seeds``: verify on that many input sets this call; ``near_bound``: check a candidate
+        near its error bounds on more (:class:`~tuner.measure.protocol.NearBoundChecks`); None: the options'."""
         if not candidates:
             return []
         ref = template_ref if ":" in template_ref else registry.ref_of(template_ref)
@@ -125,6 +127,8 @@ class Measurer:
             options = self.options
             if check_seeds is not None:
                 options = dataclasses.replace(options, check_seeds=check_seeds)
+            if near_bound is not None:
+                options = dataclasses.replace(options, near_bound=near_bound)
             groups = [list(range(len(candidates)))]
             while groups:
                 group = groups.pop(0)

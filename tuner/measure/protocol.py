@@ -7,11 +7,38 @@ All classes are frozen dataclasses (immutable, picklable). Configs and shapes tr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tuner.errors import UserInputError
 from tuner.frozen import Config
 from tuner.results import COMPARATOR_KEY, MeasureResult
+
+
+@dataclass(frozen=True)
+class NearBoundChecks:
+    """More input sets for a candidate whose errors came near their bounds on the usual ones.
+
+    A candidate that passed its ``check_seeds`` input sets with some output's worst relative error at
+    ``margin`` × its bound or more (an output bounded by 0 never counts: it matched exactly) is checked on up
+    to ``extra_seeds`` more sets (the seeds that follow), stopping at the first that fails it (WRONG_RESULT,
+    that seed in the reason), before it is timed. A candidate further from its bounds pays nothing. Only a
+    gated candidate is checked again (a config; a comparator unless ungated): an ungated one's verdict
+    decides nothing. Immutable; raises UserInputError unless ``0 < margin <= 1`` and ``extra_seeds >= 1``.
+    """
+
+    margin: float
+    extra_seeds: int
+
+    def __post_init__(self) -> None:
+        if not 0 < self.margin <= 1:  # NaN fails too
+            raise UserInputError(f"the near-bound margin must be in (0, 1], got {self.margin}")
+        if self.extra_seeds < 1:
+            raise UserInputError(f"extra_seeds must be >= 1, got {self.extra_seeds}")
+
+    def near(self, errors: Mapping[str, float], bounds: Mapping[str, float]) -> bool:
+        """Whether some output's error is at ``margin`` × its (positive) bound or more."""
+        return any(bound > 0 and errors.get(name, 0.0) >= self.margin * bound for name, bound in bounds.items())
 
 
 @dataclass(frozen=True)
@@ -21,7 +48,8 @@ class MeasureOptions:
     ``n_samples`` timed samples after ``warmup`` untimed runs; ``timeout_s`` bounds the build, verification
     and timing of one candidate (``n × timeout_s`` for ``n`` candidates measured interleaved); ``seed`` is the
     default seed of the inputs; ``check_seeds`` is how many fresh input sets (seed, seed+1, …) each candidate
-    is verified on.
+    is verified on; ``near_bound``, when set, checks a candidate that came near its error bounds on them on
+    more sets (:class:`NearBoundChecks`; None: none, as in a trial, where one set is checked and speed matters).
     """
 
     n_samples: int = 100
@@ -29,6 +57,7 @@ class MeasureOptions:
     timeout_s: float = 120.0
     seed: int = 0
     check_seeds: int = 1
+    near_bound: NearBoundChecks | None = None
 
     def __post_init__(self) -> None:
         if self.n_samples < 1:

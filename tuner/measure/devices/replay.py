@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from tuner.errors import DeviceError
 from tuner.frozen import Config, Shape
 from tuner.measure.devices.base import Fingerprint
-from tuner.measure.protocol import Candidate, MeasureOptions
+from tuner.measure.protocol import Candidate, MeasureOptions, NearBoundChecks
 from tuner.results import NOT_RECORDED, MeasureResult, SampleSummary, Status, Timer, is_space_rejection
 from tuner.store import MeasurementRecord, TuningStore
 
@@ -195,13 +195,13 @@ class ReplayMeasurer:
 
     def measure_interleaved(
         self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None,
-        check_seeds: int | None = None,
+        check_seeds: int | None = None, near_bound: NearBoundChecks | None = None,
     ) -> list[MeasureResult]:
         """One result per candidate, in order: the recorded outcome, its samples drawn afresh
         (seeded by ``seed``, the shape and the candidate); ``INVALID`` with ``not recorded: …`` for a
         candidate the record lacks. ``template_ref`` is not imported (the record names the template);
-        ``check_seeds`` changes nothing (the record holds one verdict per config)."""
-        del check_seeds
+        ``check_seeds`` and ``near_bound`` change nothing (the record holds one verdict per config)."""
+        del check_seeds, near_bound
         chosen = self.options.seed if seed is None else seed
         results = []
         for candidate in candidates:
