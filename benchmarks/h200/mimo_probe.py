@@ -10,6 +10,10 @@ usage: python benchmarks/h200/mimo_probe.py --workloads mimo-n64-p64-r4 ... \\
            --configs '{}' '{"variant": "fused"}' ... [--samples 20] [--workers 16] [--json OUT.json]
 Each config is a JSON object of overrides of the search space's default config, or ``tilelang`` for the
 comparator (mamba_ssm's TileLang backward; its errors are reported, not gated).
+
+``--mma wgmma`` compiles the template's kernels with Triton's Hopper wgmma path allowed (the template keeps
+it off: it faulted on the H200 with the first version, see bwd_launch._mma_sync_only): an experiment, one
+mode per invocation (Triton's in-memory kernel cache is not keyed on the switch).
 """
 
 from __future__ import annotations
@@ -79,9 +83,30 @@ def build_candidate(template, shape, overrides: str):
     return template.build(_config(overrides), shape)
 
 
-def _check(workload: str, overrides: str) -> dict:
+def _allow_wgmma(mma: str) -> None:
+    """``wgmma``: launch the template's kernels without the DISABLE_MMA_V3 guard (this process only)."""
+    if mma == "wgmma":
+        import contextlib
+
+        from tuner.kernels.mamba3_mimo import bwd_launch
+
+        bwd_launch._mma_sync_only = contextlib.nullcontext  # type: ignore[assignment]
+
+
+def _walk_launch(spec: str | None) -> None:
+    """``--walk-launch JSON``: the state walk's launch settings in this process (an experiment)."""
+    if spec:
+        from tuner.kernels.mamba3_mimo import bwd_launch
+
+        bwd_launch.WALK_LAUNCH = json.loads(spec)
+
+
+def _check(workload: str, overrides: str, mma: str = "sync", walk: str | None = None) -> dict:
     """Build, run once, compare with the reference; never raises (the failure is the result)."""
     import torch
+
+    _allow_wgmma(mma)
+    _walk_launch(walk)
 
     from tuner import registry
     from tuner.measure.verify import check_outputs
@@ -160,12 +185,18 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=400.0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--mma", choices=("sync", "wgmma"), default="sync",
+                    help="wgmma: allow Triton's Hopper wgmma path in the template's kernels (an experiment)")
+    ap.add_argument("--walk-launch", default=None,
+                    help='JSON launch settings of the state walk, e.g. \'{"num_warps": 4}\' (an experiment)')
     args = ap.parse_args()
+    _allow_wgmma(args.mma)
+    _walk_launch(args.walk_launch)
     jobs = [(w, c) for w in args.workloads for c in args.configs]
-    rows = []
+    rows: list[dict] = []
     started = time.perf_counter()
     with cf.ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_check, w, c) for w, c in jobs]
+        futures = [pool.submit(_check, w, c, args.mma, args.walk_launch) for w, c in jobs]
         try:
             for future in cf.as_completed(futures, timeout=args.timeout):
                 row = future.result()

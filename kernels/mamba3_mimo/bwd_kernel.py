@@ -5,7 +5,9 @@ rank ``i % R``). :func:`_chunk_bwd` holds every per-chunk gradient formula; it n
 chunk (N×P) and the gradient of the state after it. Chunks are taken in groups of GC consecutive chunks:
 
 * :func:`group_local_kernel` computes every group's own state increments in parallel (pass A);
-* :func:`state_scan_kernel` runs the two linear recurrences over groups (multiply-adds only);
+* :func:`state_scan_kernel` runs the two linear recurrences over groups (multiply-adds only); for one-chunk
+  groups :func:`state_walk_kernel` can do pass A and the scan at once (``state_pass`` walk), each program
+  walking the chunks with a tile of the state in registers;
 * :func:`group_bwd_kernel` gives each group one program (pass C): it walks its chunks forward writing the
   states, then backward carrying the state gradient, calling :func:`_chunk_bwd` for each.
 
@@ -182,26 +184,46 @@ def _rows_p(X, b, h, t0, S: tl.constexpr, H: tl.constexpr, P: tl.constexpr, R: t
     """A (B,S,H,P) tensor's chunk repeated over rank rows: (C*R, P) fp32.
 
     Loaded once per step and broadcast over the rank (R x fewer addresses than loading every row)."""
+    return _rows_cols(X, b, h, t0, 0, S, H, P, P, R, C)
+
+
+@triton.jit
+def _rows_cols(X, b, h, t0, p0, S: tl.constexpr, H: tl.constexpr, P: tl.constexpr, PB: tl.constexpr,
+               R: tl.constexpr, C: tl.constexpr):
+    """Columns [p0, p0 + PB) of :func:`_rows_p`: (C*R, PB) fp32."""
     u = tl.arange(0, C)
-    p = tl.arange(0, P)
+    p = p0 + tl.arange(0, PB)
     x = tl.load(X + ((b * S + t0 + u) * H + h)[:, None] * P + p[None, :]).to(tl.float32)
-    return _over_rank(x, C, R, P)
+    return _over_rank(x, C, R, PB)
 
 
 @triton.jit
 def _param_rows(W, h, P: tl.constexpr, R: tl.constexpr, C: tl.constexpr):
     """A (H,R,P) parameter's rows for head h, one per chunk row: (C*R, P)."""
+    return _param_cols(W, h, 0, P, P, R, C)
+
+
+@triton.jit
+def _param_cols(W, h, p0, P: tl.constexpr, PB: tl.constexpr, R: tl.constexpr, C: tl.constexpr):
+    """Columns [p0, p0 + PB) of :func:`_param_rows`: (C*R, PB)."""
     r = tl.arange(0, R)
-    p = tl.arange(0, P)
-    return _time_rows(tl.load(W + (h * R + r)[:, None] * P + p[None, :]), C, R, P)
+    p = p0 + tl.arange(0, PB)
+    return _time_rows(tl.load(W + (h * R + r)[:, None] * P + p[None, :]), C, R, PB)
 
 
 @triton.jit
 def _dy(DOUT, Z, MO, MZ, b, h, t0, S: tl.constexpr, H: tl.constexpr, P: tl.constexpr,
         R: tl.constexpr, C: tl.constexpr):
     """Gradient reaching y (before the SiLU gate): dOut ⊙ MIMO_O ⊙ silu(Z ⊙ MIMO_Z), per chunk row."""
-    silu, _dsilu = _silu_parts(_rows_p(Z, b, h, t0, S, H, P, R, C) * _param_rows(MZ, h, P, R, C))
-    return _rows_p(DOUT, b, h, t0, S, H, P, R, C) * _param_rows(MO, h, P, R, C) * silu
+    return _dy_cols(DOUT, Z, MO, MZ, b, h, t0, 0, S, H, P, P, R, C)
+
+
+@triton.jit
+def _dy_cols(DOUT, Z, MO, MZ, b, h, t0, p0, S: tl.constexpr, H: tl.constexpr, P: tl.constexpr,
+             PB: tl.constexpr, R: tl.constexpr, C: tl.constexpr):
+    """Columns [p0, p0 + PB) of :func:`_dy`: (C*R, PB)."""
+    silu, _dsilu = _silu_parts(_rows_cols(Z, b, h, t0, p0, S, H, P, PB, R, C) * _param_cols(MZ, h, p0, P, PB, R, C))
+    return _rows_cols(DOUT, b, h, t0, p0, S, H, P, PB, R, C) * _param_cols(MO, h, p0, P, PB, R, C) * silu
 
 
 # -- blocked q/k and state loads ----------------------------------------------------------------------------
@@ -731,6 +753,68 @@ def state_scan_kernel(BUF_H, BUF_D, DECAY, NC: tl.constexpr, NP: tl.constexpr, K
 
 
 @triton.jit
+def state_walk_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, COS, SIN, BUF_H, BUF_D,
+                      S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
+                      R: tl.constexpr, A: tl.constexpr, C: tl.constexpr, NB: tl.constexpr, PB: tl.constexpr,
+                      PREC_ROT: tl.constexpr, LOWP: tl.constexpr, INTERP: tl.constexpr):
+    """Grid (B*H, pair blocks * P/PB column blocks, 2): pass A and the scan in one, for one-chunk groups.
+
+    Program (b·h, block, 0) walks the chunks forward carrying rows j, N/2 + j (j in its pair block) and
+    columns [p0, p0 + PB) of the state, and stores the state after each chunk in BUF_H (what the scan would
+    leave there); program (b·h, block, 1) walks them backward carrying the state gradient into BUF_D. Each
+    chunk's increment is pass A's (:func:`group_local_kernel` at GC = 1), added to the carried tile decayed
+    by the chunk: the states are written once instead of written, read and written again by the scan, at
+    the price of a chain of S / C dependent steps per program (its loads do not depend on the carry).
+    """
+    NC: tl.constexpr = S // C
+    NPB: tl.constexpr = P // PB
+    pid = tl.program_id(0)
+    jb = tl.program_id(1) // NPB
+    p0 = (tl.program_id(1) % NPB) * PB
+    b = pid // H
+    h = pid % H
+    qk_group = h // (H // G)
+    base = pid.to(tl.int64) * NC * N * P  # 64-bit: B*H*NC*N*P state elements
+    lo = tl.zeros((NB, PB), dtype=tl.float32)
+    hi = tl.zeros((NB, PB), dtype=tl.float32)
+    if tl.program_id(2) == 0:
+        for c in range(NC):
+            t0 = c * C
+            cs, cs_last, _gamma, factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
+            vt = _rows_cols(V, b, h, t0, p0, S, H, P, PB, R, C) * _param_cols(MV, h, p0, P, PB, R, C)
+            kw = tl.exp(cs_last - cs) * factor
+            cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
+            klo, khi = _rot_block(K, KB, cos, sin, b, h, qk_group, t0, jb, S, G, N, R, C, NB)
+            e_last = tl.exp(cs_last)
+            lo = _mma(tl.trans(klo * kw[:, None]), vt, e_last * lo, PREC_ROT, LOWP, INTERP)
+            hi = _mma(tl.trans(khi * kw[:, None]), vt, e_last * hi, PREC_ROT, LOWP, INTERP)
+            _store_cols(BUF_H + base + c * N * P, lo, hi, jb, p0, N, P, NB, PB)
+    else:
+        for i in range(NC):
+            c = NC - 1 - i
+            t0 = c * C
+            cs, cs_last, _gamma, _factor = _scalars(ADT, DT, TRAP, b, h, t0, S, H, C, R)
+            dy = _dy_cols(DOUT, Z, MO, MZ, b, h, t0, p0, S, H, P, PB, R, C)
+            qw = tl.exp(cs)
+            cos, sin = _cs_block(COS, SIN, b, h, t0, jb, S, H, R, A, C, NB)
+            qlo, qhi = _rot_block(Q, QB, cos, sin, b, h, qk_group, t0, jb, S, G, N, R, C, NB)
+            e_last = tl.exp(cs_last)
+            lo = _mma(tl.trans(qlo * qw[:, None]), dy, e_last * lo, PREC_ROT, LOWP, INTERP)
+            hi = _mma(tl.trans(qhi * qw[:, None]), dy, e_last * hi, PREC_ROT, LOWP, INTERP)
+            _store_cols(BUF_D + base + c * N * P, lo, hi, jb, p0, N, P, NB, PB)
+
+
+@triton.jit
+def _store_cols(PTR, lo, hi, jb, p0, N: tl.constexpr, P: tl.constexpr, NB: tl.constexpr, PB: tl.constexpr):
+    """Rows j and N/2 + j (j in pair block jb, j < N/2), columns [p0, p0 + PB) of an N×P fp32 state."""
+    j = jb * NB + tl.arange(0, NB)
+    off = j[:, None] * P + (p0 + tl.arange(0, PB))[None, :]
+    m = (j < N // 2)[:, None]
+    tl.store(PTR + off, lo, mask=m)
+    tl.store(PTR + off + (N // 2) * P, hi, mask=m)
+
+
+@triton.jit
 def group_bwd_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, D, COS, SIN, BUF_H, BUF_D,
                      LOCAL, DSTATE, DV, DZ, DADT, DTH, DFAC, DGAM, DQ, DK, DPHI, DZETA, DPSI, DDD, DQB, DKB,
                      S: tl.constexpr, H: tl.constexpr, G: tl.constexpr, N: tl.constexpr, P: tl.constexpr,
@@ -849,20 +933,29 @@ def chunk_qk_kernel(Q, K, V, ADT, DT, TRAP, QB, KB, MV, COS, SIN, BUF_H, BUF_D, 
 # -- epilogue ----------------------------------------------------------------------------------------------
 @triton.jit
 def epilogue_kernel(ANGLES, DT, TRAP, DTH, DFAC, DGAM, DANG, DDT, DTRAP,
-                    S: tl.constexpr, H: tl.constexpr, A: tl.constexpr, BT: tl.constexpr,
+                    S: tl.constexpr, H: tl.constexpr, A: tl.constexpr, BT: tl.constexpr, SEG: tl.constexpr,
                     INTERP: tl.constexpr):
-    """One program per (b, h): dAngles, dDT, dTrap from the per-step scratch, walking time backward.
+    """Grid (B*H, S/SEG): dAngles, dDT, dTrap from the per-step scratch, one SEG-step segment per program.
 
     θ_t = Σ_{s≤t} π tanh(Angles_s) DT_s, so the gradient reaching step s is the sum of the angle gradients
     of every t ≥ s; σ-gated γ_t = σ_t DT_t and factor_t = γ_t + (1-σ_{t+1}) DT_{t+1} give dDT and dTrap.
+    A program first sums the angle gradients of every later step (independent loads), then walks its own
+    segment backward in BT-step blocks: one program per (b, h) walking all of S was a chain of S/BT
+    dependent steps on B*H programs (latency-bound, ~0.18 ms on the H200).
     """
     pid = tl.program_id(0)
+    seg = tl.program_id(1)
     b = pid // H
     h = pid % H
     j = tl.arange(0, A)
-    carry = tl.zeros((A,), dtype=tl.float32)
-    for i in range(S // BT):
-        t = S - (i + 1) * BT + tl.arange(0, BT)
+    end = (seg + 1) * SEG
+    later = tl.zeros((BT, A), dtype=tl.float32)
+    for i in range((S - end) // BT):
+        t = end + i * BT + tl.arange(0, BT)
+        later += tl.load(DTH + ((b * S + t) * H + h)[:, None] * A + j[None, :])
+    carry = tl.sum(later, axis=0)
+    for i in range(SEG // BT):
+        t = end - (i + 1) * BT + tl.arange(0, BT)
         ap = ((b * S + t) * H + h)[:, None] * A + j[None, :]
         dth = tl.load(DTH + ap)
         tot = tl.sum(dth, axis=0)

@@ -9,6 +9,7 @@ Plans are immutable.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from tuner.settings import triton_interpreted
 
 PRECISIONS = {"lowp": 0, "tf32": 1, "tf32x3": 2, "lowp3": 3}
 VARIANTS = ("split", "split2", "grouped", "fused")
+STATE_PASSES = ("scan", "walk")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class Plan:
     scan_block: int
     scan_chunks: int
     group_chunks: int
+    state_pass: str = "scan"
 
     @classmethod
     def of(cls, config: Config, dims: Dims) -> Plan:
@@ -81,12 +84,17 @@ class Plan:
         group = {"split": 1, "split2": 1, "fused": nc}.get(variant, int(config["group_chunks"]))
         if nc % group:
             raise ValueError(f"group_chunks={group} must divide the {nc} chunks")
+        state_pass = str(config["state_pass"])
+        if state_pass not in STATE_PASSES:
+            raise ValueError(f"state_pass must be one of {STATE_PASSES}, got {state_pass!r}")
+        if state_pass == "walk" and variant not in ("split", "split2"):
+            raise ValueError(f"state_pass=walk needs one-chunk groups (split, split2), not {variant!r}")
         return cls(
             variant=variant, chunk=rows // dims.R, prec=PRECISIONS[str(config["prec"])],
             prec_rot=PRECISIONS[str(config["prec_rot"])],
             block_n=int(config["block_n"]), num_warps=int(config["num_warps"]),
             num_stages=int(config["num_stages"]), scan_block=int(config["scan_block"]),
-            scan_chunks=int(config["scan_chunks"]), group_chunks=group,
+            scan_chunks=int(config["scan_chunks"]), group_chunks=group, state_pass=state_pass,
         )
 
 
@@ -163,9 +171,11 @@ def _run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mappi
     outs = (outputs["dV"], outputs["dZ"], outputs["dADT"], sc.dth, sc.dfac, sc.dgam, dq, dk,
             sc.dphi, sc.dzeta, sc.dpsi, sc.dd, sc.dqb, sc.dkb)
     _chunk_groups(plan, d, t, common, outs, consts, launch, sc)
-    kern.epilogue_kernel[(d.B * d.H,)](
+    block = epilogue_block(d.S)
+    segments = math.gcd(d.S // block, EPILOGUE_SEGMENTS)
+    kern.epilogue_kernel[(d.B * d.H, segments)](
         t["Angles"], t["DT"], t["Trap"], sc.dth, sc.dfac, sc.dgam, outputs["dAngles"], outputs["dDT"],
-        outputs["dTrap"], S=d.S, H=d.H, A=d.A, BT=epilogue_block(d.S), INTERP=interp, num_warps=8)
+        outputs["dTrap"], S=d.S, H=d.H, A=d.A, BT=block, SEG=d.S // segments, INTERP=interp, num_warps=8)
     _finish(d, sc, outputs, qk_atomic)
 
 
@@ -193,7 +203,15 @@ def _chunk_groups(plan: Plan, d: Dims, t: Mapping[str, torch.Tensor], common: tu
     ng = d.S // plan.chunk // gc
     dev = t["V"].device
     buf_h = buf_d = dummy
-    if ng > 1:
+    if ng > 1 and plan.state_pass == "walk":
+        buf_h = torch.empty(d.B, d.H, ng, d.N, d.P, device=dev, dtype=torch.float32)
+        buf_d = torch.empty_like(buf_h)
+        no_d = tuple(x for i, x in enumerate(common) if i != 13)  # the walk takes no D
+        nb, pb = consts["NB"], walk_columns(plan, d)
+        grid = (d.B * d.H, triton.cdiv(d.N // 2, nb) * (d.P // pb), 2)
+        kern.state_walk_kernel[grid](*no_d, buf_h, buf_d, PB=pb, **_only(consts, kern.state_walk_kernel),
+                                     **walk_launch(plan))
+    elif ng > 1:
         buf_h = torch.empty(d.B, d.H, ng, d.N, d.P, device=dev, dtype=torch.float32)
         buf_d = torch.empty_like(buf_h)
         decay = torch.empty(d.B, d.H, ng, device=dev, dtype=torch.float32)
@@ -250,6 +268,27 @@ def register_cap(num_warps: int) -> int:
 def block_pairs(plan: Plan, d: Dims) -> int:
     """Rotary pairs per N block: block_n, at most N/2, at least 16 (tl.dot's minimum; padded for N=16)."""
     return max(16, min(plan.block_n, d.N // 2))
+
+
+# Segments of the sequence the epilogue runs in parallel per (b, h) (at most; a divisor of S / its block).
+EPILOGUE_SEGMENTS = 16
+
+
+# Launch settings of the state walk whatever the chunk kernels' (its tiles are small); None: theirs.
+WALK_LAUNCH: dict | None = None
+
+
+def walk_launch(plan: Plan) -> dict:
+    """num_warps / num_stages / maxnreg of the state walk (:data:`WALK_LAUNCH`, else the chunk kernels')."""
+    if WALK_LAUNCH is not None:
+        return dict(WALK_LAUNCH)
+    return dict(num_warps=plan.num_warps, num_stages=plan.num_stages, maxnreg=register_cap(plan.num_warps))
+
+
+def walk_columns(plan: Plan, d: Dims) -> int:
+    """Columns of P per program of the state walk: ``scan_block`` / 16 (16 to 128), at most P. The
+    walk's programs carry a (2·NB)×PB tile of the state (the scan's carry a ``scan_block`` vector)."""
+    return max(16, min(d.P, plan.scan_block // 16))
 
 
 def epilogue_block(seqlen: int) -> int:

@@ -11,7 +11,8 @@ around a scan; fused: one program per (batch, head) walking the chunks like the 
 one program per ``group_chunks`` consecutive chunks, the scan over groups),
 ``chunk_rows`` (C·R rows per MIMO chunk, so C = chunk_rows / R), ``prec`` and ``prec_rot`` (matmul operand
 precision), ``block_n`` (rotary pairs per block of N), ``num_warps``, ``num_stages``, ``scan_block``,
-``scan_chunks``, ``group_chunks``.
+``scan_chunks``, ``group_chunks``, ``state_pass`` (split/split2: the chunk states by pass A and a scan, or
+walked through the chunks by one program per state tile).
 """
 
 # This module is the template's spec (torch-free, see tuner.spec): dims, workloads, shape rules; its docstring
@@ -73,7 +74,9 @@ SHAPE_RULES: tuple[ShapeRule, ...] = (
 
 BWD = TemplateSpec(
     name="mamba3_mimo_bwd",
-    version="2",  # 2: chunk kernels compiled with a register cap (maxnreg); split2 variant
+    # 2: chunk kernels compiled with a register cap (maxnreg); split2 variant. 3: the state walk
+    # (state_pass), the epilogue in segments run in parallel
+    version="3",
     backend="triton",
     dims=DIMS,
     workloads=tuple(_workload(*npr) for npr in OFFICIAL),

@@ -16,7 +16,8 @@ from tuner.kernels.mamba3_mimo import reference as ref
 from tuner.kernels.mamba3_mimo.bwd_template import FP32_RTOL, LOWP_OUTPUTS, LOWP_RTOL
 
 BASE = {"variant": "split", "chunk_rows": 16, "block_n": 16, "prec": "tf32x3", "prec_rot": "tf32x3",
-        "num_warps": 4, "num_stages": 1, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4}
+        "num_warps": 4, "num_stages": 1, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4,
+        "state_pass": "scan"}
 
 
 def _run(shape, device, seed=0, strong=False, **overrides):
@@ -62,6 +63,13 @@ CASES = [
     ("split2", tiny(R=4, S=16, N=32), {"chunk_rows": 16}),  # C = 4 at R4
     ("split", tiny(R=8, S=16), {"chunk_rows": 32}),  # C = 4 in the other variants too
     ("fused", tiny(R=4, S=16, N=32), {"chunk_rows": 16}),
+    # the state walk (pass A and the scan in one): several pair and column blocks, rank 1 and 8, G < H
+    ("split2", tiny(S=64), {"chunk_rows": 16, "state_pass": "walk"}),
+    ("split2", tiny(R=1, N=64, S=16), {"chunk_rows": 16, "block_n": 16, "state_pass": "walk",
+                                      "scan_block": 256}),
+    ("split2", tiny(H=4, G=2, S=16, P=32), {"chunk_rows": 16, "state_pass": "walk", "scan_block": 256}),
+    ("split2", tiny(R=8, S=16), {"chunk_rows": 32, "state_pass": "walk", "scan_block": 1024}),
+    ("split", tiny(R=4, S=16, N=32), {"chunk_rows": 16, "state_pass": "walk"}),
     ("grouped", tiny(R=4, S=64, N=32), {"chunk_rows": 16, "group_chunks": 2}),
     ("grouped", tiny(S=64), {"chunk_rows": 16, "group_chunks": 2}),  # 4 groups of 2 chunks
     ("grouped", tiny(S=64, R=1, N=32, H=4, G=2), {"chunk_rows": 16, "group_chunks": 2, "scan_chunks": 4}),
@@ -69,7 +77,8 @@ CASES = [
 
 
 @pytest.mark.parametrize(("variant", "shape", "overrides"), CASES,
-                         ids=[f"{v}-{s.key()}-{o['chunk_rows']}" for v, s, o in CASES])
+                         ids=[f"{v}-{s.key()}-{o['chunk_rows']}{'-walk' if o.get('state_pass') == 'walk' else ''}"
+                              for v, s, o in CASES])
 def test_gradients_match_reference_exactly_in_float32(device, variant, shape, overrides):
     errs = _run(shape, device, variant=variant, **overrides)
     _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
