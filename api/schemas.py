@@ -104,6 +104,36 @@ class JobIn(_Request):
         return value
 
 
+class VerificationOut(BaseModel):
+    """The latest re-measurement of a published best in fresh processes (``tuner verify``)."""
+
+    verified_at: str
+    median_us: float | None = Field(description="Median over the processes of the config's medians (µs).")
+    stored_us: float = Field(description="The published median it was checked against (µs).")
+    drift: float | None = Field(description="median_us / stored_us - 1 (None: no process measured it OK).")
+    tolerance: float
+    flagged: bool = Field(description="Drift beyond ±tolerance, no process measured it OK, or a wrong result.")
+    processes: int
+    wrong_processes: int = Field(0, description="Processes in which the config failed its correctness check.")
+    device_name: str = Field(description="The device it was re-measured on.")
+    fingerprint: str = Field(description="The software fingerprint it was re-measured under.")
+
+
+class TaskVerificationOut(VerificationOut):
+    """What a verify job's task found: the verification it recorded (``tuner verify`` on its worker). A wrong
+    result on another device name than the best's study ends the task done; this says so."""
+
+    id: int
+    study_id: int = Field(description="The study whose published best was re-measured.")
+    config: dict[str, Any] = Field(description="The config re-measured (the published best).")
+    verdict: Literal["right", "drifted", "wrong", "not measured"] = Field(description=(
+        "right: within tolerance; drifted: beyond it; wrong: a wrong result in some process; not measured: "
+        "no process measured it OK (and none found it wrong)."))
+    reason: str | None = Field(description="The first failing process's reason (e.g. the error against the "
+                                           "reference for a wrong result); null when every process ran OK.")
+    summary: str = Field(description="The verdict in a sentence, with the device and the figures.")
+
+
 class AttemptOut(BaseModel):
     """A worker that gave the task up (its device failed on it), and why."""
 
@@ -129,15 +159,19 @@ class TaskOut(BaseModel):
                                                  "worker is on it or may still take it.")
     attempt_reasons: list[AttemptOut] = Field(default_factory=list, description="Who gave it up and why, "
                                                                                 "oldest first.")
+    verification: TaskVerificationOut | None = Field(default=None, description=(
+        "A verify task: what the verification it recorded found (null: a tuning task, or not verified yet)."))
 
     @classmethod
-    def of(cls, task: TaskRecord, attempts: Sequence[TaskAttemptRecord] = ()) -> TaskOut:
+    def of(cls, task: TaskRecord, attempts: Sequence[TaskAttemptRecord] = (),
+           verification: TaskVerificationOut | None = None) -> TaskOut:
         return cls(
             id=task.id, label=task.label, shape=task.shape, state=task.state, trials_done=task.trials_done,
             trials_failed=task.trials_failed, trials_total=task.trials_target, best_us=task.best_us,
             best_config=json.loads(task.best_config_json) if task.best_config_json else None,
             study_id=task.study_id, error=task.error, attempts=task.attempts,
             attempt_reasons=[AttemptOut(worker_id=a.worker_id, reason=a.reason, at=a.created_at) for a in attempts],
+            verification=verification,
         )
 
 
@@ -185,9 +219,9 @@ class JobOut(BaseModel):
     @classmethod
     def of(
         cls, job: JobRecord, attempts: Mapping[int, Sequence[TaskAttemptRecord]] | None = None,
-        waiting: str | None = None,
+        waiting: str | None = None, verifications: Mapping[int, TaskVerificationOut] | None = None,
     ) -> JobOut:
-        attempts = attempts or {}
+        attempts, verifications = attempts or {}, verifications or {}
         return cls(
             id=job.id, kind=job.kind, processes=job.processes,  # type: ignore[arg-type]
             comparator_processes=job.comparator_processes,
@@ -199,8 +233,8 @@ class JobOut(BaseModel):
             priority=job.priority, error=job.error, submitted_by=job.submitted_by, created_at=job.created_at,
             updated_at=job.updated_at, finished_at=job.finished_at,
             progress=Progress(trials_done=job.trials_done, trials_total=job.trials_total),
-            tasks=[TaskOut.of(t, attempts.get(t.id, ())) for t in job.tasks], workers=list(job.workers),
-            max_attempts=job.max_attempts, waiting=waiting,
+            tasks=[TaskOut.of(t, attempts.get(t.id, ()), verifications.get(t.id)) for t in job.tasks],
+            workers=list(job.workers), max_attempts=job.max_attempts, waiting=waiting,
         )
 
 
@@ -229,21 +263,6 @@ class ConfigChangeOut(BaseModel):
     param: str
     entry: Any = Field(description="The value in the entry's config (invalid for the requested shape).")
     served: Any = Field(description="The value served in ``config``.")
-
-
-class VerificationOut(BaseModel):
-    """The latest re-measurement of a published best in fresh processes (``tuner verify``)."""
-
-    verified_at: str
-    median_us: float | None = Field(description="Median over the processes of the config's medians (µs).")
-    stored_us: float = Field(description="The published median it was checked against (µs).")
-    drift: float | None = Field(description="median_us / stored_us - 1 (None: no process measured it OK).")
-    tolerance: float
-    flagged: bool = Field(description="Drift beyond ±tolerance, no process measured it OK, or a wrong result.")
-    processes: int
-    wrong_processes: int = Field(0, description="Processes in which the config failed its correctness check.")
-    device_name: str = Field(description="The device it was re-measured on.")
-    fingerprint: str = Field(description="The software fingerprint it was re-measured under.")
 
 
 class BestOut(BaseModel):

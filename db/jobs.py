@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from tuner.db._chunks import in_chunks
 from tuner.db._convert import as_utc, canonical_json, to_record
-from tuner.db.models import JobRow, SlotRow, TaskAttemptRow, TaskRow, WorkerRow, utcnow
+from tuner.db.models import JobRow, SlotRow, TaskAttemptRow, TaskRow, VerificationRow, WorkerRow, utcnow
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store.records import (
     ACTIVE_JOB_STATES,
@@ -41,6 +41,7 @@ from tuner.store.records import (
     JobRecord,
     TaskAttemptRecord,
     TaskRecord,
+    VerificationRecord,
     WorkerRecord,
     attempts_error,
     check_job_kind,
@@ -515,13 +516,21 @@ def finish_task(
     best_us: float | None,
     best_config_json: str | None,
     error: str | None = None,
+    verification_id: int | None = None,
 ) -> JobRecord:
-    """Close a task this worker finalised (done, or failed with ``error``), and its job with its last task.
+    """Close a task this worker finalised (done, or failed with ``error``), and its job with its last task;
+    a verify task keeps the verification it recorded (``verification_id``), and its study when it has none.
 
-    Raises RecordConflictError when the worker no longer holds the final round (declared lost)."""
+    Raises RecordConflictError when the worker no longer holds the final round (declared lost), NotFoundError
+    for an unknown verification."""
     task = session.get(TaskRow, task_id, with_for_update=True)
     if task is None or task.state != "finalizing" or task.finalizer_id != worker_id:
         raise RecordConflictError(f"task {task_id} is not being finalised by {worker_id}")
+    if verification_id is not None:
+        check = session.get(VerificationRow, verification_id)
+        if check is None:
+            raise NotFoundError(f"no verification with id {verification_id}")
+        task.verification_id, task.study_id = check.id, task.study_id or check.study_id
     now = utcnow()
     task.state = "failed" if error else "done"
     task.error, task.updated_at = error, now
@@ -670,4 +679,17 @@ def attempts_by_task(session: Session, *, task_ids: Sequence[int]) -> dict[int, 
             select(TaskAttemptRow).where(TaskAttemptRow.task_id.in_(chunk)).order_by(TaskAttemptRow.id)
         ):
             found.setdefault(row.task_id, []).append(to_record(TaskAttemptRecord, row))
+    return found
+
+
+def verifications_by_task(session: Session, *, task_ids: Sequence[int]) -> dict[int, VerificationRecord]:
+    """The verification each of these tasks recorded (:func:`finish_task`), by task id: one query per
+    :data:`~tuner.db._chunks.IN_CHUNK` ids."""
+    found: dict[int, VerificationRecord] = {}
+    for chunk in in_chunks(task_ids):
+        for task_id, row in session.execute(
+            select(TaskRow.id, VerificationRow).join(VerificationRow, VerificationRow.id == TaskRow.verification_id)
+            .where(TaskRow.id.in_(chunk))
+        ):
+            found[task_id] = to_record(VerificationRecord, row)
     return found

@@ -240,11 +240,11 @@ class StoreMethods:
 
     def finish_task(
         self, *, task_id: int, worker_id: str, best_us: float | None, best_config_json: str | None,
-        error: str | None = None,
+        error: str | None = None, verification_id: int | None = None,
     ) -> JobRecord:
         with self.session() as s:
             return jobs.finish_task(s, task_id=task_id, worker_id=worker_id, best_us=best_us,
-                                    best_config_json=best_config_json, error=error)
+                                    best_config_json=best_config_json, error=error, verification_id=verification_id)
 
     def fail_task(self, *, task_id: int, error: str) -> None:
         with self.session() as s:
@@ -269,6 +269,10 @@ class StoreMethods:
     def attempts_by_task(self, *, task_ids: Sequence[int]) -> dict[int, list[TaskAttemptRecord]]:
         with self._reading() as s:
             return jobs.attempts_by_task(s, task_ids=task_ids)
+
+    def verifications_by_task(self, *, task_ids: Sequence[int]) -> dict[int, VerificationRecord]:
+        with self._reading() as s:
+            return jobs.verifications_by_task(s, task_ids=task_ids)
 
 
     # -- exploration (the pages, /v1/studies, tuner history/studies; see tuner.db.explore) --------------------

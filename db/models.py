@@ -243,6 +243,9 @@ class TaskRow(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     # distinct workers that gave it up for a local reason (TaskAttemptRow); at the limit the task fails
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # a verify task: the verification it recorded (revision 0009; NULL for tune tasks and those before)
+    verification_id: Mapped[int | None] = mapped_column(
+        ForeignKey("tuner_verifications.id", ondelete="SET NULL"))
 
 
 class TaskAttemptRow(Base):

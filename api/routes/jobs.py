@@ -13,7 +13,7 @@ from fastapi import APIRouter, Path, Query, Response, status
 from tuner.api.catalog import CatalogEntry
 from tuner.api.deps import CatalogDep, Reader, StoreDep, Submitter
 from tuner.api.errors import FieldError
-from tuner.api.jobs_view import job_out, task_attempts
+from tuner.api.jobs_view import job_out, task_attempts, task_verifications
 from tuner.api.schemas import MAX_ID, MAX_OFFSET, JobIn, JobOut, JobPage, JobState
 from tuner.errors import UnknownTemplateError, UserInputError
 from tuner.frozen import Shape
@@ -99,8 +99,9 @@ def list_jobs(
     total = store.count_jobs(state=state)
     workers = store.list_workers() if any(j.state in ACTIVE_JOB_STATES for j in jobs) else []
     attempts = task_attempts(store, jobs)  # one read for the page, not one per task
-    return JobPage(items=[job_out(store, j, workers, attempts) for j in jobs], total=total, limit=limit,
-                   offset=offset)
+    verifications = task_verifications(store, jobs)  # likewise
+    return JobPage(items=[job_out(store, j, workers, attempts, verifications) for j in jobs], total=total,
+                   limit=limit, offset=offset)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="One job: state, progress per shape, best so far",

@@ -135,3 +135,49 @@ def test_alembic_on_a_store_connection_with_sqlite_foreign_keys_on_is_refused(db
         with pytest.raises(RuntimeError, match="foreign keys are on"), store.engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0005")
         assert _rows(store) == before
+
+
+def test_down_to_0008_and_up_again_keeps_the_tasks_and_links_verifications_again(db_url: str) -> None:
+    """0009 adds ``tuner_tasks.verification_id``: down, the column and its foreign key go (every row stays,
+    the verification too); up again, the task reads None and a verify task finished then keeps its own."""
+    from tests.fixtures.studies import study_fields
+
+    with Store.open(db_url) as store:
+        tuning = store.get_task(task_id=_fill(store))
+        assert tuning is not None
+        store.cancel_job(job_id=tuning.job_id)  # the verify jobs alone are left to claim
+        study = store.get_or_create_study(**study_fields())
+        check = store.add_verification(
+            study_id=study.id, config_json='{"x": 1}', stored_us=5.0, median_us=None, low_us=None, high_us=None,
+            drift=None, tolerance=0.03, flagged=True, processes=1, figures=[], device_kind="cpu", device_name="CPU",
+            fingerprint_hash="f", fingerprint_json="{}")
+        store.register_worker(worker_id="v", host="h", pid=1, device_kind="cpu", device_name="CPU", device_index=0,
+                              backends=["triton"], fingerprint_hash="f", fingerprint_json="{}", lease_s=600.0)
+
+        def verify(job_id: int) -> int:
+            claim = store.claim_task(worker_id="v", device_kind="cpu", device_name="CPU", backends=["triton"])
+            assert claim is not None and claim.job.id == job_id and store.begin_finalize(task_id=claim.task.id,
+                                                                                          worker_id="v")
+            store.finish_task(task_id=claim.task.id, worker_id="v", best_us=None, best_config_json=None,
+                              verification_id=check.id)
+            return claim.task.id
+
+        (verify_job,) = [j for j in store.list_jobs() if j.kind == "verify"]
+        first = verify(verify_job.id)
+        assert store.verifications_by_task(task_ids=[first]) == {first: check}
+        before = _rows(store)
+        migrate_to(store.engine, "0008")
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == "0008"
+            assert "verification_id" not in {c["name"] for c in inspect(conn).get_columns("tuner_tasks")}
+            assert conn.execute(text("SELECT COUNT(*) FROM tuner_verifications")).scalar() == 1
+        assert _rows(store) == before
+        migrate_to(store.engine, "head")
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == head_revision() and schema_drift(conn) == []
+        assert _rows(store) == before
+        assert store.get_task(task_id=first).verification_id is None  # type: ignore[union-attr]
+        again = store.create_verify_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                                        device_name=None, tasks=[("n=3", "n=3", '{"n": 3}')], processes=1)
+        second = verify(again.id)
+        assert store.verifications_by_task(task_ids=[first, second]) == {second: check}

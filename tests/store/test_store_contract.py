@@ -575,6 +575,40 @@ def test_a_verify_job_has_no_trials_and_one_worker_takes_each_task(store: Any) -
             _job(store, **bad)
 
 
+def test_a_verify_task_keeps_the_verification_it_recorded(store: Any) -> None:
+    """``finish_task(verification_id=…)``: the task keeps the verification (done or failed) and its study, and
+    ``verifications_by_task`` reads it back for many tasks at once (tune tasks and unknown ids left out); an
+    unknown verification is refused and the task stays as it was."""
+    study, other = _study(store), _study(store, S=8192)
+    mine = _verification(store, study.id, 5.0, device_name="another CPU")
+    theirs = _verification(store, other.id, 5.0)
+    worker = _worker(store)
+    job = store.create_verify_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                                  device_name=None, tasks=[(f"w{i}", f"n={i}", f'{{"n": {i}}}') for i in range(3)],
+                                  processes=2)
+    tasks = []
+    for _ in range(3):
+        claim = _claim(store, worker)
+        assert claim is not None and store.begin_finalize(task_id=claim.task.id, worker_id=worker)
+        tasks.append(claim.task.id)
+        if len(tasks) == 1:
+            with pytest.raises(NotFoundError):
+                store.finish_task(task_id=tasks[0], worker_id=worker, best_us=None, best_config_json=None,
+                                  verification_id=theirs.id + 1000)
+            assert store.get_task(task_id=tasks[0]).state == "finalizing"
+        check = {0: mine, 1: theirs}.get(len(tasks) - 1)
+        store.finish_task(task_id=claim.task.id, worker_id=worker, best_us=None, best_config_json=None,
+                          error="found wrong" if check is theirs else None,
+                          verification_id=None if check is None else check.id)
+    done = store.get_job(job_id=job.id)
+    assert [(t.state, t.verification_id, t.study_id) for t in done.tasks] == [
+        ("done", mine.id, study.id), ("failed", theirs.id, other.id), ("done", None, None)]
+    tune = _job(store)
+    assert store.verifications_by_task(task_ids=[*tasks, tune.tasks[0].id, 999_999]) == {
+        tasks[0]: mine, tasks[1]: theirs}
+    assert store.verifications_by_task(task_ids=[]) == {}
+
+
 def test_a_verify_job_keeps_its_comparator_processes(store: Any) -> None:
     """``comparator_processes`` is stored with the job and comes back with it (claimed, listed); None (the
     default) means every process; outside 1..processes, or on a tuning job, it is refused and nothing is stored."""

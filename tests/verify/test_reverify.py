@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from markupsafe import escape
 
 from tests.fixtures.drift_templates import DIR_ENV, DRIFTING_REF, FLAKY_ALONE_REF, FLAKY_REF, STEADY_REF
 from tests.fixtures.processes import ROOT, env
@@ -346,7 +347,8 @@ def test_a_verify_job_that_finds_a_foreign_best_wrong_flags_it_and_ends_done(
 ) -> None:
     """A best of another device name (as the server queues for foreign answers) wrong here, in every fresh
     process or in some: the verification is flagged with its wrong processes, the job ends done (not a
-    disproval: the study's clients keep their best), and the worker's log says why."""
+    disproval: the study's clients keep their best), the worker's log says why, and so do the job's JSON and
+    its page (the task keeps the verification: a done task with no figure said nothing)."""
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     foreign = publish(store, "flaky_spin", SHAPE.to_dict(), {"scale": 1}, 20.0, device_name="another CPU")
     if wrong == "every":  # the first process is the one measuring right: taken by no one here
@@ -368,6 +370,23 @@ def test_a_verify_job_that_finds_a_foreign_best_wrong_flags_it_and_ends_done(
     assert disproved_in(store, foreign.study_id) == set()
     assert f"wrong results in {check.wrong_processes} of 2 fresh processes" in caplog.text
     assert "flagged; the best is left as it is there" in caplog.text
+    assert task.verification_id == check.id and task.study_id == foreign.study_id
+    settings = ApiSettings(db_url=store.url, tokens=TOKENS, warm_templates=False, best_cache_ttl_s=0)  # type: ignore[call-arg]
+    with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=30) as http:
+        served = http.get(f"/v1/jobs/{job.id}").json()
+        listed = http.get("/v1/jobs").json()["items"]
+        page = http.get(f"/ui/jobs/{job.id}").text
+    found = served["tasks"][0]["verification"]
+    assert listed[0]["tasks"][0]["verification"] == found
+    assert (found["id"], found["study_id"], found["config"]) == (check.id, foreign.study_id, {"scale": 1})
+    assert found["verdict"] == "wrong" and found["flagged"] and found["wrong_processes"] == check.wrong_processes
+    assert found["device_name"] == check.device_name != foreign.device_name
+    assert "relative" in found["reason"]
+    said = f"wrong results in {check.wrong_processes} of 2 fresh processes on {check.device_name}: {found['reason']}"
+    assert found["summary"] == said
+    row = page.split(f'<tr data-task="{task.id}">')[1].split("</tr>")[0]
+    assert f'<a href="/ui/studies/{foreign.study_id}">' in row and "scale=1" in row
+    assert 'data-verdict="wrong"' in row and str(escape(said)) in row
 
 
 def test_verify_without_a_published_best_says_so(tmp_path: Path) -> None:

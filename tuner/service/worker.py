@@ -385,12 +385,13 @@ class Worker:
 
     def _verify(self, job: JobRecord, task_id: int, shape: Shape) -> None:
         """A verify job's task: re-measure the shape's published best in fresh processes (one worker takes
-        it, through ``begin_finalize``) and record the verification; the task keeps the re-measured median.
-        A drift is a finding, not a failure; so is a wrong result on another device name than the study's
-        (a foreign best, re-verified for this device: flagged in the verification, logged, the best left as
-        it is). The task fails when the verification disproved the best (wrong results on the study's own
-        device name: its error says what was published instead), or when no process measured the best OK
-        and none found it wrong."""
+        it, through ``begin_finalize``) and record the verification; the task keeps the re-measured median
+        and the verification (what the job page and ``GET /v1/jobs/{id}`` show it found). A drift is a
+        finding, not a failure; so is a wrong result on another device name than the study's (a foreign best,
+        re-verified for this device: flagged in the verification, logged, the best left as it is). The task
+        fails when the verification disproved the best (wrong results on the study's own device name: its
+        error says what was published instead), or when no process measured the best OK and none found it
+        wrong."""
         if not self.store.begin_finalize(task_id=task_id, worker_id=self.id):
             return  # another worker took it
         outcome = verify_best(
@@ -407,7 +408,7 @@ class Worker:
             log.warning("verify task %s of job %s: %s", task_id, job.id, disproval_text(outcome))
         self.store.finish_task(
             task_id=task_id, worker_id=self.id, best_us=median, best_config_json=outcome.best.config_json,
-            error=error,
+            error=error, verification_id=outcome.record.id,  # what it found: the job page and its JSON show it
         )
 
     def _leave(self) -> None:

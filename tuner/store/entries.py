@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from tuner.frozen import Config
 from tuner.keys import software_of
@@ -31,13 +31,17 @@ def as_entry(
         median_us=record.median_us, p20_us=record.p20_us, p80_us=record.p80_us, n_samples=record.n_samples,
         timer=record.timer, fingerprint_hash=record.fingerprint_hash, measurement_id=record.measurement_id,
         published_at=record.published_at.isoformat(), software=dict(software) if software is not None else None,
-        verification=None if check is None else verification_summary(
-            verified_at=check.created_at.isoformat(), median_us=check.median_us, stored_us=check.stored_us,
-            drift=check.drift, tolerance=check.tolerance, flagged=check.flagged, processes=check.processes,
-            device_name=check.device_name, fingerprint_hash=check.fingerprint_hash,
-            wrong_processes=check.wrong_processes,
-        ),
-        default_us=default_us,
+        verification=None if check is None else summary_of(check), default_us=default_us,
+    )
+
+
+def summary_of(check: VerificationRecord) -> dict[str, Any]:
+    """A stored verification's :func:`tuner.lookup.verification_summary`: the figures answers carry (an
+    entry's latest verification, a verify task's)."""
+    return verification_summary(
+        verified_at=check.created_at.isoformat(), median_us=check.median_us, stored_us=check.stored_us,
+        drift=check.drift, tolerance=check.tolerance, flagged=check.flagged, processes=check.processes,
+        device_name=check.device_name, fingerprint_hash=check.fingerprint_hash, wrong_processes=check.wrong_processes,
     )
 
 

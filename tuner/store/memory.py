@@ -661,7 +661,7 @@ class MemoryStore:
 
     def finish_task(
         self, *, task_id: int, worker_id: str, best_us: float | None, best_config_json: str | None,
-        error: str | None = None,
+        error: str | None = None, verification_id: int | None = None,
     ) -> JobRecord:
         with self._lock:
             task = self._tasks.get(task_id)
@@ -671,6 +671,9 @@ class MemoryStore:
             changes: dict[str, Any] = {"state": "failed" if error else "done", "error": error, "updated_at": now}
             if best_us is not None:
                 changes.update(best_us=best_us, best_config_json=best_config_json)
+            if verification_id is not None:
+                check = self._verification(verification_id)
+                changes.update(verification_id=check.id, study_id=task.study_id or check.study_id)
             self._tasks[task_id] = dataclasses.replace(task, **changes)
             job = self._jobs[task.job_id]
             tasks = [t for t in self._tasks.values() if t.job_id == job.id]
@@ -772,3 +775,15 @@ class MemoryStore:
                 if a.task_id in wanted:
                     found.setdefault(a.task_id, []).append(a)
             return found
+
+    def verifications_by_task(self, *, task_ids: Sequence[int]) -> dict[int, VerificationRecord]:
+        with self._lock:
+            return {t.id: self._verification(t.verification_id) for t in map(self._tasks.get, task_ids)
+                    if t is not None and t.verification_id is not None}
+
+    def _verification(self, verification_id: int) -> VerificationRecord:
+        """The stored verification of this id (NotFoundError when none); the caller holds the lock."""
+        found = next((v for v in self._verifications if v.id == verification_id), None)
+        if found is None:
+            raise NotFoundError(f"no verification with id {verification_id}")
+        return found

@@ -312,9 +312,12 @@ class JobQueue(Protocol):
 
     def finish_task(
         self, *, task_id: int, worker_id: str, best_us: float | None, best_config_json: str | None,
-        error: str | None = None,
+        error: str | None = None, verification_id: int | None = None,
     ) -> JobRecord:
-        """Close a task this worker finalised; RecordConflictError when it no longer holds the round."""
+        """Close a task this worker finalised; RecordConflictError when it no longer holds the round.
+        ``verification_id``: the verification a verify task recorded, kept with the task (its study becomes
+        the task's when it has none; :meth:`verifications_by_task` reads it back); NotFoundError for an
+        unknown one, and nothing changes then."""
 
     def fail_task(self, *, task_id: int, error: str) -> None:
         """Fail a task that cannot run anywhere; its job fails once no other task runs."""
@@ -350,3 +353,7 @@ class JobQueue(Protocol):
     def attempts_by_task(self, *, task_ids: Sequence[int]) -> dict[int, list[TaskAttemptRecord]]:
         """:meth:`list_attempts` of each of these tasks that has any attempt, by task id (tasks without any,
         and unknown ids, are left out). One read, however many tasks."""
+
+    def verifications_by_task(self, *, task_ids: Sequence[int]) -> dict[int, VerificationRecord]:
+        """The verification each of these tasks recorded (a verify task's, :meth:`finish_task`), by task id
+        (tasks without one, and unknown ids, are left out). One read, however many tasks."""

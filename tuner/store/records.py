@@ -360,6 +360,7 @@ class TaskRecord:
     error: str | None
     updated_at: datetime
     attempts: int = 0  # distinct workers that could not run it for a local reason (see TaskAttemptRecord)
+    verification_id: int | None = None  # a verify task: the verification it recorded (None: none, or a tune task)
 
     @property
     def shape(self) -> dict[str, Any]:

@@ -18,6 +18,10 @@
     max + ' that may before it fails">' + t.attempts + " / " + max + "</span>" + (t.attempt_reasons.length ? '<ul class="plain attempts">' +
     t.attempt_reasons.map((a) => "<li><code>" + esc(a.worker_id) + "</code>: " + esc(a.reason) + ' <span class="muted">at ' +
     esc(a.at.slice(0, 19).replace("T", " ")) + " UTC</span></li>").join("") + "</ul>" : "");
+  // as the `found` macro: what a verify task's verification found (null: nothing recorded yet)
+  const found = (v) => v ? '<span class="' + (v.verdict === "right" ? "good" : "bad") + '" data-verdict="' + esc(v.verdict) +
+    '" title="verification ' + v.id + " of " + esc(v.verified_at.slice(0, 19)) + " UTC, study " + v.study_id + '">' +
+    esc(v.summary) + "</span>" : "";
   const getJSON = async (url, options) => {
     const response = await fetch(url, Object.assign({credentials: "same-origin", headers: {Accept: "application/json"}}, options || {}));
     const body = await response.json().catch(() => ({}));
@@ -126,7 +130,9 @@
       row.querySelector(".t-progress").innerHTML = progress(t.trials_done, t.trials_total, t.trials_failed);
       row.querySelector(".t-failed").textContent = t.trials_failed;
       row.querySelector(".t-best").textContent = us(t.best_us);
-      row.querySelector(".t-config").innerHTML = cfg(t.best_config);
+      row.querySelector(".t-config").innerHTML = cfg(t.best_config || (t.verification && t.verification.config));
+      const verified = row.querySelector(".t-found");  // a verify job's rows only
+      if (verified) verified.innerHTML = found(t.verification);
       row.querySelector(".t-attempts").innerHTML = attempts(t, job.max_attempts);
       row.querySelector(".t-error").textContent = t.error || "";
     });
