@@ -26,7 +26,7 @@ from triton.compiler import ASTSource
 
 from tuner.frozen import Config, Shape
 from tuner.kernels.mamba3_mimo import bwd_kernel as kern
-from tuner.kernels.mamba3_mimo.bwd_launch import Dims, Plan, block_pairs, epilogue_block
+from tuner.kernels.mamba3_mimo.bwd_launch import Dims, Plan, block_pairs, epilogue_steps, walk_columns
 from tuner.kernels.mamba3_mimo.bwd_template import Mamba3MimoBwd
 
 _LOWP_ARGS = frozenset({"Q", "K", "V", "Z", "DOUT", "TRAP", "DV", "DZ", "DTRAP"})
@@ -77,7 +77,10 @@ def compile_config(config: Config, shape: Shape, arch: int = 90) -> list[Resourc
     gc = plan.group_chunks
     ng = d.S // plan.chunk // gc
     out = []
-    if ng > 1:
+    if ng > 1 and plan.state_pass == "walk":
+        out.append(compile_kernel(kern.state_walk_kernel, {**only(kern.state_walk_kernel),
+                                                           "PB": walk_columns(plan, d)}, w, s, arch))
+    elif ng > 1:
         out.append(compile_kernel(kern.group_local_kernel, {**only(kern.group_local_kernel), "GC": gc}, w, s,
                                   arch))
         out.append(compile_kernel(kern.state_scan_kernel, dict(
@@ -85,7 +88,8 @@ def compile_config(config: Config, shape: Shape, arch: int = 90) -> list[Resourc
             BLOCK=min(plan.scan_block, triton.next_power_of_2(d.N * d.P))), 4, 1, arch))
     out.append(compile_kernel(kern.group_bwd_kernel, {**consts, "GC": gc}, w, s, arch))
     out.append(compile_kernel(kern.rotary_table_kernel, dict(BLOCK=1024), 4, 1, arch))
-    out.append(compile_kernel(kern.epilogue_kernel, dict(S=d.S, H=d.H, A=d.A, BT=epilogue_block(d.S),
+    block, segment = epilogue_steps(d.S)
+    out.append(compile_kernel(kern.epilogue_kernel, dict(S=d.S, H=d.H, A=d.A, BT=block, SEG=segment,
                                                          INTERP=False), 8, 1, arch))
     return out
 

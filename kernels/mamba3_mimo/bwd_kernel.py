@@ -774,7 +774,7 @@ def state_walk_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, COS, 
     b = pid // H
     h = pid % H
     qk_group = h // (H // G)
-    base = pid.to(tl.int64) * NC * N * P  # 64-bit: B*H*NC*N*P state elements
+    slot0 = pid.to(tl.int64) * NC  # 64-bit: B*H*NC*N*P state elements (and c*N*P alone can pass 2**31)
     lo = tl.zeros((NB, PB), dtype=tl.float32)
     hi = tl.zeros((NB, PB), dtype=tl.float32)
     if tl.program_id(2) == 0:
@@ -788,7 +788,7 @@ def state_walk_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, COS, 
             e_last = tl.exp(cs_last)
             lo = _mma(tl.trans(klo * kw[:, None]), vt, e_last * lo, PREC_ROT, LOWP, INTERP)
             hi = _mma(tl.trans(khi * kw[:, None]), vt, e_last * hi, PREC_ROT, LOWP, INTERP)
-            _store_cols(BUF_H + base + c * N * P, lo, hi, jb, p0, N, P, NB, PB)
+            _store_cols(BUF_H + (slot0 + c) * N * P, lo, hi, jb, p0, N, P, NB, PB)
     else:
         for i in range(NC):
             c = NC - 1 - i
@@ -801,7 +801,7 @@ def state_walk_kernel(Q, K, V, Z, DOUT, ADT, DT, TRAP, QB, KB, MV, MZ, MO, COS, 
             e_last = tl.exp(cs_last)
             lo = _mma(tl.trans(qlo * qw[:, None]), dy, e_last * lo, PREC_ROT, LOWP, INTERP)
             hi = _mma(tl.trans(qhi * qw[:, None]), dy, e_last * hi, PREC_ROT, LOWP, INTERP)
-            _store_cols(BUF_D + base + c * N * P, lo, hi, jb, p0, N, P, NB, PB)
+            _store_cols(BUF_D + (slot0 + c) * N * P, lo, hi, jb, p0, N, P, NB, PB)
 
 
 @triton.jit

@@ -171,11 +171,10 @@ def _run(plan: Plan, d: Dims, inputs: Mapping[str, torch.Tensor], outputs: Mappi
     outs = (outputs["dV"], outputs["dZ"], outputs["dADT"], sc.dth, sc.dfac, sc.dgam, dq, dk,
             sc.dphi, sc.dzeta, sc.dpsi, sc.dd, sc.dqb, sc.dkb)
     _chunk_groups(plan, d, t, common, outs, consts, launch, sc)
-    block = epilogue_block(d.S)
-    segments = math.gcd(d.S // block, EPILOGUE_SEGMENTS)
-    kern.epilogue_kernel[(d.B * d.H, segments)](
+    block, segment = epilogue_steps(d.S)
+    kern.epilogue_kernel[(d.B * d.H, d.S // segment)](
         t["Angles"], t["DT"], t["Trap"], sc.dth, sc.dfac, sc.dgam, outputs["dAngles"], outputs["dDT"],
-        outputs["dTrap"], S=d.S, H=d.H, A=d.A, BT=block, SEG=d.S // segments, INTERP=interp, num_warps=8)
+        outputs["dTrap"], S=d.S, H=d.H, A=d.A, BT=block, SEG=segment, INTERP=interp, num_warps=8)
     _finish(d, sc, outputs, qk_atomic)
 
 
@@ -289,6 +288,13 @@ def walk_columns(plan: Plan, d: Dims) -> int:
     """Columns of P per program of the state walk: ``scan_block`` / 16 (16 to 128), at most P. The
     walk's programs carry a (2·NB)×PB tile of the state (the scan's carry a ``scan_block`` vector)."""
     return max(16, min(d.P, plan.scan_block // 16))
+
+
+def epilogue_steps(seqlen: int) -> tuple[int, int]:
+    """(BT, SEG) of the epilogue: the time steps of one of its blocks (:func:`epilogue_block`) and of the
+    segment one program walks (S split into at most :data:`EPILOGUE_SEGMENTS` whole numbers of blocks)."""
+    block = epilogue_block(seqlen)
+    return block, seqlen // math.gcd(seqlen // block, EPILOGUE_SEGMENTS)
 
 
 def epilogue_block(seqlen: int) -> int:

@@ -65,8 +65,8 @@ CASES = [
     ("fused", tiny(R=4, S=16, N=32), {"chunk_rows": 16}),
     # the state walk (pass A and the scan in one): several pair and column blocks, rank 1 and 8, G < H
     ("split2", tiny(S=64), {"chunk_rows": 16, "state_pass": "walk"}),
-    ("split2", tiny(R=1, N=64, S=16), {"chunk_rows": 16, "block_n": 16, "state_pass": "walk",
-                                      "scan_block": 256}),
+    ("split2", tiny(R=1, N=64, S=32), {"chunk_rows": 16, "block_n": 16, "state_pass": "walk",
+                                      "scan_block": 256}),  # two chunks, two pair blocks
     ("split2", tiny(H=4, G=2, S=16, P=32), {"chunk_rows": 16, "state_pass": "walk", "scan_block": 256}),
     ("split2", tiny(R=8, S=16), {"chunk_rows": 32, "state_pass": "walk", "scan_block": 1024}),
     ("split", tiny(R=4, S=16, N=32), {"chunk_rows": 16, "state_pass": "walk"}),
@@ -79,9 +79,29 @@ CASES = [
 @pytest.mark.parametrize(("variant", "shape", "overrides"), CASES,
                          ids=[f"{v}-{s.key()}-{o['chunk_rows']}{'-walk' if o.get('state_pass') == 'walk' else ''}"
                               for v, s, o in CASES])
-def test_gradients_match_reference_exactly_in_float32(device, variant, shape, overrides):
+def test_gradients_match_reference_exactly_in_float32(device, variant, shape, overrides, monkeypatch):
+    walks = _count_launches(monkeypatch, "state_walk_kernel")
     errs = _run(shape, device, variant=variant, **overrides)
     _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
+    # every walk case has several chunks: the walk ran (and pass A and the scan did not run beside it)
+    assert walks == ([1] if overrides.get("state_pass") == "walk" else [])
+
+
+def _count_launches(monkeypatch, name):
+    """A list that gets one entry per launch of the kernel ``name`` of the backward's module."""
+    from tuner.kernels.mamba3_mimo import bwd_kernel
+
+    kernel, launches = getattr(bwd_kernel, name), []
+
+    class Counted:
+        arg_names = kernel.arg_names
+
+        def __getitem__(self, grid):
+            launches.append(1)
+            return kernel[grid]
+
+    monkeypatch.setattr(bwd_kernel, name, Counted())
+    return launches
 
 
 @pytest.mark.parametrize("variant", ["fused", "split", "split2", "grouped"])

@@ -3,6 +3,8 @@ end to end at a reduced workload shape, the comparator's availability."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -114,3 +116,34 @@ def test_register_cap_fits_the_register_file_at_every_cta_size():
         cap = register_cap(warps)
         assert cap <= 255 and cap * 32 * warps <= 65536 and (cap % 8 == 0 or cap == 255)
     assert register_cap(4) == 255 and register_cap(16) == 128
+
+
+def test_every_carried_version_completes_configs_into_the_current_space():
+    """A template's carried versions (tuner.spec.CarriedVersion) add only parameters of its space, with values
+    of their domains; MIMO version 3 carries version 2 with the scan (version 2's kernels)."""
+    from tuner import registry
+
+    for name in registry.names():
+        spec = registry.spec(name)
+        if not spec.carries:  # (other tests register templates whose space files exist only for them)
+            continue
+        space = spec.space()
+        for carried in spec.carries:
+            assert carried.version != spec.version
+            for param, value in carried.added:
+                assert param in space.names and space.param(param).contains(value), (name, param, value)
+    assert [(c.version, c.added) for c in registry.spec("mamba3_mimo_bwd").carries] == [("2", (("state_pass", "scan"),))]
+    # every version-2 best of the committed H200 store is a version-3 config once completed, valid for its shape
+    import sqlite3
+    from pathlib import Path
+
+    spec = registry.spec("mamba3_mimo_bwd")
+    space = spec.space()
+    store = Path(__file__).resolve().parents[3] / "benchmarks" / "h200" / "mamba3_mimo_bwd.db"
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT m.config_json, s.shape_json FROM tuner_best_configs b JOIN tuner_studies s ON s.id = b.study_id"
+                          " JOIN tuner_measurements m ON m.id = b.measurement_id WHERE s.template_version = '2'").fetchall()
+    assert len(rows) >= 11
+    for config_json, shape_json in rows:
+        config = space.validate_config(spec.carries[0].config(json.loads(config_json)))
+        assert space.is_valid(config, spec.make_shape(json.loads(shape_json))), config_json
