@@ -1,9 +1,11 @@
 """``GET /v1/best``: the best verified config for a shape, with the fallback chain exact → nearest → default.
 
 The answer is :func:`tuner.lookup.choose` over the store's published best configs of the template (current
-template version) and device kind, checked against the template's constraints for the requested shape (an
-invalid one repaired within the search space's domains, ``repaired`` listing the changes), with the search
-space's default as the last resort — the same function the runtime client runs over an export file.
+template version, and those of the versions it carries where it has none yet:
+:func:`tuner.store.entries.served_entries`; ``measured_version`` says which) and device kind, checked against
+the template's constraints for the requested shape (an invalid one repaired within the search space's domains,
+``repaired`` listing the changes), with the search space's default as the last resort — the same function the
+runtime client runs over an export file.
 The requester's fingerprint (``device_name``, ``software``, ``template_version``; each optional) decides which
 entries are preferred and whether the answer is ``exact``: see :mod:`tuner.lookup`. An answer served from an
 entry of another device name or software (:attr:`tuner.lookup.Answer.foreign`) is reported to ``on_foreign``
@@ -49,7 +51,7 @@ from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
 from tuner.errors import ShapeError, StoreError, UnknownTemplateError
 from tuner.frozen import Shape
 from tuner.lookup import Answer, Entry, Requester, choose, fit_distance, verification_note
-from tuner.store.entries import published_entries
+from tuner.store.entries import served_entries
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +246,7 @@ class BestService:
                               entry.spec.backend)
         answer = choose(shape.to_dict(), entries, default=entry.space.default.to_dict(), requester=requester,
                         valid=entry.space.constraint_check, domains=entry.space.domains,
-                        distance=entry_set.distance)
+                        distance=entry_set.distance, version=entry.spec.version)
         assert answer is not None, "a search space always has a default"
         if answer.foreign and report_foreign and self.on_foreign is not None:
             try:
@@ -254,13 +256,14 @@ class BestService:
         return _out(entry, shape, request.device_kind, answer), entry_set
 
     def entry_set(self, entry: CatalogEntry, device_kind: str) -> EntrySet:
-        """The published best configs of the template's current version on a device kind (cached)."""
+        """The best configs served of the template on a device kind (cached): its current version's, then the
+        carried versions' where it has none (:func:`tuner.store.entries.served_entries`)."""
         key = (entry.name, device_kind)
         cached = self._entries.get(key)
         if cached is not None:
             return cached
-        found = tuple(e for _, e in published_entries(self.stores.get(), template=entry.name, device_kind=device_kind,
-                                                      version=entry.spec.version))
+        found = tuple(e for _, e in served_entries(self.stores.get(), template=entry.name, device_kind=device_kind,
+                                                   version=entry.spec.version, carries=entry.spec.carries))
         signature = tuple((e.measurement_id, e.published_at, (e.verification or {}).get("verified_at"))
                           for e in found)
         entry_set = EntrySet(found, signature, fit_distance(DEFAULT_DISTANCE, found))
@@ -291,5 +294,6 @@ def _out(entry: CatalogEntry, shape: Shape, device_kind: str, answer: Answer) ->
         differences=[DifferenceOut(what=d.what, requested=d.requested, entry=d.entry) for d in answer.differences],
         unchecked=list(answer.unchecked), notes=notes,
         repaired=[ConfigChangeOut(param=c.param, entry=c.entry, served=c.served) for c in answer.repaired],
+        measured_version=e.template_version if e else None,
         verification=VerificationOut(**e.verification) if e is not None and e.verification else None,
     )

@@ -58,6 +58,14 @@ class Reverifier:
         entry = answer.entry
         if entry is None or not answer.foreign:
             return
+        try:
+            current = self.catalog.get(entry.template).spec.version
+        except Exception:  # an unknown template cannot have been answered; never fail a lookup over it
+            return
+        if entry.template_version != current:
+            # a carried version's best (tuner.spec.CarriedVersion): a verify job re-measures the current
+            # version's published best, which this shape does not have yet; tuning it replaces the entry
+            return
         shape = Shape(dict(entry.shape))
         key = (entry.template, shape, request.device_kind, request.device_name,
                tuple(sorted(request.software.items())))

@@ -297,6 +297,10 @@ class BestOut(BaseModel):
         "Parameters changed from the entry's config because it breaks the template's constraints for the "
         "requested shape (the smallest valid change, see the README's lookup); empty: served as measured. "
         "median_us and the other figures are those of the entry's own config."))
+    measured_version: str | None = Field(default=None, description=(
+        "The template version the served entry was measured under (None for the default): an earlier one "
+        "than template_version when the current version has no best of its own here yet and carries that "
+        "version's (its config completed with the parameters the current version added)."))
     notes: list[str]
     stale: bool = Field(default=False, description=(
         "true: the store is unreachable and this is the last answer computed (also the header x-stale: true)"))

@@ -392,6 +392,7 @@ def choose(
     distance: ShapeDistance = DEFAULT_DISTANCE,
     domains: Sequence[Domain] | None = None,
     min_gain: float = MIN_GAIN,
+    version: str | None = None,
 ) -> Answer | None:
     """Pick the config for ``shape`` among ``entries`` (already filtered to one template and device kind).
 
@@ -400,8 +401,10 @@ def choose(
 
     ``valid(config, shape)`` checks a config against the template's constraints for the requested shape;
     ``domains``: the parameters' domains, to repair an entry's invalid config (None: such entries are
-    skipped); ``requester`` (or just ``device_name``) says who asks, see the module docstring. Returns None when there
-    is neither a usable entry nor a default. Never raises for well-formed entries.
+    skipped); ``requester`` (or just ``device_name``) says who asks, see the module docstring. ``version``: the
+    template version answered for; an entry of another version (one it carries, :class:`tuner.spec.CarriedVersion`)
+    is noted as such. Returns None when there is neither a usable entry nor a default. Never raises for
+    well-formed entries.
     """
     who = requester if requester is not None else Requester(device_name=device_name)
     software = who.compared_software()
@@ -441,6 +444,9 @@ def choose(
             config, changes = repaired
             notes.append(f"repaired the config of the entry for {_key(e.shape)}, invalid for this shape: "
                          + ", ".join(map(str, changes)))
+        if version is not None and e.template_version != version:
+            notes.append(f"measured under template version {e.template_version}: version {version} has no best "
+                         "of its own here yet")
         found = tuple(differences(shape, e, who))
         return Answer("nearest" if found or changes else "exact", dict(config), e, d, tuple(notes), found,
                       unchecked_fields(who), changes)

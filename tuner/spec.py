@@ -35,6 +35,25 @@ class Workload:
 
 
 
+@dataclass(frozen=True)
+class CarriedVersion:
+    """An earlier version of a template whose published configs the current version serves for the shapes it
+    has no best of its own for (``GET /v1/best``, the export file): a new version would otherwise serve its
+    default everywhere until every shape is tuned again.
+
+    ``added`` sets the parameters the current version introduced to the values under which its kernels run
+    an earlier config as that version did (e.g. MIMO version 3's ``state_pass`` = scan); the served entry
+    keeps its own ``template_version`` and figures, measured under the earlier version. Immutable.
+    """
+
+    version: str
+    added: tuple[tuple[str, Scalar], ...] = ()
+
+    def config(self, earlier: Mapping[str, Scalar]) -> dict[str, Scalar]:
+        """An earlier version's config as a config of the current version."""
+        return {**earlier, **dict(self.added)}
+
+
 def default_space_path(template: str) -> Path:
     """``search_spaces/<template>.yaml`` among the package data."""
     return SEARCH_SPACES_DIR / f"{template}.yaml"
@@ -60,6 +79,8 @@ class TemplateSpec:
     shape_rules: tuple[ShapeRule, ...] = ()
     space_file: Path | None = None  # default: search_spaces/<name>.yaml (package data)
     max_elements: int = MAX_ELEMENTS  # the largest shape accepted (product of its int dims)
+    # earlier versions whose bests are served where this version has none yet, first preferred
+    carries: tuple[CarriedVersion, ...] = ()
 
     def make_shape(self, raw: Mapping[str, object]) -> Shape:
         """Validate and complete a raw shape: coerce types, fill defaults, reject unknown dims, bound its

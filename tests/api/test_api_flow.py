@@ -121,14 +121,72 @@ def test_best_repairs_a_nearest_config_invalid_for_the_requested_shape(tmp_path:
         assert response.status_code == 200, response.text
         r16 = response.json()
         assert r16["match"] == "nearest" and r16["source_shape"]["R"] == 4 and r16["median_us"] == 2023.7
-        assert r16["config"] == {**MIMO_R4_BEST, "chunk_rows": 64, "num_warps": 4}
+        # a version-2 best, served by version 3 (it carries version 2) with the parameter version 3 added
+        assert r16["config"] == {**MIMO_R4_BEST, "state_pass": "scan", "chunk_rows": 64, "num_warps": 4}
         assert r16["repaired"] == [{"param": "chunk_rows", "entry": 32, "served": 64},
                                   {"param": "num_warps", "entry": 2, "served": 4}]
         assert any("repaired" in note for note in r16["notes"])
         exact = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **MIMO_R4}).json()
-        assert exact["match"] == "exact" and exact["config"] == MIMO_R4_BEST and exact["repaired"] == []
+        assert exact["match"] == "exact" and exact["config"] == {**MIMO_R4_BEST, "state_pass": "scan"}
+        assert exact["repaired"] == [] and any("template version 2" in note for note in exact["notes"])
         schema = http.get("/openapi.json").json()["components"]["schemas"]
         assert schema["BestOut"]["properties"]["repaired"]["items"] == {"$ref": "#/components/schemas/ConfigChangeOut"}
+
+
+def test_best_serves_an_earlier_versions_best_until_the_current_version_has_its_own(tmp_path: Path) -> None:
+    """MIMO version 3 carries version 2 (tuner.spec.CarriedVersion): a shape tuned only under version 2 is
+    served its config (with state_pass=scan, the parameter version 3 added), a shape with a version-3 best
+    that one; a version-1 best (not carried) is never served. The export file and its client agree."""
+    from tuner.service.client import ExportFile
+    from tuner.service.export import build_export
+
+    r2 = {**MIMO_R4, "R": 2}
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    h200 = {"device_kind": "cuda", "device_name": "NVIDIA H200"}
+    publish(store, MIMO, MIMO_R4, MIMO_R4_BEST, 2023.7, version="2", **h200)
+    publish(store, MIMO, r2, {**MIMO_R4_BEST, "num_warps": 4}, 1500.0, version="1", **h200)  # not carried
+    v3 = {**MIMO_R4_BEST, "scan_block": 1024, "state_pass": "walk"}
+    with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
+        def best(shape: dict[str, Any]) -> dict[str, Any]:
+            response = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **shape})
+            assert response.status_code == 200, response.text
+            return response.json()
+
+        carried = best(MIMO_R4)
+        assert carried["match"] == "exact" and carried["median_us"] == 2023.7
+        assert carried["config"] == {**MIMO_R4_BEST, "state_pass": "scan"}
+        assert (carried["template_version"], carried["measured_version"]) == ("3", "2")
+        assert any("template version 2" in note for note in carried["notes"])
+        # R2 has only a version-1 best: version 3 does not carry it, so R2 gets R4's carried config (nearest)
+        nearest = best(r2)
+        assert nearest["match"] == "nearest" and nearest["source_shape"]["R"] == 4
+        publish(store, MIMO, MIMO_R4, v3, 1800.0, version="3", **h200)
+    with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
+        own = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **MIMO_R4}).json()
+        assert own["match"] == "exact" and own["config"] == v3 and own["median_us"] == 1800.0
+        assert not any("template version" in note for note in own["notes"]) and own["measured_version"] == "3"
+    document = build_export(store, templates=[MIMO], device_kind="cuda")
+    assert document["templates"][MIMO]["carries"] == ["2"]
+    assert [(e["template_version"], e["median_us"]) for e in document["entries"]] == [("3", 1800.0)]
+    client = ExportFile(document)
+    assert dict(client.answer(MIMO, MIMO_R4, "cuda", "NVIDIA H200").config) == v3
+
+
+def test_an_export_file_serves_a_carried_versions_entry(tmp_path: Path) -> None:
+    from tuner.service.client import ExportFile
+    from tuner.service.export import build_export
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    publish(store, MIMO, MIMO_R4, MIMO_R4_BEST, 2023.7, version="2", device_kind="cuda", device_name="NVIDIA H200")
+    document = build_export(store, templates=[MIMO], device_kind="cuda")
+    assert [(e["template_version"], e["config"]) for e in document["entries"]] == [
+        ("2", {**MIMO_R4_BEST, "state_pass": "scan"})]
+    answer = ExportFile(document).answer(MIMO, MIMO_R4, "cuda", "NVIDIA H200")
+    assert answer.match == "exact" and dict(answer.config) == {**MIMO_R4_BEST, "state_pass": "scan"}
+    # a file written before carried versions existed (no "carries") keeps to its own version's entries
+    section = {k: v for k, v in document["templates"][MIMO].items() if k != "carries"}
+    older = ExportFile({**document, "templates": {MIMO: section}})
+    assert older.answer(MIMO, MIMO_R4, "cuda", "NVIDIA H200").match == "default"
 
 
 def test_best_answers_are_cached_then_refreshed_in_the_background(tmp_path: Path) -> None:

@@ -180,7 +180,8 @@ def test_the_size_term_counts_the_product_of_the_integer_dims() -> None:
 # The R=4 best of the H200 store (split2, 32 rows, 2 warps): for R=16, C = 32/16 = 2 steps (fewer than 4), and
 # 64 rows need 4 warps' registers (valid for R=8 since the space allows 4-step chunks).
 MIMO_R4_BEST = {"variant": "split2", "chunk_rows": 32, "block_n": 16, "prec": "lowp3", "prec_rot": "lowp3",
-                "num_warps": 2, "num_stages": 2, "scan_block": 512, "scan_chunks": 4, "group_chunks": 4}
+                "num_warps": 2, "num_stages": 2, "scan_block": 512, "scan_chunks": 4, "group_chunks": 4,
+                "state_pass": "scan"}
 
 
 def _mimo() -> tuple[Any, Any]:

@@ -274,7 +274,8 @@ def test_a_neighbours_config_invalid_for_the_shape_is_repaired_into_the_warm_sta
     r16 = spec.make_shape({**r4.to_dict(), "R": 16})
     # R=1's winner: 32 rows hold 32 steps at R=1, 2 at R=16 (fewer than the 4 a chunk needs): invalid there.
     winner = Config({"variant": "split2", "chunk_rows": 32, "block_n": 64, "prec": "lowp3", "prec_rot": "lowp3",
-                     "num_warps": 4, "num_stages": 3, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4})
+                     "num_warps": 4, "num_stages": 3, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4,
+                     "state_pass": "scan"})
     r1 = spec.workload("mimo-n128-p64-r1")
     assert space.is_valid(winner, r1) and not space.is_valid(winner, r16)
     def entry(shape: Shape, config: Config) -> Entry:
@@ -307,6 +308,34 @@ def test_warm_starts_take_each_neighbour_shape_once_its_latest_best_nearest_firs
     # 2048 at 3), each valid for n=256 (1024's repaired: BLOCK 512 -> 256), each config once.
     assert starts == [Config(mode="ok", BLOCK=64), Config(mode="wrong", BLOCK=128), Config(mode="ok", BLOCK=256),
                       Config(mode="nan", BLOCK=256)], starts
+
+
+def test_a_new_versions_study_measures_the_carried_versions_best_of_its_shape_first(db_url: str) -> None:
+    """MIMO version 3 carries version 2: a version-3 study of a shape tuned under version 2 measures that best
+    (completed with state_pass=scan, what the lookup serves there until version 3 publishes) right after the
+    default, ahead of the seeds; another shape's version-2 best is not a warm start of it."""
+    from tests.fixtures.servers import publish
+    from tuner import registry
+    from tuner.driver.study import warm_starts
+    from tuner.measure.devices.base import Fingerprint
+
+    spec = registry.spec("mamba3_mimo_bwd")
+    space = spec.space()
+    r4, r2 = spec.workload("mimo-n128-p64-r4"), spec.workload("mimo-n128-p64-r2")
+    v2 = {"variant": "split2", "chunk_rows": 16, "block_n": 32, "prec": "lowp3", "prec_rot": "lowp3",
+          "num_warps": 4, "num_stages": 1, "scan_block": 256, "scan_chunks": 8, "group_chunks": 4}
+    other = {**v2, "block_n": 64}
+    h200 = {"device_kind": "cuda", "device_name": "NVIDIA H200", "version": "2"}
+    with db.Store.open(db_url) as store:
+        publish(store, spec.name, r4.to_dict(), {**v2, "num_stages": 2}, 3700.0, **h200)  # superseded below
+        publish(store, spec.name, r4.to_dict(), v2, 3681.6, **h200)
+        publish(store, spec.name, r2.to_dict(), other, 2001.8, **h200)
+        key = StudyKey.of(spec.name, spec.version, r4, Fingerprint(kind="cuda", device_name="NVIDIA H200",
+                                                                   driver="test"))
+        starts = warm_starts(store, space, key, carries=spec.carries)
+        assert warm_starts(store, space, key) == [c for c in starts if c != Config({**v2, "state_pass": "scan"})]
+    assert starts[:2] == [space.default, Config({**v2, "state_pass": "scan"})]
+    assert Config({**other, "state_pass": "scan"}) not in starts and set(starts[2:]) <= set(space.seeds)
 
 
 def test_a_time_limit_stops_new_trials_and_the_final_round_still_runs(db_url: str, measurer: Measurer) -> None:

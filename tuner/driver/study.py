@@ -32,7 +32,7 @@ from tuner.distance import DEFAULT_DISTANCE
 from tuner.driver import optuna_access
 from tuner.driver.heartbeat import InFlight
 from tuner.driver.samplers import make_sampler
-from tuner.frozen import Config, Shape
+from tuner.frozen import Config, Scalar, Shape
 from tuner.keys import StudyKey
 from tuner.lookup import Entry, fit_distance, latest_per_shape, repair_config
 from tuner.measure.compile_cache import CompilePool
@@ -48,6 +48,7 @@ from tuner.results import (
     is_space_rejection,
 )
 from tuner.space import SearchSpace
+from tuner.spec import CarriedVersion
 from tuner.store import NewMeasurement, TrialHeartbeats, TuningStore
 from tuner.store.entries import disproved_in
 from tuner.template import KernelTemplate
@@ -178,7 +179,8 @@ def open_study(
     # has are skipped).
     if warm:
         settled = settled_params(study, heartbeats=heartbeat_s is not None, waiting=False)
-        wanted = [c.to_dict() for c in warm_starts(store, space, key) if c.to_dict() not in settled]
+        wanted = [c.to_dict() for c in warm_starts(store, space, key, carries=template.spec.carries)
+                  if c.to_dict() not in settled]
         queue_in_order(study, store, wanted)
     seed_base = zlib.crc32(key.study_name().encode()) if seed is None else seed
     uuid = fingerprint.info.get("uuid")
@@ -244,23 +246,35 @@ def queue_in_order(study: optuna.Study, store: TuningStore, wanted: Sequence[Map
             study.enqueue_trial(params)
 
 
-def warm_starts(store: TuningStore, space: SearchSpace, key: StudyKey, limit: int = 4) -> list[Config]:
-    """Configs a new study measures first: the default (the incumbent), the space's expert seeds, then the
-    best configs published for other shapes of this template on this device (nearest shapes first, each
-    shape's latest best, whatever software it was tuned under: where a shape has bests under several
-    fingerprints the lookup would serve this worker the one of its own software, the warm start takes the
-    latest), each once and only if valid for this shape (:func:`order_warm_starts`)."""
+def warm_starts(store: TuningStore, space: SearchSpace, key: StudyKey, limit: int = 4,
+                carries: Sequence[CarriedVersion] = ()) -> list[Config]:
+    """Configs a new study measures first: the default (the incumbent), this shape's best under a version the
+    template carries (:class:`tuner.spec.CarriedVersion`, completed: what the lookup serves here until this
+    version publishes, so that the study's first best is measured against it), the space's expert seeds, then
+    the best configs published for other shapes of this template version on this device (nearest shapes
+    first, each shape's latest best, whatever software it was tuned under: where a shape has bests under
+    several fingerprints the lookup would serve this worker the one of its own software, the warm start takes
+    the latest), each once and only if valid for this shape (:func:`order_warm_starts`)."""
     published = store.list_best(template=key.template, device_kind=key.device_kind, device_name=key.device_name)
     others = [Entry(template=b.template, template_version=b.template_version, shape=b.shape,
                     device_kind=b.device_kind, device_name=b.device_name, config=b.config,
                     published_at=b.published_at.isoformat())
               for b in published if b.template_version == key.template_version and b.shape_key != key.shape_key]
-    return order_warm_starts(space, key.shape, others, limit)
+    carried: list[Mapping[str, Scalar]] = []
+    for version in carries:  # the first carried version with a best here, its latest
+        own = sorted((b for b in published if b.template_version == version.version and b.shape_key == key.shape_key),
+                     key=lambda b: b.published_at, reverse=True)
+        if own:
+            carried.append(version.config(own[0].config))
+            break
+    return order_warm_starts(space, key.shape, others, limit, carried=carried)
 
 
-def order_warm_starts(space: SearchSpace, shape: Shape, neighbours: Sequence[Entry], limit: int = 4) -> list[Config]:
-    """The default, the space's seeds, then the configs of the ``limit`` nearest ``neighbours`` (other shapes'
-    best configs, by the lookup's distance fitted over them, however far; ties in shape order), each once,
+def order_warm_starts(space: SearchSpace, shape: Shape, neighbours: Sequence[Entry], limit: int = 4,
+                      carried: Sequence[Mapping[str, Scalar]] = ()) -> list[Config]:
+    """The default, ``carried`` (this shape's configs of carried versions), the space's seeds, then the configs
+    of the ``limit`` nearest ``neighbours`` (other shapes' best configs, by the lookup's distance fitted over
+    them, however far; ties in shape order), each once,
     keeping only configs of the space's domain that are valid for ``shape``. A shape with several entries
     counts once, with its latest (:func:`tuner.lookup.latest_per_shape`, the examples the lookup's
     :func:`tuner.lookup.fit_distance` fits on). A neighbour's config that is invalid for ``shape`` is repaired
@@ -271,7 +285,7 @@ def order_warm_starts(space: SearchSpace, shape: Shape, neighbours: Sequence[Ent
     distance = fit_distance(DEFAULT_DISTANCE, examples)
     nearest = sorted(examples, key=lambda e: distance(here, e.shape))[:limit]  # stable: ties in shape order
     chosen: list[Config] = []
-    for config in [space.default, *space.seeds]:
+    for config in [space.default, *(Config(dict(c)) for c in carried), *space.seeds]:
         if config not in chosen and _in_domain(space, config) and space.is_valid(config, shape):
             chosen.append(config)
     for entry in nearest:

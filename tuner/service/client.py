@@ -113,6 +113,15 @@ class BestConfig:
     differences: tuple[Difference, ...] = ()  # what differs from the request (empty when exact)
     unchecked: tuple[str, ...] = ()  # fingerprint fields the request did not give (not compared)
     repaired: tuple[ConfigChange, ...] = ()  # parameters changed from the entry's config, invalid for this shape
+    template_version: str | None = None  # the version answered for (None: a fallback, or an older server)
+    measured_version: str | None = None  # the version the entry was measured under (None for a default)
+
+    @property
+    def carried(self) -> bool:
+        """Whether the config is a best of an earlier template version, served until the current one has its
+        own here (:class:`tuner.spec.CarriedVersion`): not tuned under this version, so a miss to enqueue."""
+        return None not in (self.template_version, self.measured_version) and (
+            self.template_version != self.measured_version)
 
     def launch_kwargs(self, kernel: object | None = None) -> dict[str, Any]:
         """:func:`triton_launch_kwargs` of this config."""
@@ -163,7 +172,8 @@ class ExportFile:
         for raw in data.get("entries", ()):
             entry = Entry.from_dict(raw)
             section = self.templates.get(entry.template)
-            if section is not None and section.get("version") == entry.template_version:
+            if section is not None and (section.get("version") == entry.template_version
+                                        or entry.template_version in section.get("carries", ())):
                 self._entries.setdefault((entry.template, entry.device_kind), []).append(entry)
         # The lookup's distance fitted once per (template, device kind), over the same entries as the server's.
         self._distances = {key: fit_distance(DEFAULT_DISTANCE, found) for key, found in self._entries.items()}
@@ -201,7 +211,7 @@ class ExportFile:
         answer = choose(
             full, self._entries.get((template, device_kind), []), default=section.get("default"),
             valid=self._checks.get(template), requester=requester, domains=self._domains.get(template),
-            distance=self._distances.get((template, device_kind), DEFAULT_DISTANCE),
+            distance=self._distances.get((template, device_kind), DEFAULT_DISTANCE), version=section.get("version"),
         )
         if answer is None:
             raise ClientError(f"{self.source} has neither a config nor a default for {template}")
@@ -299,7 +309,7 @@ class Client:
                                 MappingProxyType(dict(fallback)), "fallback")
             ttl = min(ttl, self.retry_s)
         self._cache[key] = (self._clock() + ttl, result)
-        if self.enqueue_on_miss and result.match != "exact" and result.source != "fallback":
+        if self.enqueue_on_miss and (result.match != "exact" or result.carried) and result.source != "fallback":
             self._enqueue(result, name)
         return result
 
@@ -320,7 +330,8 @@ class Client:
             if exc.status == 404 and has_fallback:  # a template the file does not know: the caller's fallback
                 return None
             raise
-        return _from_answer(template, self.file.complete(template, shape), kind, answer)
+        return _from_answer(template, self.file.complete(template, shape), kind, answer,
+                            self.file.templates[template].get("version"))
 
     def _device(self, device: str, device_name: str | None) -> tuple[str, str | None]:
         if device != "auto":
@@ -376,6 +387,7 @@ class Client:
             unchecked=tuple(data.get("unchecked", ())),
             repaired=tuple(ConfigChange(c["param"], c.get("entry"), c.get("served"))
                            for c in data.get("repaired", ())),
+            template_version=data.get("template_version"), measured_version=data.get("measured_version"),
         )
 
     def _enqueue(self, result: BestConfig, device_name: str | None) -> None:
@@ -399,7 +411,8 @@ class Client:
             log.warning("could not enqueue a tuning job: %s", type(exc).__name__)
 
 
-def _from_answer(template: str, shape: Mapping[str, Any], kind: str, answer: Answer) -> BestConfig:
+def _from_answer(template: str, shape: Mapping[str, Any], kind: str, answer: Answer,
+                 version: str | None = None) -> BestConfig:
     e = answer.entry
     return BestConfig(
         template=template, shape=MappingProxyType(dict(shape)), device_kind=kind, match=answer.match,
@@ -409,6 +422,7 @@ def _from_answer(template: str, shape: Mapping[str, Any], kind: str, answer: Ans
         measurement_id=e.measurement_id if e else None, fingerprint=e.fingerprint_hash if e else None,
         published_at=e.published_at if e else None, source_shape=MappingProxyType(dict(e.shape)) if e else None,
         notes=answer.notes, differences=answer.differences, unchecked=answer.unchecked, repaired=answer.repaired,
+        template_version=version, measured_version=e.template_version if e else None,
     )
 
 

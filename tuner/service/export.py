@@ -7,7 +7,7 @@
       "source": "<store URL, password masked>",
       "templates": {
         "<name>": {
-          "version": "1", "backend": "triton",
+          "version": "1", "carries": ["0"], "backend": "triton",   # carries: earlier versions served here
           "dims": [{"name": "S", "kind": "int", "default": null, "choices": null, "minimum": 1}, …],
           "shape_rules": [{"expr": "S % Q == 0", "message": "…"}, …],   # tuner.expr expressions over dims
           "parameters": ["BLOCK_H", …],
@@ -22,7 +22,11 @@
     }
 
 Entries are those of each template's current version (the version whose constraints and default are in the
-file). Templates without entries are exported too (their default still answers). The client evaluates the
+file) and, where it has none yet for a (device, shape), those of the earliest listed version it ``carries``
+(:class:`tuner.spec.CarriedVersion`), their configs completed for the current version and their
+``template_version`` their own. A reader that does not know ``carries`` (written before it, within schema
+version 1) keeps to the current version's entries and serves the default where only a carried entry exists.
+Templates without entries are exported too (their default still answers). The client evaluates the
 constraints with :mod:`tuner.expr` (pure Python), so nearest configs are checked offline as online, and
 validates shapes with the dims and shape rules through :func:`tuner.dims.validate_shape`, as the server does.
 ``shape_rules``, ``domains`` and the entries' ``software`` were added within schema version 1: readers ignore
@@ -45,7 +49,7 @@ from tuner.errors import TunerError
 from tuner.space import SearchSpace
 from tuner.spec import TemplateSpec
 from tuner.store import TuningStore
-from tuner.store.entries import published_entries
+from tuner.store.entries import served_entries
 
 FORMAT = "tuner-best-configs"
 SCHEMA_VERSION = 1
@@ -55,6 +59,8 @@ def template_section(template: TemplateSpec, space: SearchSpace) -> dict[str, An
     """What the client needs of one template: version, dims (with defaults), default config, constraints."""
     return {
         "version": template.version,
+        # earlier versions whose entries the file serves (configs completed) where this one has none yet
+        "carries": [c.version for c in template.carries],
         "backend": template.backend,
         "dims": [d.to_dict() for d in template.dims],
         "shape_rules": [r.to_dict() for r in template.shape_rules],
@@ -84,8 +90,10 @@ def build_export(
                 raise
             warn(f"template {name} skipped: {exc}")
     entries: list[dict[str, Any]] = []
-    for name, section in sections.items():
-        found = published_entries(store, template=name, device_kind=device_kind, version=section["version"])
+    for name in sections:
+        spec = registry.spec(name)
+        found = served_entries(store, template=name, device_kind=device_kind, version=spec.version,
+                               carries=spec.carries)
         entries.extend(entry.to_dict() for _, entry in found)
     return {
         "format": FORMAT,

@@ -202,7 +202,9 @@ Group = tuple[str, str, str, str]  # template, template version, device kind, de
 
 
 def group_entries(shapes: Sequence[RecordedShape]) -> dict[Group, list[RecordedShape]]:
-    """Shapes by (template, template version, device kind, device name): the lookup never mixes these."""
+    """Shapes by (template, template version, device kind, device name): the lookup compares entries of one
+    version (a carried version's entries are served only where the current version has none; regret judges
+    each version's entries among themselves)."""
     groups: dict[Group, list[RecordedShape]] = defaultdict(list)
     for s in shapes:
         e = s.entry

@@ -8,6 +8,7 @@ runtime and library versions.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
@@ -16,6 +17,7 @@ from tuner.frozen import Config
 from tuner.keys import software_of
 from tuner.lookup import Entry, verification_summary
 from tuner.results import COMPARATOR_PREFIX, Status
+from tuner.spec import CarriedVersion
 from tuner.store import BestRecord, TuningStore, VerificationRecord
 
 
@@ -46,12 +48,14 @@ def summary_of(check: VerificationRecord) -> dict[str, Any]:
 
 
 def published_entries(
-    store: TuningStore, *, template: str, device_kind: str | None = None, version: str | None = None
+    store: TuningStore, *, template: str, device_kind: str | None = None, version: str | None = None,
+    versions: Collection[str] | None = None,
 ) -> list[tuple[BestRecord, Entry]]:
-    """The published best configs of ``template`` (of ``version`` and ``device_kind`` when given), with
-    their entries, newest first per key. Raises StoreError."""
+    """The published best configs of ``template`` (of ``version``, or of ``versions``, and ``device_kind``
+    when given), with their entries, newest first per key. Raises StoreError."""
+    wanted = {version} if version is not None else None if versions is None else set(versions)
     records = [r for r in store.list_best(template=template, device_kind=device_kind)
-               if version is None or r.template_version == version]
+               if wanted is None or r.template_version in wanted]
     studies = {s.id: s for s in store.list_studies(template=template, device_kind=device_kind)}
     checks = store.latest_verifications(study_ids=[r.study_id for r in records])
     defaults = store.round_defaults(measurement_ids=[r.measurement_id for r in records])
@@ -63,6 +67,30 @@ def published_entries(
         found.append((r, as_entry(r, software, check.of_config(r.config_json) if check else None,
                                   defaults.get(r.measurement_id))))
     return found
+
+
+def served_entries(
+    store: TuningStore, *, template: str, version: str, carries: Sequence[CarriedVersion] = (),
+    device_kind: str | None = None,
+) -> list[tuple[BestRecord, Entry]]:
+    """What the lookup serves of ``template`` at ``version`` (``GET /v1/best``, the export file): its
+    :func:`published_entries`, then, for every (device kind, device name, shape) without one of those, the
+    entries of the first version of ``carries`` that has one there, their configs completed as this version
+    needs (:meth:`tuner.spec.CarriedVersion.config`; each keeps its own ``template_version`` and figures).
+    The same reads as :func:`published_entries`. Raises StoreError."""
+    found = published_entries(store, template=template, device_kind=device_kind,
+                              versions={version, *(c.version for c in carries)})
+    served = [(r, e) for r, e in found if r.template_version == version]
+    covered = {(r.device_kind, r.device_name, r.shape_key) for r, _ in served}
+    for carried in carries:
+        taken = set()
+        for r, e in found:
+            where = (r.device_kind, r.device_name, r.shape_key)
+            if r.template_version == carried.version and where not in covered:
+                served.append((r, dataclasses.replace(e, config=carried.config(e.config))))
+                taken.add(where)
+        covered |= taken
+    return served
 
 
 def disproved_in(store: TuningStore, study_id: int) -> set[Config]:
