@@ -42,6 +42,9 @@ set -uo pipefail
 PHASE=${1:?phase}; OUT=${2:?outdir}
 cd "$(dirname "$0")/../.."
 W=$(mktemp -d); H=benchmarks/h200; START=$(date +%s)
+# A missing OUT made every copy of the store into it fail and the store's new studies were lost with the
+# machine (2026-12-02, thirteenth session: `… mimo-sweep $OUT/a`).
+mkdir -p "$OUT" || { echo "error: cannot create $OUT" >&2; exit 2; }
 left() { echo $(( ${BUDGET:-570} - ($(date +%s) - START) - 25 )); }  # seconds left of the call's BUDGET
 export COLUMNS=200 PYTHONUNBUFFERED=1 TL_LOG_LEVEL=${TL_LOG_LEVEL:-WARNING}
 # Compile caches in the (git-ignored) checkout: the device tool keeps ignored paths between calls on a warm
@@ -153,6 +156,12 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       WARM_PID=$!
     elif [[ ${WARM:-1} != 0 ]]; then
       echo "error: WARM must be 1, bg or 0, got ${WARM}" >&2; exit 2
+    elif [[ -z $(find .cache/tilelang -mindepth 1 -print -quit 2>/dev/null) ]]; then
+      # WARM=0 assumes a warm machine from an earlier call; on a fresh one each final round builds mamba_ssm's
+      # TileLang backward (140-190 s) inside its TUNE_TIMEOUT (2026-12-02, thirteenth session: three rounds
+      # killed at 150 s, no ratio). Say so: the operator chooses the timeout.
+      echo "warning: WARM=0 but the TileLang cache is empty (a fresh machine): each final round builds TileLang" \
+           "(140-190 s) within TUNE_TIMEOUT=${TUNE_TIMEOUT:-240}" | tee "$W/warm_warning.txt" >&2
     fi
     for w in $SWEEP; do
       # Each shape gets TUNE_TIMEOUT or what is left of the call's BUDGET, whichever is less; its sweep stops
