@@ -9,7 +9,6 @@ Plans are immutable.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -292,9 +291,12 @@ def walk_columns(plan: Plan, d: Dims) -> int:
 
 def epilogue_steps(seqlen: int) -> tuple[int, int]:
     """(BT, SEG) of the epilogue: the time steps of one of its blocks (:func:`epilogue_block`) and of the
-    segment one program walks (S split into at most :data:`EPILOGUE_SEGMENTS` whole numbers of blocks)."""
+    segment one program walks: S split into the most segments, at most :data:`EPILOGUE_SEGMENTS`, of a
+    whole number of blocks each (S = 96: 3 segments of one 32-step block; S = 8000: 10 of 25)."""
     block = epilogue_block(seqlen)
-    return block, seqlen // math.gcd(seqlen // block, EPILOGUE_SEGMENTS)
+    blocks = seqlen // block
+    segments = max(k for k in range(1, EPILOGUE_SEGMENTS + 1) if blocks % k == 0)
+    return block, seqlen // segments
 
 
 def epilogue_block(seqlen: int) -> int:

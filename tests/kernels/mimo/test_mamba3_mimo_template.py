@@ -147,3 +147,15 @@ def test_every_carried_version_completes_configs_into_the_current_space():
     for config_json, shape_json in rows:
         config = space.validate_config(spec.carries[0].config(json.loads(config_json)))
         assert space.is_valid(config, spec.make_shape(json.loads(shape_json))), config_json
+
+
+@pytest.mark.parametrize(("seqlen", "steps"), [(2048, (32, 128)), (96, (32, 32)), (8000, (32, 800)), (24, (8, 8)),
+                                               (64, (32, 32)), (16, (16, 16))])
+def test_the_epilogue_runs_the_most_segments_of_whole_blocks(seqlen, steps):
+    """(block, segment) of the epilogue: at most 16 segments per (b, h), each a whole number of blocks, as many
+    as divide S (a gcd with 16 left S = 96 at one latency-bound program per (b, h))."""
+    from tuner.kernels.mamba3_mimo.bwd_launch import EPILOGUE_SEGMENTS, epilogue_steps
+
+    block, segment = epilogue_steps(seqlen)
+    assert (block, segment) == steps
+    assert seqlen % segment == 0 and segment % block == 0 and seqlen // segment <= EPILOGUE_SEGMENTS
