@@ -86,7 +86,7 @@ def test_tune_then_best_history_and_report(tmp_path: Path) -> None:
     answer = json.loads(best.stdout)
     assert set(answer) <= set(BestOut.model_fields)
     assert answer["match"] == "exact" and answer["shape"] == answer["source_shape"] == {"n": 256}
-    assert answer["template_version"] == "1" and answer["device_kind"] == "cpu"
+    assert answer["template_version"] == answer["measured_version"] == "1" and answer["device_kind"] == "cpu"
 
     history = tuner("history", VS, "--shape", "n=256", "--db", url, "--role", "trial")
     assert history.returncode == 0, history.stderr
@@ -232,3 +232,25 @@ def test_a_narrow_console_folds_the_final_rounds_configs_and_reasons_instead_of_
     assert cells["config"] == json.dumps(config.to_dict(), separators=(",", ":"))
     assert cells["status"] == "WRONG_RESULT"
     assert cells["reason"].replace(" ", "") == reason.replace(" ", "")
+
+
+def test_best_prints_a_carried_versions_best_as_the_server_serves_it(tmp_path: Path) -> None:
+    """MIMO version 3 carries version 2: `tuner best` prints version 2's best completed (state_pass=scan), as
+    GET /v1/best serves it, with measured_version 2; a version-1 best (not carried) is not served."""
+    from tests.fixtures.servers import publish
+
+    r4 = {"B": 4, "S": 2048, "H": 16, "G": 1, "N": 128, "P": 64, "R": 4, "rotary_divisor": 4, "dtype": "bfloat16"}
+    v2 = {"variant": "split2", "chunk_rows": 32, "block_n": 16, "prec": "lowp3", "prec_rot": "lowp3",
+          "num_warps": 2, "num_stages": 2, "scan_block": 512, "scan_chunks": 4, "group_chunks": 4}
+    url = db.sqlite_url(tmp_path / "t.db")
+    with db.Store.open(url) as store:
+        publish(store, "mamba3_mimo_bwd", {**r4, "R": 2}, v2, 2001.8, device_kind="cuda", version="1")
+        publish(store, "mamba3_mimo_bwd", r4, v2, 3681.6, device_kind="cuda", version="2")
+    shape = ",".join(f"{k}={v}" for k, v in r4.items())
+    best = tuner("best", "mamba3_mimo_bwd", "--shape", shape, "--db", url, "--json")
+    assert best.returncode == 0, best.stderr
+    answer = json.loads(best.stdout)
+    assert answer["config"] == {**v2, "state_pass": "scan"} and answer["median_us"] == 3681.6
+    assert (answer["template_version"], answer["measured_version"]) == ("3", "2")
+    r2 = tuner("best", "mamba3_mimo_bwd", "--shape", shape.replace("R=4", "R=2"), "--db", url)
+    assert r2.returncode != 0 and "no best config stored" in r2.stderr

@@ -310,20 +310,28 @@ def best(
     db_url: DbOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Print the best verified config stored for exactly this shape (no nearest shape: `GET /v1/best` and the
-    runtime client serve a nearest shape's best, or the default)."""
+    """Print the best verified config served for exactly this shape: the template version's own, else that of
+    a version it carries (its config completed, ``measured_version`` saying which), as `GET /v1/best` serves
+    it (no nearest shape: `GET /v1/best` and the runtime client serve a nearest shape's best, or the default)."""
+    from tuner.store.entries import served_entries
+
     t, the_shape = _one_shape(template, workload, shape)
-    record = _store(db_url).get_best(template=t.name, shape_key=the_shape.key(), device_kind=device)
-    if record is None:
+    here = [(r, e) for r, e in served_entries(_store(db_url), template=t.name, version=t.version, carries=t.carries,
+                                              device_kind=device) if r.shape_key == the_shape.key()]
+    # the current version's before a carried one's (another device name may have only the latter), then latest
+    found = max(here, key=lambda re: (re[0].template_version == t.version, re[0].published_at), default=None)
+    if found is None:
         raise UserInputError(f"no best config stored for {t.name} at {the_shape.key()}"
                              + (f" on {device}" if device else "") + "; run `tuner tune` first (this command "
                              "reads this exact shape; `GET /v1/best` and the runtime client serve a nearest "
                              "shape's best or the default)")
+    record, entry = found
     # The fields of `GET /v1/best`'s answer (api/schemas.py BestOut) that an exact match has, named alike.
     data = {
-        "template": record.template, "template_version": record.template_version, "shape": record.shape,
+        "template": record.template, "template_version": t.version, "measured_version": record.template_version,
+        "shape": record.shape,
         "shape_key": record.shape_key, "device_kind": record.device_kind, "device_name": record.device_name,
-        "match": "exact", "distance": 0.0, "config": record.config, "median_us": record.median_us,
+        "match": "exact", "distance": 0.0, "config": dict(entry.config), "median_us": record.median_us,
         "p20_us": record.p20_us, "p80_us": record.p80_us, "n_samples": record.n_samples, "timer": record.timer,
         "measurement_id": record.measurement_id, "fingerprint": record.fingerprint_hash,
         "published_at": record.published_at.isoformat(), "source_shape": record.shape,
