@@ -97,7 +97,8 @@ class BestRequest:
 
 @dataclass(frozen=True)
 class EntrySet:
-    """The published best configs of one (template version, device kind), and a signature that changes
+    """The best configs served of one template on one device kind (its current version's, and carried
+    versions' where it has none: :func:`tuner.store.entries.served_entries`), and a signature that changes
     whenever one of them is published or replaced (so unchanged answers need not be recomputed)."""
 
     entries: tuple[Entry, ...]
@@ -263,7 +264,8 @@ class BestService:
         if cached is not None:
             return cached
         found = tuple(e for _, e in served_entries(self.stores.get(), template=entry.name, device_kind=device_kind,
-                                                   version=entry.spec.version, carries=entry.spec.carries))
+                                                   version=entry.spec.version, carries=entry.spec.carries,
+                                                   admits=entry.space.in_domain))
         signature = tuple((e.measurement_id, e.published_at, (e.verification or {}).get("verified_at"))
                           for e in found)
         entry_set = EntrySet(found, signature, fit_distance(DEFAULT_DISTANCE, found))

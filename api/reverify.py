@@ -8,6 +8,8 @@ entry's shape on the requester's device kind and device name (any device of the 
 none), so that a worker there re-measures the config in fresh processes and records the verification
 with its own fingerprint.
 
+Not for an entry of a version the template carries (:class:`tuner.spec.CarriedVersion`): there is no
+current-version best to verify; tuning the shape replaces it.
 Only when a live worker of that device kind (and name, when given) advertises the template at its version:
 a device name or software that no worker serves queues nothing (a reader's requests alone cannot fill the
 queue with jobs nobody can run). At most one job per (template, entry shape, device kind, device name,

@@ -402,9 +402,11 @@ def choose(
     ``valid(config, shape)`` checks a config against the template's constraints for the requested shape;
     ``domains``: the parameters' domains, to repair an entry's invalid config (None: such entries are
     skipped); ``requester`` (or just ``device_name``) says who asks, see the module docstring. ``version``: the
-    template version answered for; an entry of another version (one it carries, :class:`tuner.spec.CarriedVersion`)
-    is noted as such. Returns None when there is neither a usable entry nor a default. Never raises for
-    well-formed entries.
+    template version answered for; an entry of another version (one it carries,
+    :class:`tuner.spec.CarriedVersion`) is noted as such, and ranks after an entry of ``version`` at the same
+    distance (the requester's own device name and software still come first, even where they have only a carried
+    entry). Returns None when there is neither a usable entry nor a default. Never raises for well-formed
+    entries.
     """
     who = requester if requester is not None else Requester(device_name=device_name)
     software = who.compared_software()
@@ -412,10 +414,11 @@ def choose(
 
     far = {id(e): distance(shape, e.shape) for e in entries}  # each entry's distance, computed once
 
-    def rank(e: Entry) -> tuple[bool, bool, float]:
+    def rank(e: Entry) -> tuple[bool, bool, float, bool]:
         other_device = who.device_name is not None and e.device_name != who.device_name
         other_software = any((e.software or {}).get(k) != v for k, v in software.items())
-        return other_device, other_software, far[id(e)]
+        carried = version is not None and e.template_version != version  # a carried version's, after ours
+        return other_device, other_software, far[id(e)], carried
 
     # Two stable sorts: most recent first, then by rank, so that ties go to the most recent entry.
     recent_first = sorted(entries, key=lambda e: e.published_at or "", reverse=True)

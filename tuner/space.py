@@ -193,6 +193,10 @@ class SearchSpace:
         """Every value of every parameter, as Optuna's GridSampler wants them."""
         return {p.name: list(p.choices) for p in self.params}
 
+    def in_domain(self, config: Mapping[str, object]) -> bool:
+        """Whether ``config`` sets exactly this space's parameters, each to a value of its domain."""
+        return set(config) == set(self.names) and all(self.param(n).contains(v) for n, v in config.items())
+
     def validate_config(self, raw: Mapping[str, object]) -> Config:
         """A Config from user input: every parameter present, no unknown ones, each value in its domain."""
         unknown = sorted(set(raw) - set(self.names))

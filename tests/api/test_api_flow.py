@@ -172,6 +172,37 @@ def test_best_serves_an_earlier_versions_best_until_the_current_version_has_its_
     assert dict(client.answer(MIMO, MIMO_R4, "cuda", "NVIDIA H200").config) == v3
 
 
+def test_this_versions_best_ranks_before_a_carried_one_and_a_carried_config_must_fit_the_space(
+    tmp_path: Path,
+) -> None:
+    """Version 3 on the H200 and only version 2's on the H100 for one shape: a request that names no device
+    (or a third one) is served version 3's, by the server and the export-file client alike; the H100 itself
+    still gets its own device's (carried) entry. A carried config that is not a config of the current space
+    (a parameter version 3 does not have) is not served."""
+    from tuner.service.client import ExportFile
+    from tuner.service.export import build_export
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    v3 = {**MIMO_R4_BEST, "scan_block": 1024, "state_pass": "walk"}
+    publish(store, MIMO, MIMO_R4, v3, 3188.4, device_kind="cuda", device_name="NVIDIA H200", version="3")
+    publish(store, MIMO, MIMO_R4, MIMO_R4_BEST, 4000.0, device_kind="cuda", device_name="NVIDIA H100", version="2")
+    r2 = {**MIMO_R4, "R": 2}  # only a version-2 config with a parameter version 3 does not know
+    publish(store, MIMO, r2, {**MIMO_R4_BEST, "gone": 1}, 2001.8, device_kind="cuda", device_name="NVIDIA H100",
+            version="2")
+    document = build_export(store, templates=[MIMO], device_kind="cuda")
+    offline = ExportFile(document)
+    with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
+        for name in (None, "NVIDIA B200", "NVIDIA H100"):
+            params = {"template": MIMO, "device": "cuda", **MIMO_R4, **({"device_name": name} if name else {})}
+            answer = http.get("/v1/best", params=params).json()
+            want = "2" if name == "NVIDIA H100" else "3"
+            assert answer["measured_version"] == want, (name, answer)
+            assert offline.answer(MIMO, MIMO_R4, "cuda", name).entry.template_version == want  # type: ignore[union-attr]
+        nearest = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **r2}).json()
+        assert nearest["source_shape"]["R"] == 4 and "gone" not in nearest["config"]
+    assert all("gone" not in e["config"] for e in document["entries"])
+
+
 def test_an_export_file_serves_a_carried_versions_entry(tmp_path: Path) -> None:
     from tuner.service.client import ExportFile
     from tuner.service.export import build_export

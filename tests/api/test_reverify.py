@@ -134,3 +134,12 @@ def test_a_carried_versions_answer_queues_no_verify_job(store: db.Store) -> None
         assert {d["what"] for d in answer["differences"]} == {"device_name"}
         time.sleep(1.0)  # the server queues verify jobs from a thread of its own
         assert _jobs(store) == []
+        # control: a version-3 best answered to the H100 is foreign and has a current-version best to verify
+        r2 = {**shape, "R": 2}
+        publish(store, mimo, r2, {**config, "state_pass": "walk"}, 2001.8, device_kind="cuda",
+                device_name="NVIDIA H200", version="3")
+        own = http.get("/v1/best", params={"template": mimo, "device": "cuda", "device_name": "NVIDIA H100",
+                                           **r2}).json()
+        assert own["measured_version"] == "3" and own["match"] == "nearest"
+        wait_for(lambda: len(_jobs(store)) == 1, 30, "the control's verify job")
+        assert [t.shape["R"] for t in _jobs(store)[0].tasks] == [2]

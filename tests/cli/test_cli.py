@@ -254,3 +254,11 @@ def test_best_prints_a_carried_versions_best_as_the_server_serves_it(tmp_path: P
     assert (answer["template_version"], answer["measured_version"]) == ("3", "2")
     r2 = tuner("best", "mamba3_mimo_bwd", "--shape", shape.replace("R=4", "R=2"), "--db", url)
     assert r2.returncode != 0 and "no best config stored" in r2.stderr
+    # a carried config the current constraints reject (scan_block 2048 is for the walk) is repaired, as served
+    n64 = shape.replace("N=128", "N=64")
+    with db.Store.open(url) as store:
+        publish(store, "mamba3_mimo_bwd", {**r4, "N": 64}, {**v2, "scan_block": 2048}, 2390.6, device_kind="cuda",
+                version="2")
+    repaired = json.loads(tuner("best", "mamba3_mimo_bwd", "--shape", n64, "--db", url, "--json").stdout)
+    assert repaired["match"] == "nearest" and repaired["config"] == {**v2, "state_pass": "scan", "scan_block": 1024}
+    assert repaired["repaired"] == [{"param": "scan_block", "entry": 2048, "served": 1024}]

@@ -336,6 +336,16 @@ def test_a_new_versions_study_measures_the_carried_versions_best_of_its_shape_fi
         assert warm_starts(store, space, key) == [c for c in starts if c != Config({**v2, "state_pass": "scan"})]
     assert starts[:2] == [space.default, Config({**v2, "state_pass": "scan"})]
     assert Config({**other, "state_pass": "scan"}) not in starts and set(starts[2:]) <= set(space.seeds)
+    with db.Store.open(db_url) as store:
+        # a carried config the current constraints reject is repaired as the lookup repairs it (served so)
+        publish(store, spec.name, r4.to_dict(), {**v2, "scan_block": 2048}, 3600.0, **h200)
+        repaired = warm_starts(store, space, key, carries=spec.carries)
+        assert repaired[1] == Config({**v2, "state_pass": "scan", "scan_block": 1024})
+        # once this version has its own best here, the carried config is not served: not a warm start either
+        publish(store, spec.name, r4.to_dict(), {**v2, "state_pass": "walk", "scan_chunks": 4}, 3188.4,
+                **{**h200, "version": spec.version})
+        assert Config({**v2, "state_pass": "scan", "scan_block": 1024}) not in warm_starts(
+            store, space, key, carries=spec.carries)
 
 
 def test_a_time_limit_stops_new_trials_and_the_final_round_still_runs(db_url: str, measurer: Measurer) -> None:

@@ -310,38 +310,43 @@ def best(
     db_url: DbOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Print the best verified config served for exactly this shape: the template version's own, else that of
-    a version it carries (its config completed, ``measured_version`` saying which), as `GET /v1/best` serves
-    it (no nearest shape: `GET /v1/best` and the runtime client serve a nearest shape's best, or the default)."""
+    """Print the best verified config served for exactly this shape, as `GET /v1/best` answers it: the
+    template version's own best, else a carried version's (its config completed, ``measured_version`` saying
+    which; repaired where the current constraints reject it). No nearest shape: `GET /v1/best` and the
+    runtime client serve a nearest shape's best, or the default."""
+    from tuner.lookup import choose
     from tuner.store.entries import served_entries
 
     t, the_shape = _one_shape(template, workload, shape)
-    here = [(r, e) for r, e in served_entries(_store(db_url), template=t.name, version=t.version, carries=t.carries,
-                                              device_kind=device) if r.shape_key == the_shape.key()]
-    # the current version's before a carried one's (another device name may have only the latter), then latest
-    found = max(here, key=lambda re: (re[0].template_version == t.version, re[0].published_at), default=None)
-    if found is None:
+    space = t.space()
+    here = [e for r, e in served_entries(_store(db_url), template=t.name, version=t.version, carries=t.carries,
+                                         device_kind=device, admits=space.in_domain)
+            if r.shape_key == the_shape.key()]
+    answer = choose(the_shape.to_dict(), here, default=None, valid=space.constraint_check, domains=space.domains,
+                    version=t.version) if here else None
+    if answer is None or answer.entry is None:
         raise UserInputError(f"no best config stored for {t.name} at {the_shape.key()}"
                              + (f" on {device}" if device else "") + "; run `tuner tune` first (this command "
                              "reads this exact shape; `GET /v1/best` and the runtime client serve a nearest "
                              "shape's best or the default)")
-    record, entry = found
-    # The fields of `GET /v1/best`'s answer (api/schemas.py BestOut) that an exact match has, named alike.
+    e = answer.entry
+    # The fields of `GET /v1/best`'s answer (api/schemas.py BestOut) for this shape, named alike.
     data = {
-        "template": record.template, "template_version": t.version, "measured_version": record.template_version,
-        "shape": record.shape,
-        "shape_key": record.shape_key, "device_kind": record.device_kind, "device_name": record.device_name,
-        "match": "exact", "distance": 0.0, "config": dict(entry.config), "median_us": record.median_us,
-        "p20_us": record.p20_us, "p80_us": record.p80_us, "n_samples": record.n_samples, "timer": record.timer,
-        "measurement_id": record.measurement_id, "fingerprint": record.fingerprint_hash,
-        "published_at": record.published_at.isoformat(), "source_shape": record.shape,
+        "template": e.template, "template_version": t.version, "measured_version": e.template_version,
+        "shape": dict(e.shape), "shape_key": the_shape.key(), "device_kind": e.device_kind,
+        "device_name": e.device_name, "match": answer.match, "distance": answer.distance,
+        "config": dict(answer.config), "median_us": e.median_us, "p20_us": e.p20_us, "p80_us": e.p80_us,
+        "n_samples": e.n_samples, "timer": e.timer, "measurement_id": e.measurement_id,
+        "fingerprint": e.fingerprint_hash, "published_at": e.published_at, "source_shape": dict(e.shape),
+        "repaired": [{"param": c.param, "entry": c.entry, "served": c.served} for c in answer.repaired],
+        "notes": list(answer.notes),
     }
     if as_json:
         print(json.dumps(data, indent=2))
         return
     table = Table(show_header=False)
     for k, v in data.items():
-        table.add_row(k, json.dumps(v) if isinstance(v, dict) else str(v))
+        table.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))
     console.print(table)
 
 

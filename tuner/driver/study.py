@@ -261,7 +261,8 @@ def warm_starts(store: TuningStore, space: SearchSpace, key: StudyKey, limit: in
                     published_at=b.published_at.isoformat())
               for b in published if b.template_version == key.template_version and b.shape_key != key.shape_key]
     carried: list[Mapping[str, Scalar]] = []
-    for version in carries:  # the first carried version with a best here, its latest
+    served_own = any(b.template_version == key.template_version and b.shape_key == key.shape_key for b in published)
+    for version in () if served_own else carries:  # the first carried version with a best here, its latest
         own = sorted((b for b in published if b.template_version == version.version and b.shape_key == key.shape_key),
                      key=lambda b: b.published_at, reverse=True)
         if own:
@@ -285,26 +286,36 @@ def order_warm_starts(space: SearchSpace, shape: Shape, neighbours: Sequence[Ent
     distance = fit_distance(DEFAULT_DISTANCE, examples)
     nearest = sorted(examples, key=lambda e: distance(here, e.shape))[:limit]  # stable: ties in shape order
     chosen: list[Config] = []
-    for config in [space.default, *(Config(dict(c)) for c in carried), *space.seeds]:
-        if config not in chosen and _in_domain(space, config) and space.is_valid(config, shape):
+    valid = [c for c in (space.default, *space.seeds) if _in_domain(space, c) and space.is_valid(c, shape)]
+    mended = [c for c in (_valid_or_repaired(space, here, raw) for raw in carried) if c is not None]
+    head = valid[:1] if valid and valid[0] == space.default else []
+    for config in [*head, *mended, *valid]:
+        if config not in chosen:  # the default, the carried configs (repaired as the lookup repairs them), seeds
             chosen.append(config)
     for entry in nearest:
-        config = Config(dict(entry.config))
-        if config in chosen:  # chosen configs are valid: nothing to check
+        if Config(dict(entry.config)) in chosen:  # chosen configs are valid: nothing to check
             continue
-        if not space.is_valid(config, shape):
-            fixed = repair_config(entry.config, here, space.domains, space.constraint_check)
-            if fixed is None:
-                continue
-            config = Config(fixed[0])  # valid: repair_config returns only configs that pass the check
-        if config not in chosen and _in_domain(space, config):
-            chosen.append(config)
+        fixed = _valid_or_repaired(space, here, entry.config)
+        if fixed is not None and fixed not in chosen:
+            chosen.append(fixed)
     return chosen
+
+
+def _valid_or_repaired(space: SearchSpace, shape: Mapping[str, Scalar], raw: Mapping[str, Scalar]) -> Config | None:
+    """``raw`` if it is a config of the space valid for ``shape``, else the lookup's repair of it
+    (:func:`tuner.lookup.repair_config`: the smallest valid change), else None."""
+    config = Config(dict(raw))
+    if not space.is_valid(config, Shape(dict(shape))):
+        fixed = repair_config(raw, shape, space.domains, space.constraint_check)
+        if fixed is None:
+            return None
+        config = Config(fixed[0])  # valid: repair_config returns only configs that pass the check
+    return config if _in_domain(space, config) else None
 
 
 def _in_domain(space: SearchSpace, config: Config) -> bool:
     """Whether ``config`` sets exactly the space's parameters, each to a value of its domain."""
-    return set(config) == set(space.names) and all(space.param(n).contains(v) for n, v in config.items())
+    return space.in_domain(config)
 
 
 def new_measurement(

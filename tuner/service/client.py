@@ -19,8 +19,9 @@ answer comes from, in order: the server (``source="server"``; its 4xx answers ra
 the export file (``"file"``) when there is no server or it failed (then it is not asked again for
 ``retry_s`` seconds), the caller's ``fallback`` config (``"fallback"``, cached for ``retry_s`` only), else
 :class:`ClientError`. With ``enqueue_on_miss=True`` (and a token with the ``submit`` scope), an answer that
-is not exact submits a background tuning job for the shape, once per shape and process; the call never
-waits for it and a failure is only logged.
+is not exact, or is a carried version's best (:attr:`BestConfig.carried`: not tuned under the current
+version), submits a background tuning job for the shape, once per shape and process; the call never waits
+for it and a failure is only logged.
 
 The requester's fingerprint: ``device_name`` (given, or torch's current device when ``device="auto"``) and
 ``software`` — by default (``software="auto"``) the installed torch, triton and tilelang versions (package

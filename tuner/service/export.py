@@ -93,7 +93,7 @@ def build_export(
     for name in sections:
         spec = registry.spec(name)
         found = served_entries(store, template=name, device_kind=device_kind, version=spec.version,
-                               carries=spec.carries)
+                               carries=spec.carries, admits=spec.space().in_domain)
         entries.extend(entry.to_dict() for _, entry in found)
     return {
         "format": FORMAT,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from tuner.frozen import Config
@@ -71,13 +71,15 @@ def published_entries(
 
 def served_entries(
     store: TuningStore, *, template: str, version: str, carries: Sequence[CarriedVersion] = (),
-    device_kind: str | None = None,
+    device_kind: str | None = None, admits: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> list[tuple[BestRecord, Entry]]:
     """What the lookup serves of ``template`` at ``version`` (``GET /v1/best``, the export file): its
     :func:`published_entries`, then, for every (device kind, device name, shape) without one of those, the
     entries of the first version of ``carries`` that has one there, their configs completed as this version
     needs (:meth:`tuner.spec.CarriedVersion.config`; each keeps its own ``template_version`` and figures).
-    The same reads as :func:`published_entries`. Raises StoreError."""
+    ``admits`` (e.g. :meth:`tuner.space.SearchSpace.in_domain`): a completed config it refuses (a parameter
+    the current version dropped, a value outside a narrowed domain) is left out, the place stays open for the
+    next carried version. The same reads as :func:`published_entries`. Raises StoreError."""
     found = published_entries(store, template=template, device_kind=device_kind,
                               versions={version, *(c.version for c in carries)})
     served = [(r, e) for r, e in found if r.template_version == version]
@@ -87,8 +89,10 @@ def served_entries(
         for r, e in found:
             where = (r.device_kind, r.device_name, r.shape_key)
             if r.template_version == carried.version and where not in covered:
-                served.append((r, dataclasses.replace(e, config=carried.config(e.config))))
-                taken.add(where)
+                config = carried.config(e.config)
+                if admits is None or admits(config):
+                    served.append((r, dataclasses.replace(e, config=config)))
+                    taken.add(where)
         covered |= taken
     return served
 

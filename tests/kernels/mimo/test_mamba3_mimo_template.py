@@ -132,7 +132,8 @@ def test_every_carried_version_completes_configs_into_the_current_space():
             assert carried.version != spec.version
             for param, value in carried.added:
                 assert param in space.names and space.param(param).contains(value), (name, param, value)
-    assert [(c.version, c.added) for c in registry.spec("mamba3_mimo_bwd").carries] == [("2", (("state_pass", "scan"),))]
+    carried = [(c.version, c.added) for c in registry.spec("mamba3_mimo_bwd").carries]
+    assert carried == [("2", (("state_pass", "scan"),))]
     # every version-2 best of the committed H200 store is a version-3 config once completed, valid for its shape
     import sqlite3
     from pathlib import Path
@@ -141,8 +142,9 @@ def test_every_carried_version_completes_configs_into_the_current_space():
     space = spec.space()
     store = Path(__file__).resolve().parents[3] / "benchmarks" / "h200" / "mamba3_mimo_bwd.db"
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT m.config_json, s.shape_json FROM tuner_best_configs b JOIN tuner_studies s ON s.id = b.study_id"
-                          " JOIN tuner_measurements m ON m.id = b.measurement_id WHERE s.template_version = '2'").fetchall()
+        rows = db.execute(
+            "SELECT m.config_json, s.shape_json FROM tuner_best_configs b JOIN tuner_studies s ON s.id = b.study_id"
+            " JOIN tuner_measurements m ON m.id = b.measurement_id WHERE s.template_version = '2'").fetchall()
     assert len(rows) >= 11
     for config_json, shape_json in rows:
         config = space.validate_config(spec.carries[0].config(json.loads(config_json)))
