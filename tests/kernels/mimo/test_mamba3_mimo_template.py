@@ -122,10 +122,14 @@ def test_every_carried_version_completes_configs_into_the_current_space():
     """A template's carried versions (tuner.spec.CarriedVersion) add only parameters of its space, with values
     of their domains; MIMO version 3 carries version 2 with the scan (version 2's kernels)."""
     from tuner import registry
+    from tuner.errors import TunerError
 
     for name in registry.names():
-        spec = registry.spec(name)
-        if not spec.carries:  # (other tests register templates whose space files exist only for them)
+        try:
+            spec = registry.spec(name)
+        except TunerError:  # other tests register templates that resolve only for them (in the full suite)
+            continue
+        if not spec.carries:  # nor do their space files always exist here
             continue
         space = spec.space()
         for carried in spec.carries:
