@@ -153,11 +153,19 @@ def test_a_miss_enqueues_one_background_job(store: db.Store, server: str) -> Non
     client.best(NAME, {"n": 2048}, device="cpu")
     time.sleep(0.5)
     assert len(jobs()) == 1, "enqueued once per shape"
+    # another process's client (a fresh one) sees the queued job and submits none (after a version bump every
+    # process would otherwise queue one per shape); another device name is another job
+    other = Client(server, token=SUBMIT, enqueue_on_miss=True, enqueue_job={"trials": 2, "samples": 3})
+    assert other.best(NAME, {"n": 2048}, device="cpu").match == "nearest"
+    time.sleep(0.5)
+    assert len(jobs()) == 1, "a queued job for the shape covers other processes"
+    other.best(NAME, {"n": 2048}, device="cpu", device_name="other-cpu")
+    wait_for(lambda: len(jobs()) == 2, 30, "the other device's job")
 
     refused = Client(server, token=READ, enqueue_on_miss=True)  # no submit scope: logged, never raised
     assert refused.best(NAME, {"n": 4096}, device="cpu").match == "nearest"
     time.sleep(0.5)
-    assert len(jobs()) == 1
+    assert len(jobs()) == 2
 
 
 def test_a_carried_versions_exact_answer_enqueues_a_job_for_the_current_version(store: db.Store, server: str) -> None:

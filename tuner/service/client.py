@@ -20,8 +20,9 @@ the export file (``"file"``) when there is no server or it failed (then it is no
 ``retry_s`` seconds), the caller's ``fallback`` config (``"fallback"``, cached for ``retry_s`` only), else
 :class:`ClientError`. With ``enqueue_on_miss=True`` (and a token with the ``submit`` scope), an answer that
 is not exact, or is a carried version's best (:attr:`BestConfig.carried`: not tuned under the current
-version), submits a background tuning job for the shape, once per shape and process; the call never waits
-for it and a failure is only logged.
+version), submits a background tuning job for the shape, once per shape and process, unless the server
+already lists a queued or running tune job for that shape and device (another process's); the call never
+waits for it and a failure is only logged.
 
 The requester's fingerprint: ``device_name`` (given, or torch's current device when ``device="auto"``) and
 ``software`` — by default (``software="auto"``) the installed torch, triton and tilelang versions (package
@@ -403,6 +404,10 @@ class Client:
 
     def _post_job(self, body: dict[str, Any]) -> None:
         try:
+            active = self._active_job(body)
+            if active is not None:  # another process (or an operator) asked for it already
+                log.info("tuning job %s already covers %s", active, body["shapes"][0])
+                return
             response = self._client().post("/v1/jobs", json=body)
             if response.status_code != 201:
                 log.warning("could not enqueue a tuning job: %s", error_message(response))
@@ -410,6 +415,24 @@ class Client:
                 log.info("enqueued tuning job %s for %s", response.json().get("id"), body["shapes"][0])
         except Exception as exc:  # never let a background submission disturb the caller
             log.warning("could not enqueue a tuning job: %s", type(exc).__name__)
+
+
+    def _active_job(self, body: Mapping[str, Any]) -> int | None:
+        """The id of a queued or running tune job of the same template version, device and shape, if the
+        server lists one among its newest 500 per state (best effort: two processes asking at the same
+        moment can still both submit). A failed listing is no reason not to submit: None."""
+        for state in ("queued", "running"):
+            response = self._client().get("/v1/jobs", params={"state": state, "limit": 500})
+            if response.status_code != 200:
+                return None
+            for job in response.json().get("items", ()):
+                device = job.get("device") or {}
+                if (job.get("kind", "tune") == "tune" and job.get("template") == body["template"]
+                        and device.get("kind") == body["device"]["kind"]
+                        and device.get("name") == body["device"]["name"]
+                        and any(t.get("shape") == body["shapes"][0] for t in job.get("tasks", ()))):
+                    return int(job["id"])
+        return None
 
 
 def _from_answer(template: str, shape: Mapping[str, Any], kind: str, answer: Answer,
