@@ -56,6 +56,17 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 date -u +"%Y-%m-%dT%H:%M:%SZ" | tee -a "$W/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$W/gpu.txt"
 CUMSUM_DB="sqlite:///$PWD/$H/chunk_cumsum.db"
+# The MIMO store of the mimo* phases lives in the (git-ignored) .cache/store/ of a warm machine, copied there
+# from the committed store by the first call: each call re-copies the working tree's tracked files, which put
+# back the committed store and dropped an earlier call's studies unless the operator had copied the returned
+# store into the tree in the 30 s before the machine went idle. A fresh machine starts again from the
+# committed store (copy the returned one in first). Every phase copies the store to OUTDIR.
+MIMO_STORE=$PWD/.cache/store/mamba3_mimo_bwd.db
+if [[ $PHASE == mimo* ]]; then
+  mkdir -p .cache/store
+  [[ -f $MIMO_STORE ]] || cp "$H/mamba3_mimo_bwd.db" "$MIMO_STORE"
+  echo "MIMO store: $MIMO_STORE ($(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from trials').fetchone()[0])" "$MIMO_STORE" 2>/dev/null || echo '?') trials)" | tee -a "$W/gpu.txt"
+fi
 # mamba_ssm's MIMO comparator needs tilelang 0.1.8 (bundle --tilelang mamba). Unpack each bundle into an empty
 # folder: one unpacked over the other leaves both versions' package metadata, and the comparator then reports
 # itself unavailable (seen on 2026-12-01: a final round without its TileLang line).
@@ -105,7 +116,7 @@ case $PHASE in
   mimo)
     SELECT=(); for w in ${VERIFY_WORKLOADS:-${WORKLOADS:-}}; do SELECT+=(-w "$w"); done
     [[ ${#SELECT[@]} -eq 0 ]] && SELECT=(--all-workloads)
-    MIMO_DB="sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
+    MIMO_DB="sqlite:///$MIMO_STORE"
     if [[ ${WARM:-1} == 1 ]]; then
       step warm "${WARM_TIMEOUT:-240}" python3 "$H/warm_mimo.py" --workers 16 --timeout "$(( ${WARM_TIMEOUT:-240} - 10 ))" \
         --best-db "$MIMO_DB" ${WORKLOADS:+--workloads $WORKLOADS}
@@ -132,7 +143,7 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
         ${COMPARATOR_PROCESSES:+--comparator-processes $COMPARATOR_PROCESSES} --timeout 240 --device cuda \
         --db "$MIMO_DB" --json
     fi
-    cp "$H/mamba3_mimo_bwd.db" "$OUT/"
+    cp "$MIMO_STORE" "$OUT/"
     ;;
   mimo-sweep)
     MIMO_ONLY=(--only variant=split,split2 --only chunk_rows=16,32,64 --only num_warps=2,4,8 --only num_stages=1,2
@@ -175,8 +186,8 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       TIME_LIMIT=$(( LIMIT - ${RESERVE_S:-150} )); [[ ${FINAL_ONLY:-0} == 1 ]] && TIME_LIMIT=0.001
       step "tune_$w" "$LIMIT" $TUNER tune mamba3_mimo_bwd -w "$w" --trials "${TRIALS:-40}" \
         --time-limit "$TIME_LIMIT" --samples 30 --finalists 3 --timeout "${CANDIDATE_TIMEOUT:-240}" --device cuda \
-        --seed 1 --db "sqlite:///$PWD/$H/mamba3_mimo_bwd.db"
-      cp "$H/mamba3_mimo_bwd.db" "$OUT/"
+        --seed 1 --db "sqlite:///$MIMO_STORE"
+      cp "$MIMO_STORE" "$OUT/"
     done
     # A background warm still building after the sweeps builds for nobody in this call: stop it (the logs
     # below must be packed within the call's time).
@@ -192,7 +203,7 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
     NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1)
     [[ -n $NCU ]] || { echo "error: ncu not found" >&2; exit 2; }
     for w in ${PROFILE_WORKLOADS:-mimo-n128-p64-r8 mimo-n128-p64-r1}; do
-      CONFIG=$(python3 - "$w" "sqlite:///$PWD/$H/mamba3_mimo_bwd.db" <<'PY'
+      CONFIG=$(python3 - "$w" "sqlite:///$MIMO_STORE" <<'PY'
 import sys
 from tuner import db, registry
 t = registry.get("mamba3_mimo_bwd")
