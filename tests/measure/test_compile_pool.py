@@ -5,6 +5,7 @@ fixture template's ``compile_hang`` config (it sleeps, as a compiler that hangs)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -52,6 +53,35 @@ def test_a_build_that_hangs_times_out_and_the_pool_serves_the_next_batch(tmp_pat
         # The killed processes are replaced: the next batch builds.
         again = pool.compile(template, [Config(mode="ok", BLOCK=128)], shape, timeout_s=3)
         assert again.errors == {Config(mode="ok", BLOCK=128): None} and not again.timed_out
+
+
+def test_closing_a_pool_kills_a_process_whose_exit_hangs(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A build that leaves behind a thread its process's exit waits on: closing the pool (the end of `tuner
+    tune`) returns after the grace period with the process killed; before, it waited for the thread (an
+    hour here)."""
+    import tuner.measure.compile_cache as compile_cache
+
+    monkeypatch.setattr(compile_cache, "CLOSE_GRACE_S", 2.0, raising=False)
+    template, shape = SlowCompileVectorScale(), Shape(n=256)
+    stuck, ok = Config(mode="exit_hang", BLOCK=16), Config(mode="ok", BLOCK=32)
+    pool = CompilePool(2, CompileCache(tmp_path / "cache"))
+    batch = pool.compile(template, [stuck, ok], shape, timeout_s=60)
+    assert batch.errors == {stuck: None, ok: None} and not batch.timed_out
+    processes = list(pool._pool._processes.values())  # type: ignore[union-attr]
+    assert len(processes) == 2
+    closer = threading.Thread(target=pool.close, daemon=True)
+    try:
+        closer.start()
+        closer.join(20)  # the 2 s grace, then the kill
+        assert not closer.is_alive(), "closing the pool waited on a process that does not exit"
+        assert not any(p.is_alive() for p in processes)
+    finally:
+        for p in processes:  # a failed run leaves no process behind
+            with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
+                os.killpg(p.pid, signal.SIGKILL)
+    again = pool.compile(template, [Config(mode="ok", BLOCK=64), Config(mode="ok", BLOCK=128)], shape, timeout_s=60)
+    assert set(again.errors.values()) == {None}  # a closed pool starts fresh processes
+    pool.close()
 
 
 def test_a_crash_beside_a_hung_build_still_ends_the_batch_in_its_time(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -28,6 +28,7 @@ import concurrent.futures as cf
 import contextlib
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
 import signal
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from tuner.template import KernelTemplate
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 MAX_ERROR_CHARS = 8000
 _TRANSIENT_MARKERS = ("timed out", "timeout", "killed", "out of memory", "no space left")
@@ -328,7 +330,7 @@ def _run_pool(
     try:
         return _submit_all(pool, ref, configs, shape, workers, timeout_s, interrupted)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        _shutdown(pool)
 
 
 def _executor(workers: int, root: Path) -> cf.ProcessPoolExecutor:
@@ -340,11 +342,43 @@ def _executor(workers: int, root: Path) -> cf.ProcessPoolExecutor:
     )
 
 
+# How long a shut-down pool's processes get to exit before they are killed: an idle one exits in well under a
+# second; one whose exit waits on a thread or an exit handler a library left behind would hold its caller
+# (`tuner tune`, a worker's job) for as long.
+CLOSE_GRACE_S = 15.0
+
+
+def _shutdown(pool: cf.ProcessPoolExecutor, grace_s: float | None = None) -> None:
+    """Shut ``pool`` down (pending builds cancelled): its processes get ``grace_s`` (default
+    :data:`CLOSE_GRACE_S`) to exit, then those still alive are killed with what they started; returns once the
+    pool's processes and threads are gone."""
+    grace_s = CLOSE_GRACE_S if grace_s is None else grace_s
+    processes = list(getattr(pool, "_processes", {}).values())
+    # the thread that joins the processes; shutdown(wait=False) forgets it, so a later shutdown(wait=True)
+    # would not wait for it
+    manager = getattr(pool, "_executor_manager_thread", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    stuck = [p for p in processes if p.is_alive()]
+    if stuck:
+        log.warning("%d compile process(es) had not exited %g s after the pool was shut down: killed",
+                    len(stuck), grace_s)
+        _kill(stuck)
+    if manager is not None:
+        manager.join(10.0)  # it reaps the processes: none is left a zombie
+
+
 def _kill_processes(pool: cf.ProcessPoolExecutor) -> None:
     """Kill the pool's processes and whatever they started (a compiler they wait on): each worker leads a
     process group of its own (:func:`_init_worker`). ProcessPoolExecutor has no public way to stop a
     running task."""
-    for process in list(getattr(pool, "_processes", {}).values()):
+    _kill(list(getattr(pool, "_processes", {}).values()))
+
+
+def _kill(processes: list[Any]) -> None:
+    for process in processes:
         pid = process.pid
         if pid is None:
             continue
@@ -508,9 +542,11 @@ class CompilePool:
         return CompileBatch({c: results[c] for c in configs}, frozenset(timed_out), frozenset(unbuilt))
 
     def close(self) -> None:
+        """Shut the pool down; a process that has not exited :data:`CLOSE_GRACE_S` later is killed (with
+        the compilers it started). Idempotent; a later :meth:`compile` starts fresh processes."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+            pool, self._pool = self._pool, None
+            _shutdown(pool)
 
     def __enter__(self) -> CompilePool:
         return self
