@@ -10,6 +10,7 @@ import dataclasses
 import json
 import signal
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -275,3 +276,39 @@ def test_worker_options_refuse_a_lease_two_heartbeats_cannot_renew() -> None:
     with pytest.raises(UserInputError, match="must be positive"):
         WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.0)
     assert WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=1.5).lease_s == 1.5
+
+
+def test_cancelling_a_job_ends_the_parallel_build_its_worker_waits_on(tmp_path: Path) -> None:
+    """A job cancelled while its worker waits on a batch of builds (here one that hangs: the slow-compile
+    template's seed, limited to twice the 600 s candidate timeout) ends that batch within a heartbeat or two,
+    not at the batch's end; the worker goes on to its next claim (here: none, it exits)."""
+    from tests.fixtures.fault_templates import SLOW_COMPILE_REF
+
+    name = "fault_vector_scale_slow_compile"
+    registry.register(name, SLOW_COMPILE_REF)
+    store = db.Store.open(db.sqlite_url(tmp_path / "q.db"))
+    with store.session() as session:
+        job = db.create_job(
+            session, template=name, template_version=registry.get(name).version, backend="triton",
+            device_kind="cpu", device_name=None, trials=4, sampler="random", seed=1, samples=3,
+            candidate_timeout_s=600.0, finalists=2, comparators=False,
+            tasks=[(Shape(n=256).key(), Shape(n=256).key(), Shape(n=256).to_json())],
+        )
+    worker = Worker(store, WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=10, compile_workers=2))
+    stop = threading.Event()
+    served: list[int] = []
+    thread = threading.Thread(target=lambda: served.append(worker.run(stop, exit_when_idle=True)), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: _job(store, job.id).tasks[0].state == "running", 60, "the task to run")
+        time.sleep(3.0)  # the first batch (the default and the seeds, the hung build among them) is building
+        with store.session() as session:
+            db.cancel_job(session, job_id=job.id)
+        thread.join(45)
+        assert not thread.is_alive(), "the worker still waits on the cancelled job's build batch"
+    finally:
+        stop.set()  # a failed run: the worker's stop ends the batch
+        thread.join(60)
+    assert served == [1]
+    finished = _job(store, job.id)
+    assert finished.state == "cancelled" and finished.tasks[0].best_us is None

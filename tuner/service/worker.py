@@ -233,6 +233,22 @@ class Worker:
         if pool is not None:  # a batch of builds (up to twice the candidate timeout each) is not waited for
             pool.interrupt()
 
+    def _interrupt_on_cancel(self, job_id: int, pool: CompilePool, done: threading.Event,
+                             cancelled: threading.Event) -> None:
+        """While a task runs (until ``done``), look at its job's state every heartbeat: once the job is no
+        longer active (cancelled over the API), set ``cancelled`` and interrupt ``pool``: the batch of builds
+        in progress (up to twice the candidate timeout each) is ended and its compilers killed. The sweep
+        itself stops at its next trial (``should_stop``). A store outage skips a look."""
+        while not done.wait(self.options.heartbeat_s):
+            try:
+                state = self.store.job_state(job_id=job_id)
+            except STORAGE_ERRORS:
+                continue
+            if state not in ACTIVE_JOB_STATES and not done.is_set():
+                cancelled.set()
+                pool.interrupt()
+                return
+
     # -- one task ---------------------------------------------------------------------------------
     def _claim(self, kind: str, name: str) -> Claim | None:
         # Reap only once this worker has been connected for a lease: after an outage, workers that are
@@ -247,6 +263,7 @@ class Worker:
 
     def _serve(self, claim: Claim, measurer: Measurer, stop: threading.Event) -> None:
         job, task = claim.job, claim.task
+        task_done, cancelled = threading.Event(), threading.Event()
         try:
             template = self._template_of(job)
             if isinstance(template, str):  # another worker of the fleet may have it: leave the task to it
@@ -259,11 +276,18 @@ class Worker:
                 self._verify(job, task.id, shape)
                 return
             measurer.set_options(MeasureOptions(n_samples=job.samples, timeout_s=job.candidate_timeout_s))
-            run = self._drive(job, task.id, shape, measurer, stop, self._compile_pool(template))
+            pool = self._compile_pool(template)
+            if pool is not None:  # a batch of builds can take minutes: a cancel must not wait for its end
+                threading.Thread(target=self._interrupt_on_cancel, args=(job.id, pool, task_done, cancelled),
+                                 name="tuner-cancel", daemon=True).start()
+            run = self._drive(job, task.id, shape, measurer, stop, pool)
             if run.final is not None:
                 self._finish(run, task.id)
         except MeasureInterrupted:
-            log.info("task %s of job %s: measurement interrupted, the worker stops", task.id, job.id)
+            if cancelled.is_set() and not stop.is_set():
+                log.info("task %s of job %s: the job was cancelled; its parallel build was ended", task.id, job.id)
+            else:
+                log.info("task %s of job %s: measurement interrupted, the worker stops", task.id, job.id)
         except UserInputError as exc:  # this task cannot run anywhere: say why, once
             log.error("task %s of job %s failed: %s", task.id, job.id, exc)
             reason = str(exc)
@@ -287,6 +311,10 @@ class Worker:
             error = f"{type(exc).__name__}: {exc}"
             self._durable(lambda: self.store.fail_task(task_id=task.id, error=error))
         finally:
+            task_done.set()
+            if cancelled.is_set() and self._pool is not None:  # interrupted for good: the next task starts anew
+                self._pool.close()
+                self._pool = None
             self._heartbeat.detach()
             try:  # leave the task and give back every slot not measured: retried through an outage
                 self._durable(lambda: self.store.release_task(worker_id=self.id))
