@@ -13,6 +13,7 @@ import pytest
 
 from tests.fixtures.fault_templates import BROKEN_REF, HANGING_REF, TUNABLE_REF
 from tuner import db
+from tuner.results import Status
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = (f"fault_vector_scale_tunable={TUNABLE_REF},fault_vector_scale_broken={BROKEN_REF},"
@@ -110,7 +111,10 @@ def test_tune_then_best_history_and_report(tmp_path: Path) -> None:
 
     again = tuner("tune", VS, "--shape", "n=256", "--trials", "1", "--device", "cpu", "--samples", "3",
                   "--no-comparators", "--finalists", "1", "--db", url)
-    assert again.returncode == 0 and f"n=256: resuming study 1 ({len(rows)} trials stored)" in again.stdout
+    invalid = sum(1 for r in rows if r.status is Status.INVALID)
+    resumed = (f"n=256: resuming study 1 ({len(rows) - invalid} measured trials stored"
+               + (f", {invalid} invalid configs pruned)" if invalid else ")"))
+    assert again.returncode == 0 and resumed in again.stdout, again.stdout
     assert "### Relative L2 error per output" in report.stdout
     assert "| n=256 | best config | 0.0e+00 |" in report.stdout  # exact output y
     assert "| n=256 | torch | 0.0e+00 |" in report.stdout

@@ -23,7 +23,7 @@ from tuner.driver.trials import TrialRecord
 from tuner.frozen import Config, Shape
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.contract import Measuring
-from tuner.results import comparator_names, merge_unmeasured_comparators, merged_label, reason_line
+from tuner.results import Status, comparator_names, merge_unmeasured_comparators, merged_label, reason_line
 from tuner.store import TuningStore
 
 
@@ -142,7 +142,10 @@ def _say_resumed(console: Console, label: str, study_id: int, store: TuningStore
     """Whether the sweep starts a study or resumes one (and with how many measured trials)."""
     stored = store.count_measurements(study_id=study_id, role="trial")
     if stored:
-        console.print(f"[bold]{label}[/bold]: resuming study {study_id} ({stored} trials stored)")
+        # invalid configs are stored as trials too (pruned unmeasured): counted apart, as the summary does
+        invalid = store.count_measurements(study_id=study_id, role="trial", status=Status.INVALID)
+        console.print(f"[bold]{label}[/bold]: resuming study {study_id} ({stored - invalid} measured trials stored"
+                      + (f", {invalid} invalid configs pruned)" if invalid else ")"))
     else:
         console.print(f"[bold]{label}[/bold]: new study {study_id}")
 
