@@ -5,7 +5,7 @@ page, so that both say the same."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Literal
 
 from tuner.api.schemas import JobOut, TaskVerificationOut
@@ -57,13 +57,14 @@ def verification_out(check: VerificationRecord) -> TaskVerificationOut:
 
 def job_out(store: JobQueue, job: JobRecord, workers: Sequence[WorkerRecord] | None = None,
             attempts: Mapping[int, Sequence[TaskAttemptRecord]] | None = None,
-            verifications: Mapping[int, TaskVerificationOut] | None = None) -> JobOut:
+            verifications: Mapping[int, TaskVerificationOut] | None = None, now: datetime | None = None) -> JobOut:
     """The job as served: each task's attempts with their reasons, what its verification found (a verify
     task's), and why the job waits (when it does).
 
     ``workers``: the live workers (``store.list_workers()``), read when needed and not given; ``attempts``:
     :func:`task_attempts` of the job (or of a page of jobs holding it), read when not given; ``verifications``
-    likewise :func:`task_verifications`. Raises what the store raises."""
+    likewise :func:`task_verifications`; ``now``: the store's clock (:meth:`JobQueue.clock`, read when needed
+    and not given: a page of jobs reads it once). Raises what the store raises."""
     if attempts is None:
         attempts = task_attempts(store, [job])
     if verifications is None:
@@ -71,5 +72,5 @@ def job_out(store: JobQueue, job: JobRecord, workers: Sequence[WorkerRecord] | N
     waiting = None
     if job.state in ACTIVE_JOB_STATES and not job.workers:
         live = store.list_workers() if workers is None else workers
-        waiting = waiting_reason(job, live, attempts, datetime.now(timezone.utc))
+        waiting = waiting_reason(job, live, attempts, store.clock() if now is None else now)
     return JobOut.of(job, attempts, waiting, verifications)

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from tuner.db._chunks import in_chunks
 from tuner.db._convert import as_utc, canonical_json, to_record
-from tuner.db.models import JobRow, SlotRow, TaskAttemptRow, TaskRow, VerificationRow, WorkerRow, utcnow
+from tuner.db.models import JobRow, SlotRow, TaskAttemptRow, TaskRow, VerificationRow, WorkerRow, store_now
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store.records import (
     ACTIVE_JOB_STATES,
@@ -85,7 +85,7 @@ def create_job(
     check_tasks(tasks)
     check_job_kind(kind, trials, processes, comparator_processes)
     check_max_attempts(max_attempts)
-    now = utcnow()
+    now = store_now(session)
     job = JobRow(
         template=template, template_version=template_version, backend=backend, device_kind=device_kind,
         device_name=device_name, trials=trials, sampler=sampler, seed=seed, samples=samples,
@@ -168,7 +168,7 @@ def cancel_job(session: Session, *, job_id: int) -> JobRecord:
         raise NotFoundError(f"no job {job_id}")
     if job.state in FINISHED_JOB_STATES:
         raise RecordConflictError(f"job {job_id} is already {job.state}")
-    now = utcnow()
+    now = store_now(session)
     job.state, job.updated_at, job.finished_at = "cancelled", now, now
     session.execute(
         update(TaskRow)
@@ -230,7 +230,7 @@ def register_worker(
     templates: Mapping[str, str] | None = None,
 ) -> WorkerRecord:
     """A new idle worker; ``templates`` (name → version) are the only templates it will claim (None: any)."""
-    now = utcnow()
+    now = store_now(session)
     row = WorkerRow(
         id=worker_id, host=host, pid=pid, device_kind=device_kind, device_name=device_name,
         device_index=device_index, backends_json=json.dumps(sorted(backends)), fingerprint_hash=fingerprint_hash,
@@ -246,7 +246,7 @@ def register_worker(
 def heartbeat(session: Session, *, worker_id: str, lease_s: float) -> bool:
     """Renew the worker's lease. False when it was declared lost (its work was given to others): the
     worker must then stop what it does without recording more results."""
-    now = utcnow()
+    now = store_now(session)
     result = session.execute(
         update(WorkerRow)
         .where(WorkerRow.id == worker_id, WorkerRow.state.in_(("idle", "busy")))
@@ -270,7 +270,7 @@ def stop_worker(session: Session, *, worker_id: str) -> None:
 
 def reap_lost_workers(session: Session, *, now: datetime | None = None) -> list[str]:
     """Declare workers whose lease expired lost and give back what they held; returns their ids."""
-    now = now or utcnow()
+    now = now or store_now(session)
     lost = list(session.scalars(
         select(WorkerRow.id).where(WorkerRow.state.in_(("idle", "busy")), WorkerRow.lease_expires_at < now)
         .with_for_update(skip_locked=True)
@@ -298,7 +298,7 @@ def rejoin_worker(session: Session, *, worker_id: str, lease_s: float) -> bool:
     """A worker declared lost while it was alive (cut off from the store longer than its lease) comes back:
     idle again with a new lease. What it held was given back when it was reaped. False when there is no
     such worker (its row is gone: it must register again)."""
-    now = utcnow()
+    now = store_now(session)
     result = session.execute(
         update(WorkerRow).where(WorkerRow.id == worker_id)
         .values(state="idle", current_task_id=None, last_heartbeat=now,
@@ -308,7 +308,7 @@ def rejoin_worker(session: Session, *, worker_id: str, lease_s: float) -> bool:
 
 
 def _release_worker(session: Session, worker_id: str, *, new_state: str) -> None:
-    now = utcnow()
+    now = store_now(session)
     _free_slots(session, worker_id, now)
     _return_final_round(session, worker_id, now)
     session.execute(
@@ -395,7 +395,7 @@ def claim_task(
     task = session.scalars(query).first()
     if task is None:
         return None
-    now = utcnow()
+    now = store_now(session)
     job = session.get(JobRow, task.job_id)
     assert job is not None
     if task.state == "queued":
@@ -416,14 +416,15 @@ def attach_study(session: Session, *, task_id: int, study_id: int) -> None:
 def reserve_slot(session: Session, *, task_id: int, worker_id: str) -> int | None:
     """Reserve one trial of the task for this worker; the slot id, or None when every trial is taken or
     the task no longer runs (cancelled, finished)."""
+    now = store_now(session)
     result = session.execute(
         update(TaskRow)
         .where(TaskRow.id == task_id, TaskRow.state == "running", TaskRow.trials_reserved < TaskRow.trials_target)
-        .values(trials_reserved=TaskRow.trials_reserved + 1, updated_at=utcnow())
+        .values(trials_reserved=TaskRow.trials_reserved + 1, updated_at=now)
     )
     if not result.rowcount:  # type: ignore[attr-defined]
         return None
-    slot = SlotRow(task_id=task_id, worker_id=worker_id, state="reserved", created_at=utcnow())
+    slot = SlotRow(task_id=task_id, worker_id=worker_id, state="reserved", created_at=now)
     session.add(slot)
     session.flush()
     return slot.id
@@ -459,7 +460,7 @@ def complete_slot(
     task.trials_failed += 0 if ok else 1
     if ok and median_us is not None and (task.best_us is None or median_us < task.best_us):
         task.best_us, task.best_config_json = median_us, config_json
-    task.updated_at = utcnow()
+    task.updated_at = store_now(session)
     session.flush()
 
 
@@ -470,7 +471,7 @@ def release_slot(session: Session, *, slot_id: int) -> None:
         return
     session.execute(
         update(TaskRow).where(TaskRow.id == slot.task_id)
-        .values(trials_reserved=TaskRow.trials_reserved - 1, updated_at=utcnow())
+        .values(trials_reserved=TaskRow.trials_reserved - 1, updated_at=store_now(session))
     )
     session.delete(slot)
     session.flush()
@@ -491,7 +492,7 @@ def begin_finalize(session: Session, *, task_id: int, worker_id: str) -> bool:
     result = session.execute(
         update(TaskRow)
         .where(TaskRow.id == task_id, TaskRow.state == "running", TaskRow.trials_done >= TaskRow.trials_target)
-        .values(state="finalizing", finalizer_id=worker_id, updated_at=utcnow())
+        .values(state="finalizing", finalizer_id=worker_id, updated_at=store_now(session))
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -503,7 +504,7 @@ def end_search(session: Session, *, task_id: int) -> bool:
     result = session.execute(
         update(TaskRow)
         .where(TaskRow.id == task_id, TaskRow.state == "running", TaskRow.trials_reserved < TaskRow.trials_target)
-        .values(trials_target=TaskRow.trials_reserved, updated_at=utcnow())
+        .values(trials_target=TaskRow.trials_reserved, updated_at=store_now(session))
     )
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -531,7 +532,7 @@ def finish_task(
         if check is None:
             raise NotFoundError(f"no verification with id {verification_id}")
         task.verification_id, task.study_id = check.id, task.study_id or check.study_id
-    now = utcnow()
+    now = store_now(session)
     task.state = "failed" if error else "done"
     task.error, task.updated_at = error, now
     if best_us is not None:
@@ -555,7 +556,7 @@ def finish_task(
 def fail_task(session: Session, *, task_id: int, error: str) -> None:
     """Fail a task that cannot run anywhere (e.g. its template no longer loads); the job fails with it
     once no other task runs."""
-    now = utcnow()
+    now = store_now(session)
     task = session.get(TaskRow, task_id, with_for_update=True)
     if task is None or task.state in ("done", "failed", "cancelled"):
         return
@@ -574,7 +575,7 @@ def release_task(session: Session, *, worker_id: str) -> None:
     still holds reserved go back to their tasks (nothing it does not measure now stays reserved), and a
     final round it began and did not finish (a store error in the round) goes back to 'running' for any
     worker to finish."""
-    now = utcnow()
+    now = store_now(session)
     _free_slots(session, worker_id, now)
     _return_final_round(session, worker_id, now)
     session.execute(
@@ -609,7 +610,7 @@ def fail_attempt(session: Session, *, task_id: int, worker_id: str, reason: str)
     if task is None:
         raise NotFoundError(f"no task {task_id}")
     release_task(session, worker_id=worker_id)
-    now = utcnow()
+    now = store_now(session)
     session.refresh(task)  # its reserved count and state changed with the slots and a final round it held
     if task.state in ("done", "failed", "cancelled"):
         return to_record(TaskRecord, task)
@@ -641,7 +642,7 @@ def _settle_given_up(session: Session, *, task_ids: Sequence[int] | None = None)
     exhausted = list(session.scalars(query))
     if not exhausted:
         return
-    now = utcnow()
+    now = store_now(session)
     workers = [to_record(WorkerRecord, w) for w in session.scalars(
         select(WorkerRow).where(WorkerRow.state.in_(("idle", "busy"))))]
     for task in exhausted:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.orm import Session
 
 from tuner.db import best, explore, jobs, measurements, optuna_tables, studies, verifications
+from tuner.db.models import store_now
 from tuner.store.protocols import JsonInput, TrialHeartbeats
 from tuner.store.records import (
     BestRecord,
@@ -182,6 +183,10 @@ class StoreMethods:
     def register_worker(self, **fields: Any) -> WorkerRecord:
         with self.session() as s:
             return jobs.register_worker(s, **fields)
+
+    def clock(self) -> datetime:
+        with self._reading() as s:
+            return store_now(s)
 
     def heartbeat(self, *, worker_id: str, lease_s: float) -> bool:
         with self.session() as s:

@@ -23,8 +23,10 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    func,
+    select,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -40,6 +42,17 @@ IdType = BigInteger().with_variant(Integer(), "sqlite")
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def store_now(session: Session) -> datetime:
+    """The store's clock, in UTC: PostgreSQL's (its statement's start), else this host's (SQLite is a local
+    file: its clock is this host's). Leases are set and judged by it: workers on several hosts whose clocks
+    differ by more than a lease would otherwise reap each other, or keep a dead worker for as long."""
+    if session.get_bind().dialect.name == "postgresql":
+        value = session.scalar(select(func.statement_timestamp()))
+        if isinstance(value, datetime):
+            return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return utcnow()
 
 
 class Base(DeclarativeBase):

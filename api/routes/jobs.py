@@ -97,10 +97,12 @@ def list_jobs(
 ) -> JobPage:
     jobs = store.list_jobs(state=state, limit=limit, offset=offset)
     total = store.count_jobs(state=state)
-    workers = store.list_workers() if any(j.state in ACTIVE_JOB_STATES for j in jobs) else []
+    active = any(j.state in ACTIVE_JOB_STATES for j in jobs)
+    workers = store.list_workers() if active else []
     attempts = task_attempts(store, jobs)  # one read for the page, not one per task
     verifications = task_verifications(store, jobs)  # likewise
-    return JobPage(items=[job_out(store, j, workers, attempts, verifications) for j in jobs], total=total,
+    now = store.clock() if active else None  # read once for the page (a waiting job judges leases by it)
+    return JobPage(items=[job_out(store, j, workers, attempts, verifications, now) for j in jobs], total=total,
                    limit=limit, offset=offset)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from fastapi import APIRouter
 
 from tuner.api.deps import Reader, StoreDep
@@ -14,7 +12,7 @@ router = APIRouter(tags=["workers"])
 
 @router.get("/workers", response_model=list[WorkerOut], summary="Workers, newest first")
 def list_workers(_: Reader, store: StoreDep, include_stopped: bool = False) -> list[WorkerOut]:
-    now = datetime.now(timezone.utc)
+    now = store.clock()  # leases are the store's clock's
     workers = store.list_workers(include_stopped=include_stopped)
     jobs = {
         w.current_task_id: getattr(store.get_task(task_id=w.current_task_id), "job_id", None)

@@ -15,7 +15,6 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from tuner import db
@@ -67,7 +66,7 @@ def template_info(catalog: Catalog, name: str) -> TemplateInfo:
 
 def overview(store: db.Store, catalog: Catalog) -> dict[str, Any]:
     """Templates with their studies per device, the studies most recently active, jobs, workers."""
-    now = datetime.now(timezone.utc)
+    now = store.clock()  # leases and heartbeats are the store's clock's
     totals = store.device_totals()
     recent, n_studies = store.list_study_summaries(limit=12, by_activity=True)
     jobs = [JobOut.of(j) for state in ACTIVE_JOB_STATES for j in store.list_jobs(state=state, limit=50)]
@@ -257,13 +256,13 @@ def job_page(store: db.Store, catalog: Catalog, job_id: int) -> dict[str, Any]:
     task's attempts and their reasons), the workers on it, and the live workers that advertise its template
     at its version (:class:`Candidate`), with the number of live workers. Reads the live workers once
     (stopped ones are not read: a worker on the job is busy, hence listed)."""
-    now = datetime.now(timezone.utc)
+    now = store.clock()
     record = store.get_job(job_id=job_id)
     if record is None:
         raise NotFoundError(f"no job {job_id}")
     listed = store.list_workers()
     attempts = task_attempts(store, [record])
-    job = job_out(store, record, listed, attempts)
+    job = job_out(store, record, listed, attempts, now=now)
     every_attempt = [a for of_task in attempts.values() for a in of_task]
     live = [w for w in listed if is_live(w, now)]
     return {

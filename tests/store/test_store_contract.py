@@ -934,3 +934,42 @@ def test_a_page_of_jobs_holds_each_jobs_tasks_and_workers(store: Any) -> None:
         assert all(t.job_id == job.id for t in job.tasks)
         assert job.workers == (("w",) if job.id == claimed.job_id else ())
     assert selects is None or len(selects) <= 4, selects
+
+
+def test_the_store_clock_is_utc_and_sets_the_leases(store: Any) -> None:
+    before = store.clock()
+    worker = _worker(store, lease_s=30.0)
+    after = store.clock()
+    assert before.utcoffset() == timedelta(0) and before <= after
+    (w,) = store.list_workers()
+    assert w.id == worker and before + timedelta(seconds=30) <= w.lease_expires_at <= after + timedelta(seconds=30)
+
+
+@pytest.mark.postgres
+def test_a_host_whose_clock_is_behind_keeps_its_lease_on_postgresql(postgres_sandbox: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two hosts, one store: a worker registered and renewed by a host whose clock runs 10 minutes behind
+    is live for a host with the right clock (its lease is the server's time plus the lease), and is reaped
+    once that lease has passed on the server's clock."""
+    from datetime import datetime, timezone
+
+    import tuner.db.jobs as jobs_module
+    import tuner.db.models as models
+    from tuner import db
+
+    store = db.Store.open(postgres_sandbox.new_url())
+    try:
+        def behind() -> datetime:
+            return datetime.now(timezone.utc) - timedelta(minutes=10)
+
+        with monkeypatch.context() as skewed:  # this host's clock, 10 minutes behind
+            skewed.setattr(models, "utcnow", behind)
+            skewed.setattr(jobs_module, "utcnow", behind, raising=False)
+            worker = _worker(store, lease_s=30.0)
+            assert store.heartbeat(worker_id=worker, lease_s=30.0)
+        assert store.reap_lost_workers() == []  # another host, with the right clock
+        (w,) = store.list_workers()
+        assert w.lease_expires_at > store.clock() > datetime.now(timezone.utc) - timedelta(minutes=1)
+        assert store.reap_lost_workers(now=store.clock() + timedelta(seconds=31)) == [worker]
+    finally:
+        store.close()

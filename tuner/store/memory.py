@@ -511,6 +511,9 @@ class MemoryStore:
             self._workers[worker_id] = record
         return record
 
+    def clock(self) -> datetime:
+        return _now()
+
     def heartbeat(self, *, worker_id: str, lease_s: float) -> bool:
         now = _now()
         with self._lock:

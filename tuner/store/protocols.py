@@ -215,7 +215,8 @@ class JobQueue(Protocol):
     before each trial, :meth:`TuningStore.record_measurement` with the slot to spend it, ``release_slot``
     when a trial needed no measurement; ``begin_finalize`` gives the final round to exactly one worker;
     ``finish_task`` closes the task (and its job with its last task); ``heartbeat`` renews a lease and
-    ``reap_lost_workers`` gives back what expired workers held. Timestamps are UTC from the callers' clocks.
+    ``reap_lost_workers`` gives back what expired workers held. Timestamps are UTC from the store's clock
+    (:meth:`clock`), so that hosts whose clocks differ agree on every lease.
     """
 
     def create_job(
@@ -262,6 +263,10 @@ class JobQueue(Protocol):
         """A new idle worker with a lease. ``templates`` advertises the templates it has, name → version:
         it will claim only tasks of those (mixed fleets); None advertises nothing and claims any template.
         RecordConflictError when the id is taken."""
+
+    def clock(self) -> datetime:
+        """The store's current time (UTC, aware): what leases are set and judged by (on PostgreSQL the
+        server's clock, not the caller's). Compare a lease with it, not with the caller's clock."""
 
     def heartbeat(self, *, worker_id: str, lease_s: float) -> bool:
         """Renew the worker's lease; False when it was declared lost (it must stop recording results)."""
