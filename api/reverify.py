@@ -27,7 +27,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
 
 from tuner.api.best_service import BestRequest
 from tuner.api.catalog import Catalog
@@ -100,7 +99,7 @@ class Reverifier:
         already queued or running."""
         spec = self.catalog.get(template).spec
         store = self.stores.get()
-        now = datetime.now(timezone.utc)
+        now = store.clock()  # leases are the store's clock's
         if not any(is_live(w, now) and w.device_kind == device_kind and device_name in (None, w.device_name)
                    and has_template(w, template, spec.version)
                    for w in store.list_workers()):
