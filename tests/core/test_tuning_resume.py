@@ -32,5 +32,6 @@ def test_a_resumed_study_counts_measured_trials_and_invalid_configs_apart(tmp_pa
         tune_shapes(NAME, [("n32", shape)], store=store, measurer=measurer, trials=1, sampler="random", seed=4,
                     comparators=False, finalists=1, console=console)
     text = console.export_text()
+    assert "final round (measured in " in text  # no pool here: no prebuild figure
     assert (f"n32: resuming study 1 ({measured} measured trials stored, {invalid} invalid configs pruned)"
             in text), text

@@ -193,6 +193,8 @@ def test_a_final_round_comparator_whose_build_hangs_is_a_timeout(tmp_path, measu
     assert entries["comparator:torch"].status is Status.TIMEOUT
     assert "while building" in (entries["comparator:torch"].reason or "")
     assert final.published  # the configs were measured and one published, the hung library aside
+    # the round says where its time went: the prebuild waited out the hung build's limit (2 x 4 s)
+    assert final.prebuild_s >= 8 and 0 < final.measure_s < final.prebuild_s + 60
 
 
 def test_a_final_round_config_whose_build_hangs_is_a_timeout(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]

@@ -74,6 +74,10 @@ class FinalRound:
     winner: FinalEntry | None
     published: bool
     disproved: int = 0  # OK configs of the round left out because a verification or round found them wrong
+    # wall seconds of the round's parallel prebuild in the compile pool (0 without one) and of its measuring
+    # call (every candidate's build, checks and the interleaved timing, in the measuring process)
+    prebuild_s: float = 0.0
+    measure_s: float = 0.0
 
 
 @dataclass
@@ -444,13 +448,19 @@ def finalize(
     if not labelled:
         return FinalRound(round_id, (), None, False)
     slow = {c.name for c in ctx.template.comparators() if c.prebuild}  # built in the pool too
+    started = time.perf_counter()
     late = prebuild(ctx, [c.result_config() for _, c in labelled if c.comparator is None or c.comparator in slow],
                     pool)
+    prebuild_s = time.perf_counter() - started if pool is not None else 0.0
     timed = [c for _, c in labelled if c.result_config() not in late]
+    started = time.perf_counter()
     measured = iter(ctx.measurer.measure_interleaved(
         ctx.template_ref, ctx.shape, timed, seed=ctx.seed_base + 1_000_003, check_seeds=check_seeds,
         near_bound=near_bound,
     ) if timed else ())
+    measure_s = time.perf_counter() - started
+    log.info("final round of %s (%s): %d candidates, prebuild %.1f s, measured in %.1f s", ctx.template.name,
+             ctx.shape.key(), len(labelled), prebuild_s, measure_s)
     results = [late[key] if (key := c.result_config()) in late else next(measured) for _, c in labelled]
     entries = tuple(
         FinalEntry(label, result, store_result(ctx, result, role="final", candidate=label, round_id=round_id))
@@ -476,7 +486,7 @@ def finalize(
             refused += 1
         published = winner is not None
     _describe_round(ctx.study, entries, winner if published else None)
-    return FinalRound(round_id, entries, winner, published, refused)
+    return FinalRound(round_id, entries, winner, published, refused, prebuild_s=prebuild_s, measure_s=measure_s)
 
 
 def prebuild(ctx: StudyContext, configs: Sequence[Config], pool: CompilePool | None) -> dict[Config, MeasureResult]:

@@ -175,8 +175,11 @@ def _print_summary(console: Console, s: ShapeSummary) -> None:
     )
     # A config has no spaces to wrap at: folded, not cut with an ellipsis, so that a log of a narrow or piped
     # console still tells the finalists apart.
+    # where the round's time went: the parallel prebuild (the pool), then the measuring process's call
+    prebuilt = f"prebuild {s.final.prebuild_s:.1f} s, " if s.final.prebuild_s else ""
     table = Table("candidate", Column("config", overflow="fold"), Column("status", overflow="fold"), "median µs",
-                  "p20–p80 µs", Column("reason", overflow="fold"), title="final round")
+                  "p20–p80 µs", Column("reason", overflow="fold"),
+                  title=f"final round ({prebuilt}measured in {s.final.measure_s:.1f} s)")
     rows = merge_unmeasured_comparators(s.final.entries, label=lambda e: e.label,
                                         status=lambda e: e.result.status.value, reason=lambda e: e.result.reason)
     for e, labels in rows:
