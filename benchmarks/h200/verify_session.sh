@@ -177,7 +177,9 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
     for w in $SWEEP; do
       # Each shape gets TUNE_TIMEOUT or what is left of the call's BUDGET, whichever is less; its sweep stops
       # starting trials RESERVE_S (default 150: a batch of 16 compiles, then the final round with TileLang)
-      # before that, so the final round runs and publishes instead of being killed.
+      # before that, so the final round runs and publishes instead of being killed. A MIMO final round took
+      # 83-133 s on the H200 (2026-12-03, fourteenth session; more with a cold Triton cache), so a
+      # RESERVE_S below 150 or a final-only TUNE_TIMEOUT below ~150 s got rounds killed before publishing.
       LIMIT=$(left); (( LIMIT > ${TUNE_TIMEOUT:-240} )) && LIMIT=${TUNE_TIMEOUT:-240}
       if (( LIMIT - ${RESERVE_S:-150} < 30 )); then
         echo "== tune_$w skipped: ${LIMIT}s left of BUDGET=${BUDGET:-570}" | tee "$W/tune_$w.log"; continue
