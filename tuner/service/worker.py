@@ -264,6 +264,7 @@ class Worker:
     def _serve(self, claim: Claim, measurer: Measurer, stop: threading.Event) -> None:
         job, task = claim.job, claim.task
         task_done, cancelled = threading.Event(), threading.Event()
+        watcher: threading.Thread | None = None
         try:
             template = self._template_of(job)
             if isinstance(template, str):  # another worker of the fleet may have it: leave the task to it
@@ -278,8 +279,9 @@ class Worker:
             measurer.set_options(MeasureOptions(n_samples=job.samples, timeout_s=job.candidate_timeout_s))
             pool = self._compile_pool(template)
             if pool is not None:  # a batch of builds can take minutes: a cancel must not wait for its end
-                threading.Thread(target=self._interrupt_on_cancel, args=(job.id, pool, task_done, cancelled),
-                                 name="tuner-cancel", daemon=True).start()
+                watcher = threading.Thread(target=self._interrupt_on_cancel, args=(job.id, pool, task_done, cancelled),
+                                           name="tuner-cancel", daemon=True)
+                watcher.start()
             run = self._drive(job, task.id, shape, measurer, stop, pool)
             if run.final is not None:
                 self._finish(run, task.id)
@@ -312,6 +314,8 @@ class Worker:
             self._durable(lambda: self.store.fail_task(task_id=task.id, error=error))
         finally:
             task_done.set()
+            if watcher is not None:
+                watcher.join()  # it interrupts nothing after this: a late interrupt would fail the next task
             if cancelled.is_set() and self._pool is not None:  # interrupted for good: the next task starts anew
                 self._pool.close()
                 self._pool = None
