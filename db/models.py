@@ -28,6 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from tuner.db._convert import as_utc
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -51,7 +53,7 @@ def store_now(session: Session) -> datetime:
     if session.get_bind().dialect.name == "postgresql":
         value = session.scalar(select(func.statement_timestamp()))
         if isinstance(value, datetime):
-            return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+            return as_utc(value)
     return utcnow()
 
 

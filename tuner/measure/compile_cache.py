@@ -348,11 +348,11 @@ def _executor(workers: int, root: Path) -> cf.ProcessPoolExecutor:
 CLOSE_GRACE_S = 15.0
 
 
-def _shutdown(pool: cf.ProcessPoolExecutor, grace_s: float | None = None) -> None:
-    """Shut ``pool`` down (pending builds cancelled): its processes get ``grace_s`` (default
-    :data:`CLOSE_GRACE_S`) to exit, then those still alive are killed with what they started; returns once the
-    pool's processes and threads are gone."""
-    grace_s = CLOSE_GRACE_S if grace_s is None else grace_s
+def _shutdown(pool: cf.ProcessPoolExecutor) -> None:
+    """Shut ``pool`` down (pending builds cancelled): its processes get :data:`CLOSE_GRACE_S` to exit, then
+    those still alive are killed with what they started; returns once the pool's processes and threads are
+    gone."""
+    grace_s = CLOSE_GRACE_S  # read at the call: a test shortens it
     processes = list(getattr(pool, "_processes", {}).values())
     # the thread that joins the processes; shutdown(wait=False) forgets it, so a later shutdown(wait=True)
     # would not wait for it

@@ -233,6 +233,11 @@ class Worker:
         if pool is not None:  # a batch of builds (up to twice the candidate timeout each) is not waited for
             pool.interrupt()
 
+    def _job_active(self, job_id: int) -> bool:
+        """Whether the job is still queued or running: not cancelled (nor finished) meanwhile, so that its
+        results may be published. Raises what the store raises."""
+        return self.store.job_state(job_id=job_id) in ACTIVE_JOB_STATES
+
     def _interrupt_on_cancel(self, job_id: int, pool: CompilePool, done: threading.Event,
                              cancelled: threading.Event) -> None:
         """While a task runs (until ``done``), look at its job's state every heartbeat: once the job is no
@@ -241,10 +246,10 @@ class Worker:
         itself stops at its next trial (``should_stop``). A store outage skips a look."""
         while not done.wait(self.options.heartbeat_s):
             try:
-                state = self.store.job_state(job_id=job_id)
+                active = self._job_active(job_id)
             except STORAGE_ERRORS:
                 continue
-            if state not in ACTIVE_JOB_STATES and not done.is_set():
+            if not active and not done.is_set():
                 cancelled.set()
                 pool.interrupt()
                 return
@@ -374,8 +379,8 @@ class Worker:
             self._heartbeat.attach(ctx.storage, ctx.in_flight)
             self.store.attach_study(task_id=task_id, study_id=ctx.study_id)
 
-        def job_active() -> bool:  # not cancelled (nor finished) meanwhile: its results may be published
-            return self.store.job_state(job_id=job.id) in ACTIVE_JOB_STATES
+        def job_active() -> bool:
+            return self._job_active(job.id)
 
         def should_stop() -> bool:
             return stop.is_set() or self._lost.is_set() or not job_active()
