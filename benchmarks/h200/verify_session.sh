@@ -10,7 +10,7 @@
 #   verify   OUTDIR  `tuner verify` of the served chunk-cumsum bests (TileLang) on the five workloads, 5 fresh
 #                    processes each, then exhaustive subspaces (issue 17) as far as EXH_TIMEOUT allows
 #   mimo     OUTDIR  `tuner verify` of the MIMO backward bests (bundle --tilelang mamba) on WORKLOADS
-#                    (default: all 11; VERIFY_WORKLOADS narrows the verify), 5 fresh processes each (the comparator in the first COMPARATOR_PROCESSES,
+#                    (default: all 11; VERIFY_WORKLOADS narrows the verify), PROCESSES (5) fresh processes each (the comparator in the first COMPARATOR_PROCESSES,
 #                    default all), after warming the compile caches with each shape's published best and the
 #                    comparator (WARM=0 skips that), and timing a fresh process's comparator build (cache probe)
 #   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 16's sweeps in the committed MIMO store: after warming the
@@ -122,10 +122,11 @@ case $PHASE in
         --best-db "$MIMO_DB" ${WORKLOADS:+--workloads $WORKLOADS}
     fi
     # Cache probe: a fresh process builds and runs the comparator of the first shape; with TileLang's disk
-    # cache working this takes seconds, not the minutes of a compile.
+    # cache working this takes seconds, not the minutes of a compile. PROBE=0 skips it (a warm machine whose
+    # final rounds just loaded the comparators from that cache).
     # shellcheck disable=SC2086
     set -- ${VERIFY_WORKLOADS:-${WORKLOADS:-mimo-n16-p64-r4}}; FIRST=$1
-    TL_LOG_LEVEL=INFO step cache_probe "${PROBE_TIMEOUT:-200}" python3 -c "
+    [[ ${PROBE:-1} == 0 ]] || TL_LOG_LEVEL=INFO step cache_probe "${PROBE_TIMEOUT:-200}" python3 -c "
 import sys, time; sys.path.insert(0, '$H'); t0 = time.perf_counter()
 import torch; from mimo_probe import build_candidate; from tuner import registry
 t = registry.get('mamba3_mimo_bwd'); shape = t.workload('$FIRST'); inputs = t.make_inputs(shape, 'cuda', 0)
@@ -139,7 +140,7 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
     if (( LEFT < 120 )); then  # `timeout 0` would not limit it, a negative one fails: skip, and say so
       echo "== verify_mimo skipped: ${LEFT}s left of BUDGET=${BUDGET:-570}" | tee "$W/verify_mimo.log"
     else
-      step verify_mimo "$LEFT" $TUNER verify mamba3_mimo_bwd "${SELECT[@]}" --processes 5 --samples 30 \
+      step verify_mimo "$LEFT" $TUNER verify mamba3_mimo_bwd "${SELECT[@]}" --processes "${PROCESSES:-5}" --samples 30 \
         ${COMPARATOR_PROCESSES:+--comparator-processes $COMPARATOR_PROCESSES} --timeout 240 --device cuda \
         --db "$MIMO_DB" --json
     fi

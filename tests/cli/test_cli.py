@@ -149,7 +149,7 @@ def test_time_limit_ends_the_sweep_and_still_publishes(tmp_path: Path) -> None:
 def test_sigterm_stops_a_sweep_and_queues_its_unmeasured_trial_again(tmp_path: Path) -> None:
     """`timeout` or a batch system stops `tuner tune` with SIGTERM: the trial being measured (here the
     hanging default) is failed with the reason and queued again, so that the study's next run measures
-    it; nothing is left RUNNING."""
+    it; nothing is left RUNNING; the threads' stacks are on stderr."""
     import optuna
 
     url = db.sqlite_url(tmp_path / "t.db")
@@ -183,6 +183,8 @@ def test_sigterm_stops_a_sweep_and_queues_its_unmeasured_trial_again(tmp_path: P
     failed = trials[0]
     assert failed.state is optuna.trial.TrialState.FAIL and failed.params == {"mode": "hang", "BLOCK": 64}
     assert "KeyboardInterrupt: stopped by signal 15" in failed.user_attrs["reason"]
+    # before stopping, every thread's stack went to stderr: a run a `timeout` stopped says where it waited
+    assert "most recent call first" in err and "tuner/cli/app.py" in err, err
     waiting = [t.system_attrs["fixed_params"] for t in trials if t.state is optuna.trial.TrialState.WAITING]
     assert sorted(waiting, key=str) == [{"mode": "hang", "BLOCK": 64}, {"mode": "ok", "BLOCK": 64}]
 

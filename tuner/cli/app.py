@@ -3,6 +3,7 @@ message on stderr and exit code 2; nothing is written to the store before the in
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import json
 import os
@@ -172,7 +173,7 @@ def tune(
     store = _store(db_url)
     out = _full_console()  # a log gets whole configs and reasons
     out.print(f"store: {store.url}", highlight=False)
-    signal.signal(signal.SIGTERM, _interrupted)
+    _stop_on_sigterm()
     with measurer:
         tune_shapes(
             t.name, selected, store=store, measurer=measurer, trials=trials, sampler=sampler, seed=seed,
@@ -182,6 +183,19 @@ def tune(
         )
     out.print()
     out.print(render_markdown(collect(store, t.name, device_kind=kind)), markup=False, highlight=False)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM ends the command as Ctrl-C does (:func:`_interrupted`), after every thread's Python stack is
+    written to stderr: a run that a `timeout` had to stop says where it was waiting (a `tuner tune` on the
+    H200 printed its published best, then did not exit for 31 s; its log said nothing about why)."""
+    signal.signal(signal.SIGTERM, _interrupted)
+    stream = sys.__stderr__
+    try:
+        stream.fileno()  # type: ignore[union-attr]
+    except (AttributeError, OSError, ValueError):  # no stderr of its own (embedded, captured): no dump
+        return
+    faulthandler.register(signal.SIGTERM, file=stream, all_threads=True, chain=True)
 
 
 def _interrupted(signum: int, _frame: object) -> None:
@@ -237,7 +251,7 @@ def verify(
     spec = resolve(DeviceSpec(device))  # type: ignore[arg-type]
     store = _store(db_url)
     options = MeasureOptions(n_samples=samples, timeout_s=timeout)
-    signal.signal(signal.SIGTERM, _interrupted)
+    _stop_on_sigterm()
     flagged = 0
     for label, the_shape in selected:
         outcome = verify_best(store, t.name, the_shape, device=spec, processes=processes, options=options,
@@ -509,7 +523,7 @@ def _measure_regret(template: str, device: str | None, samples: int, reports: An
     if device not in (None, "cuda", "npu", "cpu"):
         raise UserInputError(f"--measure measures on cuda, npu or cpu, not {device!r}")
     spec = resolve(DeviceSpec(device or "auto"))  # type: ignore[arg-type]
-    signal.signal(signal.SIGTERM, _interrupted)
+    _stop_on_sigterm()
     with Measurer(spec, MeasureOptions(n_samples=samples)) as measurer:
         return measure_unmeasured(reports, shapes, measurer, version=registry.get(template).version)
 
