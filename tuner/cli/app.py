@@ -190,12 +190,11 @@ def _stop_on_sigterm() -> None:
     written to stderr: a run that a `timeout` had to stop says where it was waiting (a `tuner tune` on the
     H200 printed its published best, then did not exit for 31 s; its log said nothing about why)."""
     signal.signal(signal.SIGTERM, _interrupted)
-    stream = sys.__stderr__
     try:
-        stream.fileno()  # type: ignore[union-attr]
+        fd = sys.__stderr__.fileno()  # type: ignore[union-attr]
     except (AttributeError, OSError, ValueError):  # no stderr of its own (embedded, captured): no dump
         return
-    faulthandler.register(signal.SIGTERM, file=stream, all_threads=True, chain=True)
+    faulthandler.register(signal.SIGTERM, file=fd, all_threads=True, chain=True)
 
 
 def _interrupted(signum: int, _frame: object) -> None:
