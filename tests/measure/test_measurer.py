@@ -300,3 +300,22 @@ def test_near_bound_checks_are_immutable_options() -> None:
         options.near_bound = None  # type: ignore[misc]
     assert checks.near({"y": 1e-3}, {"y": 1e-3}) and not checks.near({"y": 0.99e-3}, {"y": 1e-3})
     assert not checks.near({"y": 0.0}, {"y": 0.0})  # a bound of 0 is met exactly or not at all
+
+
+def test_the_measuring_process_exits_at_once_when_closed_even_if_a_library_holds_it() -> None:
+    """A build that leaves behind a thread its process's exit would wait on (as CUDA, Triton and TileLang
+    teardown did on the H200: `tuner tune` waited 5 s for the measuring process after publishing, then killed
+    it): closed, the process exits by itself, in well under that grace."""
+    from tests.fixtures.fault_templates import SlowCompileVectorScale
+
+    ref = f"{SlowCompileVectorScale.__module__}:{SlowCompileVectorScale.__name__}"
+    m = Measurer(DeviceSpec("cpu"), OPTIONS)
+    try:
+        result = m.measure(ref, SHAPE, cfg("exit_hang"))
+        assert result.status is Status.OK, result.reason
+        proc = m._worker._proc  # type: ignore[union-attr]
+    finally:
+        started = time.monotonic()
+        m.close()
+        took = time.monotonic() - started
+    assert proc.returncode == 0 and took < 3.0, (proc.returncode, took)  # killed: -9 after 5 s

@@ -16,6 +16,7 @@ does not import, its inputs or reference raise) are not candidate failures: the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import faulthandler
 import os
@@ -431,5 +432,16 @@ def _one_line(exc: BaseException) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
+def _exit(code: int) -> None:
+    """End the process now, with ``code``, once its output is flushed: every reply has been written and
+    nothing is left to persist, and the interpreter's own teardown waits on whatever a library left behind
+    (threads, CUDA and compiler runtimes): on the H200 it held the process past the parent's 5 s grace, so
+    every `tuner tune`, `tuner verify` process and worker job waited that long and then killed it."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())
