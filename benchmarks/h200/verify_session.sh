@@ -10,7 +10,8 @@
 #   verify   OUTDIR  `tuner verify` of the served chunk-cumsum bests (TileLang) on the five workloads, 5 fresh
 #                    processes each, then exhaustive subspaces (issue 17) as far as EXH_TIMEOUT allows
 #   mimo     OUTDIR  `tuner verify` of the MIMO backward bests (bundle --tilelang mamba) on WORKLOADS
-#                    (default: all 11; VERIFY_WORKLOADS narrows the verify), PROCESSES (5) fresh processes each (the comparator in the first COMPARATOR_PROCESSES,
+#                    (default: all 11; VERIFY_WORKLOADS narrows the verify), PROCESSES (5) fresh processes each (COMPARATORS=0: the
+#                    bests alone, a fresh machine without the comparators' minutes of TileLang builds; else the comparator in the first COMPARATOR_PROCESSES,
 #                    default all), after warming the compile caches with each shape's published best and the
 #                    comparator (WARM=0 skips that), and timing a fresh process's comparator build (cache probe)
 #   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 16's sweeps in the committed MIMO store: after warming the
@@ -119,7 +120,8 @@ case $PHASE in
     MIMO_DB="sqlite:///$MIMO_STORE"
     if [[ ${WARM:-1} == 1 ]]; then
       step warm "${WARM_TIMEOUT:-240}" python3 "$H/warm_mimo.py" --workers 16 --timeout "$(( ${WARM_TIMEOUT:-240} - 10 ))" \
-        --best-db "$MIMO_DB" ${WORKLOADS:+--workloads $WORKLOADS}
+        --best-db "$MIMO_DB" ${WORKLOADS:+--workloads $WORKLOADS} ${VERIFY_WORKLOADS:+--workloads $VERIFY_WORKLOADS} \
+        $([[ ${COMPARATORS:-1} == 0 ]] && echo --no-comparator)
     fi
     # Cache probe: a fresh process builds and runs the comparator of the first shape; with TileLang's disk
     # cache working this takes seconds, not the minutes of a compile. PROBE=0 skips it (a warm machine whose
@@ -141,7 +143,8 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       echo "== verify_mimo skipped: ${LEFT}s left of BUDGET=${BUDGET:-570}" | tee "$W/verify_mimo.log"
     else
       step verify_mimo "$LEFT" $TUNER verify mamba3_mimo_bwd "${SELECT[@]}" --processes "${PROCESSES:-5}" --samples 30 \
-        ${COMPARATOR_PROCESSES:+--comparator-processes $COMPARATOR_PROCESSES} --timeout 240 --device cuda \
+        ${COMPARATOR_PROCESSES:+--comparator-processes $COMPARATOR_PROCESSES} $([[ ${COMPARATORS:-1} == 0 ]] && echo --no-comparators) \
+        --timeout 240 --device cuda \
         --db "$MIMO_DB" --json
     fi
     cp "$MIMO_STORE" "$OUT/"

@@ -11,10 +11,11 @@ in that store at the current template version (``tuner verify`` re-measures one 
 the host's fingerprint), beside the TileLang comparator.
 
 With ``--comparator-only`` it builds the TileLang comparator alone (a sweep that continues a study whose default
-and seeds are measured already needs only the comparator of its final round).
+and seeds are measured already needs only the comparator of its final round); with ``--no-comparator`` the
+template's configs alone (``tuner verify --no-comparators`` of the published bests).
 
 usage: python benchmarks/h200/warm_mimo.py [--workers 16] [--timeout 420] [--workloads NAME ...] [--best-db URL]
-       [--comparator-only]
+       [--comparator-only | --no-comparator]
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="*", default=None, help="default: every official workload")
     ap.add_argument("--best-db", default=None, help="warm each shape's published best in this store instead")
     ap.add_argument("--comparator-only", action="store_true", help="warm the TileLang comparator alone")
+    ap.add_argument("--no-comparator", action="store_true", help="warm the template's configs alone")
     args = ap.parse_args()
     from tuner import db, registry
 
@@ -64,7 +66,7 @@ def main() -> None:
     names = [w.name for w in template.workloads if not args.workloads or w.name in args.workloads]
     # Every TileLang build first (150-250 s each): queued behind the Triton builds (15-60 s each) they would
     # start late and finish last.
-    jobs = [(name, "tilelang") for name in names]
+    jobs = [] if args.no_comparator else [(name, "tilelang") for name in names]
     store = db.Store.open(args.best_db) if args.best_db else None
     for name in [] if args.comparator_only else names:
         shape = template.workload(name)
