@@ -16,7 +16,9 @@ Protocol (tuner.service.worker drives it):
     ``fail_attempt`` records a worker that could not run a task (a reason of the task's, on that worker)
     and leaves it to the others. A task fails by attempts only once its job's ``max_attempts`` workers gave
     it up and no live worker is on it or may still claim it (``task_may_still_run``).
-Timestamps come from the callers' clocks (UTC); hosts are expected to keep them synchronised.
+Timestamps come from the store's clock (:func:`tuner.db.models.store_now`: PostgreSQL's
+``statement_timestamp()``, SQLite's host), UTC: hosts whose clocks differ neither reap each other early nor keep
+a dead worker's lease late.
 """
 
 from __future__ import annotations
