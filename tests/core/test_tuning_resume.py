@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rich.console import Console
@@ -33,5 +34,8 @@ def test_a_resumed_study_counts_measured_trials_and_invalid_configs_apart(tmp_pa
                     comparators=False, finalists=1, console=console)
     text = console.export_text()
     assert "final round (measured in " in text  # no pool here: no prebuild figure
+    # and where the measuring call's time went, part by part
+    assert re.search(r"n32: final round's measuring call: process start \d+\.\d s, template \d+\.\d s, builds and "
+                     r"checks \d+\.\d s, timing \d+\.\d s, other \d+\.\d s", text), text
     assert (f"n32: resuming study 1 ({measured} measured trials stored, {invalid} invalid configs pruned)"
             in text), text

@@ -319,3 +319,24 @@ def test_the_measuring_process_exits_at_once_when_closed_even_if_a_library_holds
         m.close()
         took = time.monotonic() - started
     assert proc.returncode == 0 and took < 3.0, (proc.returncode, took)  # killed: -9 after 5 s
+
+
+def test_a_call_says_where_its_time_went(measurer: Measurer) -> None:
+    """The parts of a measuring call (a final round's 59-92 s on the H200 were about twice what its candidates'
+    stored phases add up to): one request, the builds and checks and the timing each measured, their sum
+    within the call's wall time; a candidate that kills the process makes the call send more requests."""
+    candidates = [cfg("ok"), cfg("ok", block=128)]
+    started = time.monotonic()
+    results = measurer.measure_interleaved(REF, SHAPE, candidates)
+    wall = time.monotonic() - started
+    parts = measurer.last_call_times()
+    assert parts is not None and [r.status for r in results] == [Status.OK, Status.OK]
+    assert parts.requests == 1 and parts.prepare_s > 0 and parts.timing_s > 0 and parts.load_s >= 0
+    assert parts.start_s + parts.load_s + parts.prepare_s + parts.timing_s <= parts.total_s <= wall
+    # the stored phases of each candidate fall within the call's parts
+    assert sum(r.phases.build_s + r.phases.verify_s for r in results) <= parts.prepare_s
+    assert "builds and checks" in parts.describe() and "requests" not in parts.describe()
+    measurer.measure_interleaved(REF, SHAPE, [cfg("ok"), cfg("segfault"), cfg("ok", block=512)])
+    again = measurer.last_call_times()
+    assert again is not None and again.requests >= 2 and again.start_s > 0  # a fresh process was waited for
+    assert f"({again.requests} requests)" in again.describe()

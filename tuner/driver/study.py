@@ -36,7 +36,7 @@ from tuner.frozen import Config, Scalar, Shape
 from tuner.keys import StudyKey
 from tuner.lookup import Entry, fit_distance, latest_per_shape, repair_config
 from tuner.measure.compile_cache import CompilePool
-from tuner.measure.contract import Measuring
+from tuner.measure.contract import CallTimes, Measuring
 from tuner.measure.measurer import Candidate, NearBoundChecks
 from tuner.results import (
     COMPARATOR_PREFIX,
@@ -78,6 +78,8 @@ class FinalRound:
     # call (every candidate's build, checks and the interleaved timing, in the measuring process)
     prebuild_s: float = 0.0
     measure_s: float = 0.0
+    # the measuring call's parts (process start, template, builds and checks, timing); None when unknown
+    measure_times: CallTimes | None = None
 
 
 @dataclass
@@ -459,8 +461,9 @@ def finalize(
         near_bound=near_bound,
     ) if timed else ())
     measure_s = time.perf_counter() - started
-    log.info("final round of %s (%s): %d candidates, prebuild %.1f s, measured in %.1f s", ctx.template.name,
-             ctx.shape.key(), len(labelled), prebuild_s, measure_s)
+    parts = ctx.measurer.last_call_times() if timed else None
+    log.info("final round of %s (%s): %d candidates, prebuild %.1f s, measured in %.1f s (%s)", ctx.template.name,
+             ctx.shape.key(), len(labelled), prebuild_s, measure_s, parts.describe() if parts else "no parts")
     results = [late[key] if (key := c.result_config()) in late else next(measured) for _, c in labelled]
     entries = tuple(
         FinalEntry(label, result, store_result(ctx, result, role="final", candidate=label, round_id=round_id))
@@ -486,7 +489,8 @@ def finalize(
             refused += 1
         published = winner is not None
     _describe_round(ctx.study, entries, winner if published else None)
-    return FinalRound(round_id, entries, winner, published, refused, prebuild_s=prebuild_s, measure_s=measure_s)
+    return FinalRound(round_id, entries, winner, published, refused, prebuild_s=prebuild_s, measure_s=measure_s,
+                      measure_times=parts)
 
 
 def prebuild(ctx: StudyContext, configs: Sequence[Config], pool: CompilePool | None) -> dict[Config, MeasureResult]:

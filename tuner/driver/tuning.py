@@ -192,6 +192,8 @@ def _print_summary(console: Console, s: ShapeSummary) -> None:
             config = comparator_names(labels)
         table.add_row(merged_label(labels, names=False), config, r.status.value, median, spread, reason)
     console.print(table)
+    if s.final.measure_times is not None:
+        console.print(f"{s.label}: final round's measuring call: {s.final.measure_times.describe()}", highlight=False)
     if s.final.winner is not None:
         w = s.final.winner.result
         console.print(f"best config for {s.label}: {json.dumps(w.config.to_dict())} at {w.median_us:.2f} µs "

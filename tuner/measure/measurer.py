@@ -30,6 +30,7 @@ from typing import TypeVar
 from tuner import errors, registry
 from tuner.errors import MeasureInterrupted, MeasureSetupError
 from tuner.frozen import Shape
+from tuner.measure.contract import CallTimes
 from tuner.measure.devices.base import DeviceSpec, Fingerprint, backend_class, resolve
 from tuner.measure.pool import WorkerDied, WorkerProcess, WorkerTimedOut
 from tuner.measure.protocol import (
@@ -67,6 +68,17 @@ class _Round:
     split: bool = False  # retry one by one: a crash while timing several candidates names no culprit
 
 
+@dataclass
+class _Clock:
+    """The parts of one call's time, added up as its requests run (:class:`CallTimes`)."""
+
+    start_s: float = 0.0
+    load_s: float = 0.0
+    prepare_s: float = 0.0
+    timing_s: float = 0.0
+    requests: int = 0
+
+
 class Measurer:
     """Measures template candidates on one device through a warm worker process.
 
@@ -83,6 +95,9 @@ class Measurer:
         self._fingerprint: Fingerprint | None = None
         self._closed = False
         self._interrupted = False
+        self._clock = _Clock()  # the call in progress (calls hold the lock)
+        self._timing_from: float | None = None  # when the request in progress began timing
+        self._last = threading.local()  # each thread's last call's CallTimes
         self._start_worker()  # start now: its imports overlap the caller's own set-up
 
     def __enter__(self) -> Measurer:
@@ -123,7 +138,9 @@ class Measurer:
         ref = template_ref if ":" in template_ref else registry.ref_of(template_ref)
         chosen_seed = self.options.seed if seed is None else seed
         results: dict[int, MeasureResult] = {}
+        self._last.times = None
         with self._lock:
+            started, self._clock = time.monotonic(), _Clock()
             options = self.options
             if check_seeds is not None:
                 options = dataclasses.replace(options, check_seeds=check_seeds)
@@ -138,7 +155,13 @@ class Measurer:
                 results.update(outcome.results)
                 if outcome.retry:
                     groups.extend([[i] for i in outcome.retry] if outcome.split else [outcome.retry])
+            self._last.times = CallTimes(time.monotonic() - started, **dataclasses.asdict(self._clock))
         return [dataclasses.replace(results[i], config=c.result_config()) for i, c in enumerate(candidates)]
+
+    def last_call_times(self) -> CallTimes | None:
+        """Where the calling thread's last :meth:`measure_interleaved` (or :meth:`measure`) call spent its
+        time; None before one or after one that raised."""
+        return getattr(self._last, "times", None)
 
     def set_options(self, options: MeasureOptions) -> None:
         """Use these options from the next call on (a worker serving jobs with other sample counts)."""
@@ -191,11 +214,14 @@ class Measurer:
         worker = self._worker
         assert worker is not None
         if not self._ready:
+            waited = time.monotonic()
             try:
                 self._expect(worker, Ready, STARTUP_TIMEOUT_S, "starting")
             except errors.TunerError:
                 self._discard_worker(restart=False)  # the next call tries a fresh one
                 raise
+            finally:
+                self._clock.start_s += time.monotonic() - waited
             self._ready = True
         return worker
 
@@ -231,6 +257,7 @@ class Measurer:
             worker = self._ready_worker()
             worker.send(request)
         self._rounds += 1
+        self._clock.requests += 1
         seasoned = self._rounds > 1
         try:
             return self._follow(worker, candidates, group)
@@ -247,9 +274,26 @@ class Measurer:
     def _follow(self, worker: WorkerProcess, candidates: Sequence[Candidate], group: list[int]) -> _Round:
         """Read the worker's replies to one request until it is done, dies or runs out of time."""
         # Importing the template is not charged to the candidates' timeouts.
-        self._expect(worker, Loaded, STARTUP_TIMEOUT_S, "loading the template")
+        asked = time.monotonic()
+        try:
+            self._expect(worker, Loaded, STARTUP_TIMEOUT_S, "loading the template")
+        finally:
+            self._clock.load_s += time.monotonic() - asked
         timeout_s = self.options.timeout_s
-        start = stage_start = time.monotonic()
+        start = time.monotonic()
+        self._timing_from = None  # set when the process says the timing started
+        try:
+            return self._replies(worker, candidates, group, timeout_s, start)
+        finally:
+            self._clock.prepare_s += (self._timing_from or time.monotonic()) - start
+            if self._timing_from is not None:
+                self._clock.timing_s += time.monotonic() - self._timing_from
+
+    def _replies(
+        self, worker: WorkerProcess, candidates: Sequence[Candidate], group: list[int], timeout_s: float,
+        start: float,
+    ) -> _Round:
+        stage_start = start
         budget_end = start + timeout_s * len(group)
         outcome = _Round()
         verified: list[int] = []  # positions in group
@@ -272,6 +316,7 @@ class Measurer:
                 stage_start = time.monotonic()
             elif isinstance(reply, TimingStarted):
                 timing = True
+                self._timing_from = time.monotonic()
             elif isinstance(reply, Done):
                 outcome.results.update((group[p], r) for p, r in reply.results)
                 outcome.retry = [group[p] for p in reply.retry]

@@ -193,6 +193,10 @@ class ReplayMeasurer:
     ) -> MeasureResult:
         return self.measure_interleaved(template_ref, shape, [candidate], seed=seed)[0]
 
+    def last_call_times(self) -> None:
+        """None: a replay measures nothing, its calls' time is the record's lookup."""
+        return None
+
     def measure_interleaved(
         self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None,
         check_seeds: int | None = None, near_bound: NearBoundChecks | None = None,
