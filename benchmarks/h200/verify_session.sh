@@ -184,6 +184,9 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       # before that, so the final round runs and publishes instead of being killed. A MIMO final round took
       # 83-133 s on the H200 (2026-12-03, fourteenth session; more with a cold Triton cache), so a
       # RESERVE_S below 150 or a final-only TUNE_TIMEOUT below ~150 s got rounds killed before publishing.
+      # Fifteenth session: prebuild 18-49 s + measuring call 59-92 s, then ~20 s waiting for the child
+      # processes' exit after publishing (15 s compile pool + 5 s measuring process; 3 s and about none
+      # since commit 24a10d0); the measuring call's parts are printed under each final-round table.
       LIMIT=$(left); (( LIMIT > ${TUNE_TIMEOUT:-240} )) && LIMIT=${TUNE_TIMEOUT:-240}
       if (( LIMIT - ${RESERVE_S:-150} < 30 )); then
         echo "== tune_$w skipped: ${LIMIT}s left of BUDGET=${BUDGET:-570}" | tee "$W/tune_$w.log"; continue
