@@ -93,6 +93,9 @@ def test_a_template_whose_speed_changes_between_processes_is_flagged(db_url: str
 def test_a_steady_template_is_within_tolerance(tmp_path: Path) -> None:
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     _publish(store, "steady_spin")
+    before = render_verifications([collect(store, "steady_spin")])
+    assert "Served bests not yet re-measured by `tuner verify` (1): steady_spin n=64" in before, before
+    assert "No verification recorded" in before
     outcome = verify_best(store, "steady_spin", SHAPE, device=CPU, processes=2, options=OPTIONS, tolerance=0.5,
                           comparators=False)
     assert not outcome.verdict.flagged and abs(outcome.verdict.drift or 1.0) < 0.5
@@ -100,7 +103,7 @@ def test_a_steady_template_is_within_tolerance(tmp_path: Path) -> None:
     report = collect(store, "steady_spin")
     assert "⚠" not in render_markdown(report)
     text = render_verifications([report])
-    assert "| steady_spin | n=64 |" in text and "| ok (±50%) |" in text
+    assert "| steady_spin | n=64 |" in text and "| ok (±50%) |" in text and "not yet re-measured" not in text
 
 
 def test_comparators_can_be_limited_to_the_first_processes(tmp_path: Path) -> None:

@@ -577,8 +577,15 @@ def render_verifications(reports: Sequence[Report], *, title: str | None = None)
     config's median and spread, the comparators' ratios to their stored figures, and the verdict."""
     out = [f"# {title or 'Verifications: ' + ', '.join(r.template for r in reports)}", ""]
     rows = [(rep.template, r) for rep in reports for r in rep.rows if r.verification is not None]
+    # a served best that no verification re-measured (a new final round published since): named, so that an
+    # empty or short table is not read as "nothing to verify"
+    unverified = [f"{rep.template} {r.workload}" + (f" (v{r.version})" if r.version else "")
+                  for rep in reports for r in rep.rows if r.verification is None and r.best_us is not None]
+    if unverified:
+        out += [f"Served bests not yet re-measured by `tuner verify` ({len(unverified)}): "
+                + ", ".join(unverified) + ".", ""]
     if not rows:
-        return "\n".join([*out, "No verification recorded for these templates yet."]) + "\n"
+        return "\n".join([*out, "No verification recorded for these templates' served bests yet."]) + "\n"
     out += ["| template | workload | verified (UTC) | processes | stored µs | re-measured µs, median (low–high) | "
             "drift | verdict | per process: median (p20–p80) µs | comparators, re-measured / stored (median over "
             "processes) | comparator / best, same process (median over processes) |", "|" + "---|" * 11]
