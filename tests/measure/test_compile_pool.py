@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -257,12 +258,12 @@ def test_a_pool_interrupted_from_another_thread_ends_its_batch_at_once(tmp_path,
     pid_file = tmp_path / "child.pid"
     monkeypatch.setenv("TUNER_TEST_CHILD_PID", str(pid_file))
     with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
-        threading.Timer(3.0, pool.interrupt).start()
-        started = time.monotonic()
+        # once the hung build has started its compiler (a fixed 3 s fired before that on a loaded CI host)
+        interrupted = _interrupt_when_started(pool, pid_file, not_before_s=3.0)
         with pytest.raises(MeasureInterrupted):
             pool.compile(SlowCompileVectorScale(), [Config(mode="compile_hang_child", BLOCK=16),
                                                     Config(mode="ok", BLOCK=32)], Shape(n=64), timeout_s=600)
-        assert time.monotonic() - started < 30
+        assert time.monotonic() - interrupted[0] < 30
         with pytest.raises(MeasureInterrupted):  # a stopping worker's pool builds nothing more
             pool.compile(SlowCompileVectorScale(), [Config(mode="ok", BLOCK=64)], Shape(n=64), timeout_s=600)
     child = int(pid_file.read_text())
@@ -279,13 +280,29 @@ def test_an_interrupt_reaches_the_builds_retried_alone_after_a_crash(tmp_path, m
     monkeypatch.setenv("TUNER_TEST_CHILD_PID", str(pid_file))
     crash, hang = Config(mode="compile_crash", BLOCK=16), Config(mode="compile_hang_child", BLOCK=32)
     with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
-        threading.Timer(10.0, pool.interrupt).start()
-        started = time.monotonic()
+        interrupted = _interrupt_when_started(pool, pid_file, not_before_s=10.0)  # by then: the retries
         with pytest.raises(MeasureInterrupted):
             pool.compile(SlowCompileVectorScale(), [crash, hang], Shape(n=64), timeout_s=600)
-        assert time.monotonic() - started < 60
+        assert time.monotonic() - interrupted[0] < 60
     child = int(pid_file.read_text())
     deadline = time.monotonic() + 10
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(child)
+
+
+def _interrupt_when_started(pool: CompilePool, pid_file: Path, *, not_before_s: float) -> list[float]:
+    """Interrupt ``pool`` from another thread once ``not_before_s`` have passed and the hung build has written
+    its compiler's pid (at most 120 s); the returned list gets the time of the interrupt."""
+    at: list[float] = []
+    earliest = time.monotonic() + not_before_s
+
+    def run() -> None:
+        deadline = time.monotonic() + 120
+        while (time.monotonic() < earliest or not pid_file.exists()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        at.append(time.monotonic())
+        pool.interrupt()
+
+    threading.Thread(target=run, daemon=True).start()
+    return at
