@@ -118,9 +118,10 @@ case $PHASE in
     SELECT=(); for w in ${VERIFY_WORKLOADS:-${WORKLOADS:-}}; do SELECT+=(-w "$w"); done
     [[ ${#SELECT[@]} -eq 0 ]] && SELECT=(--all-workloads)
     MIMO_DB="sqlite:///$MIMO_STORE"
+    WARM_SELECT=${VERIFY_WORKLOADS:-${WORKLOADS:-}}  # the shapes verified (default: all)
     if [[ ${WARM:-1} == 1 ]]; then
       step warm "${WARM_TIMEOUT:-240}" python3 "$H/warm_mimo.py" --workers 16 --timeout "$(( ${WARM_TIMEOUT:-240} - 10 ))" \
-        --best-db "$MIMO_DB" ${WORKLOADS:+--workloads $WORKLOADS} ${VERIFY_WORKLOADS:+--workloads $VERIFY_WORKLOADS} \
+        --best-db "$MIMO_DB" ${WARM_SELECT:+--workloads $WARM_SELECT} \
         $([[ ${COMPARATORS:-1} == 0 ]] && echo --no-comparator)
     fi
     # Cache probe: a fresh process builds and runs the comparator of the first shape; with TileLang's disk
@@ -128,7 +129,8 @@ case $PHASE in
     # final rounds just loaded the comparators from that cache).
     # shellcheck disable=SC2086
     set -- ${VERIFY_WORKLOADS:-${WORKLOADS:-mimo-n16-p64-r4}}; FIRST=$1
-    [[ ${PROBE:-1} == 0 ]] || TL_LOG_LEVEL=INFO step cache_probe "${PROBE_TIMEOUT:-200}" python3 -c "
+    # COMPARATORS=0 skips it too: the probe builds the TileLang comparator, which that option leaves unbuilt.
+    [[ ${PROBE:-1} == 0 || ${COMPARATORS:-1} == 0 ]] || TL_LOG_LEVEL=INFO step cache_probe "${PROBE_TIMEOUT:-200}" python3 -c "
 import sys, time; sys.path.insert(0, '$H'); t0 = time.perf_counter()
 import torch; from mimo_probe import build_candidate; from tuner import registry
 t = registry.get('mamba3_mimo_bwd'); shape = t.workload('$FIRST'); inputs = t.make_inputs(shape, 'cuda', 0)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -268,3 +270,25 @@ def test_best_prints_a_carried_versions_best_as_the_server_serves_it(tmp_path: P
     repaired = json.loads(tuner("best", "mamba3_mimo_bwd", "--shape", n64, "--db", url, "--json").stdout)
     assert repaired["match"] == "nearest" and repaired["config"] == {**v2, "state_pass": "scan", "scan_block": 1024}
     assert repaired["repaired"] == [{"param": "scan_block", "entry": 2048, "served": 1024}]
+
+
+def test_sigterm_dumps_the_stacks_each_time_a_command_installs_its_handler(capfd: pytest.CaptureFixture[str]) -> None:
+    """Two commands in one process, another handler set between them (a worker's): the second command's
+    SIGTERM still writes the stacks before stopping it (faulthandler's handler, replaced by signal.signal,
+    was not installed again by a second register)."""
+    from tuner.cli import app
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        app._stop_on_sigterm()
+        signal.signal(signal.SIGTERM, lambda *_: None)  # e.g. `tuner worker`'s own handler
+        app._stop_on_sigterm()
+        capfd.readouterr()
+        with pytest.raises(KeyboardInterrupt, match="stopped by signal 15"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs at the next bytecode boundary
+        err = capfd.readouterr().err
+        assert "most recent call first" in err and "test_cli.py" in err, err
+    finally:
+        faulthandler.unregister(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, before)

@@ -17,6 +17,7 @@ from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
 from tuner.measure.devices.base import DeviceSpec
 from tuner.measure.measurer import MeasureOptions, Measurer
+from tuner.report.markdown import collect, render_verifications
 from tuner.results import COMPARATOR_PREFIX, Status
 from tuner.store.records import VERIFIED_LABEL
 
@@ -219,6 +220,11 @@ def test_a_round_whose_job_was_cancelled_meanwhile_is_stored_not_published(tmp_p
     assert asked == [True] and final.winner is not None and not final.published
     assert store.get_study_best(study_id=ctx.study_id) is None  # nothing served from a cancelled job
     assert store.latest_round(study_id=ctx.study_id)  # the round's measurements are kept
+    # the report shows the round's winner, but not as a served best waiting for `tuner verify`
+    report = collect(store, NAME)
+    (row,) = report.rows
+    assert row.best_us is not None and not row.published
+    assert "not yet re-measured" not in render_verifications([report])
 
 
 def test_a_round_does_not_publish_a_winner_disproved_after_its_read(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]

@@ -189,6 +189,9 @@ def _stop_on_sigterm() -> None:
     """SIGTERM ends the command as Ctrl-C does (:func:`_interrupted`), after every thread's Python stack is
     written to stderr: a run that a `timeout` had to stop says where it was waiting (a `tuner tune` on the
     H200 printed its published best, then did not exit for 31 s; its log said nothing about why)."""
+    # registered afresh each time: a later signal.signal (another command run in this process, the worker's)
+    # replaces faulthandler's handler, which register() alone would not put back
+    faulthandler.unregister(signal.SIGTERM)
     signal.signal(signal.SIGTERM, _interrupted)
     try:
         fd = sys.__stderr__.fileno()  # type: ignore[union-attr]

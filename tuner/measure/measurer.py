@@ -134,6 +134,7 @@ class Measurer:
         worker). ``check_seeds``: verify on that many input sets this call; ``near_bound``: check a candidate
         near its error bounds on more (:class:`~tuner.measure.protocol.NearBoundChecks`); None: the options'."""
         if not candidates:
+            self._last.times = None
             return []
         ref = template_ref if ":" in template_ref else registry.ref_of(template_ref)
         chosen_seed = self.options.seed if seed is None else seed

@@ -77,6 +77,7 @@ class ReportRow:
     bytes_moved: int | None = None  # the template's minimum bytes at the row's shape
     verification: VerificationRecord | None = None  # the latest `tuner verify` of the row's study
     tensor_pct: float | None = None  # template flops / best time over the device's dense 16-bit tensor peak
+    published: bool = False  # the row's best config is its study's published best (what is served)
 
     @property
     def named(self) -> bool:
@@ -116,7 +117,9 @@ def collect(store: TuningStore, template_name: str, *, device_kind: str | None =
     (:func:`tuner.store.records.current_studies`: the last to publish a best) and its latest final round."""
     template = registry.get(template_name)
     studies = store.list_studies(template=template_name, device_kind=device_kind)
-    latest = current_studies(studies, store.list_best(template=template_name, device_kind=device_kind))
+    bests = store.list_best(template=template_name, device_kind=device_kind)
+    latest = current_studies(studies, bests)
+    published = {b.study_id: json.loads(b.config_json) for b in bests}
     rows = []
     fingerprints: dict[str, dict[str, object]] = {}
     checks = store.latest_verifications(study_ids=[st.id for st in latest.values()])
@@ -127,7 +130,8 @@ def collect(store: TuningStore, template_name: str, *, device_kind: str | None =
         row = _row(store, template, st, fingerprint, disproved[st.id])
         check = checks.get(st.id)  # only a verification of the config the row shows as best
         verified = check.of_config(row.best_config.to_dict()) if check and row.best_config else None
-        rows.append(dataclasses.replace(row, verification=verified))
+        served = row.best_config is not None and published.get(st.id) == row.best_config.to_dict()
+        rows.append(dataclasses.replace(row, verification=verified, published=served))
     return Report(template.name, template.version, tuple(rows), tuple(fingerprints.values()))
 
 
@@ -577,10 +581,10 @@ def render_verifications(reports: Sequence[Report], *, title: str | None = None)
     config's median and spread, the comparators' ratios to their stored figures, and the verdict."""
     out = [f"# {title or 'Verifications: ' + ', '.join(r.template for r in reports)}", ""]
     rows = [(rep.template, r) for rep in reports for r in rep.rows if r.verification is not None]
-    # a served best that no verification re-measured (a new final round published since): named, so that an
-    # empty or short table is not read as "nothing to verify"
+    # a published best that no verification re-measured (a new final round published since): named, so that
+    # an empty or short table is not read as "nothing to verify"
     unverified = [f"{rep.template} {r.workload}" + (f" (v{r.version})" if r.version else "")
-                  for rep in reports for r in rep.rows if r.verification is None and r.best_us is not None]
+                  for rep in reports for r in rep.rows if r.verification is None and r.published]
     if unverified:
         out += [f"Served bests not yet re-measured by `tuner verify` ({len(unverified)}): "
                 + ", ".join(unverified) + ".", ""]
