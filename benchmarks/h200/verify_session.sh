@@ -188,7 +188,7 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       # RESERVE_S below 150 or a final-only TUNE_TIMEOUT below ~150 s got rounds killed before publishing.
       # Fifteenth session: prebuild 18-49 s + measuring call 59-92 s, then ~20 s waiting for the child
       # processes' exit after publishing (15 s compile pool + 5 s measuring process; 3 s and about none
-      # since commit 24a10d0); the measuring call's parts are printed under each final-round table.
+      # since commit 3f526a0); the measuring call's parts are printed under each final-round table.
       LIMIT=$(left); (( LIMIT > ${TUNE_TIMEOUT:-240} )) && LIMIT=${TUNE_TIMEOUT:-240}
       if (( LIMIT - ${RESERVE_S:-150} < 30 )); then
         echo "== tune_$w skipped: ${LIMIT}s left of BUDGET=${BUDGET:-570}" | tee "$W/tune_$w.log"; continue
