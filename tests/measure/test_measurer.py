@@ -333,8 +333,9 @@ def test_a_call_says_where_its_time_went(measurer: Measurer) -> None:
     assert parts is not None and [r.status for r in results] == [Status.OK, Status.OK]
     assert parts.requests == 1 and parts.prepare_s > 0 and parts.timing_s > 0 and parts.load_s >= 0
     assert parts.start_s + parts.load_s + parts.prepare_s + parts.timing_s <= parts.total_s <= wall
-    # the stored phases of each candidate fall within the call's parts
-    assert sum(r.phases.build_s + r.phases.verify_s for r in results) <= parts.prepare_s
+    # the candidates' stored phases (timed in the process) fall within the call's builds and checks, up to the
+    # pipe's latency: the process starts building as it sends "loaded", the call's clock when it reads that
+    assert sum(r.phases.build_s + r.phases.verify_s for r in results) <= parts.prepare_s + 0.05
     assert "builds and checks" in parts.describe() and "requests" not in parts.describe()
     measurer.measure_interleaved(REF, SHAPE, [cfg("ok"), cfg("segfault"), cfg("ok", block=512)])
     again = measurer.last_call_times()
