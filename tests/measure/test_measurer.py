@@ -303,9 +303,9 @@ def test_near_bound_checks_are_immutable_options() -> None:
 
 
 def test_the_measuring_process_exits_at_once_when_closed_even_if_a_library_holds_it() -> None:
-    """A build that leaves behind a thread its process's exit would wait on (as CUDA, Triton and TileLang
-    teardown did on the H200: `tuner tune` waited 5 s for the measuring process after publishing, then killed
-    it): closed, the process exits by itself, in well under that grace."""
+    """A build that leaves behind a thread its process's exit would wait on (on the H200 a `tuner tune` was
+    found in the 5 s wait for the measuring process after publishing): closed, the process exits by itself,
+    in well under that grace."""
     from tests.fixtures.fault_templates import SlowCompileVectorScale
 
     ref = f"{SlowCompileVectorScale.__module__}:{SlowCompileVectorScale.__name__}"

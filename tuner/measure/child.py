@@ -435,8 +435,8 @@ def _one_line(exc: BaseException) -> str:
 def _exit(code: int) -> None:
     """End the process now, with ``code``, once its output is flushed: every reply has been written and
     nothing is left to persist, and the interpreter's own teardown waits on whatever a library left behind
-    (threads, CUDA and compiler runtimes): on the H200 it held the process past the parent's 5 s grace, so
-    every `tuner tune`, `tuner verify` process and worker job waited that long and then killed it."""
+    (threads, CUDA and compiler runtimes): on the H200 a `tuner tune` was found waiting out the parent's 5 s
+    grace for this process after publishing (2026-12-03)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

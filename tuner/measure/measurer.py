@@ -133,13 +133,12 @@ class Measurer:
         candidate never loses the others' results (they are measured again without it if it kills the
         worker). ``check_seeds``: verify on that many input sets this call; ``near_bound``: check a candidate
         near its error bounds on more (:class:`~tuner.measure.protocol.NearBoundChecks`); None: the options'."""
+        self._last.times = None  # until this call ends well
         if not candidates:
-            self._last.times = None
             return []
         ref = template_ref if ":" in template_ref else registry.ref_of(template_ref)
         chosen_seed = self.options.seed if seed is None else seed
         results: dict[int, MeasureResult] = {}
-        self._last.times = None
         with self._lock:
             started, self._clock = time.monotonic(), _Clock()
             options = self.options
