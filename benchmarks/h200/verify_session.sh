@@ -18,7 +18,8 @@
 #                    compile caches (TileLang, the default and seeds of WARM_WORKLOADS, default the sweep's;
 #                    COMPARATOR_ONLY=1: TileLang alone; WARM=0 skips that, WARM=bg builds the
 #                    TileLang comparators of WARM_WORKLOADS in the background during the sweeps), up to TRIALS (40)
-#                    more trials and a final round with the TileLang line on each of SWEEP_WORKLOADS (default
+#                    more trials (SWEEP_ONLY="--only NAME=V1,V2 …": that subspace, exhaustively) and a final
+#                    round with the TileLang line on each of SWEEP_WORKLOADS (default
 #                    N128 P64 R2), each within TUNE_TIMEOUT seconds and the BUDGET left (`tuner tune
 #                    --time-limit` stops new trials RESERVE_S before that; FINAL_ONLY=1: no new trial, the final
 #                    round alone; CANDIDATE_TIMEOUT, default 240 s, bounds a candidate and twice it a pool build);
@@ -195,7 +196,10 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       fi
       # FINAL_ONLY=1: no new trial, only the final round (finalists, incumbent, default, TileLang).
       TIME_LIMIT=$(( LIMIT - ${RESERVE_S:-150} )); [[ ${FINAL_ONLY:-0} == 1 ]] && TIME_LIMIT=0.001
-      step "tune_$w" "$LIMIT" $TUNER tune mamba3_mimo_bwd -w "$w" --trials "${TRIALS:-40}" \
+      # SWEEP_ONLY="--only NAME=V1,V2 …": instead of TRIALS sampled trials, measure that subspace (`--exhaustive`:
+      # the configs the study lacks), then the final round as usual.
+      if [[ -n ${SWEEP_ONLY:-} ]]; then read -ra HOW <<< "--exhaustive $SWEEP_ONLY"; else HOW=(--trials "${TRIALS:-40}"); fi
+      step "tune_$w" "$LIMIT" $TUNER tune mamba3_mimo_bwd -w "$w" "${HOW[@]}" \
         --time-limit "$TIME_LIMIT" --samples 30 --finalists 3 --timeout "${CANDIDATE_TIMEOUT:-240}" --device cuda \
         --seed 1 --db "sqlite:///$MIMO_STORE"
       cp "$MIMO_STORE" "$OUT/"
