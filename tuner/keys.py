@@ -19,13 +19,18 @@ DeviceKind = Literal["cuda", "npu", "cpu"]
 KINDS: tuple[DeviceKind, ...] = ("cuda", "npu", "cpu")
 
 
+# ``Fingerprint.info`` entries each process measures afresh (they vary run to run on one machine).
+MEASURED_INFO = frozenset({"copy_bw_bytes_per_s", "sm_clock_mhz_at_start"})
+
+
 @dataclass(frozen=True)
 class Fingerprint:
     """What makes timings on one device comparable with another's.
 
     ``key_fields`` (kind, device name, driver, runtime, library versions) enter the study key: a change of
     any of them starts a new study. ``info`` holds figures recorded but not keyed (SM clock at start, L2
-    size, memory, measured copy bandwidth in bytes/s under ``copy_bw_bytes_per_s``).
+    size, memory, measured copy bandwidth in bytes/s under ``copy_bw_bytes_per_s``); of those, the ones in
+    :data:`MEASURED_INFO` are measured by each process and differ from run to run on the same machine.
     """
 
     kind: DeviceKind

@@ -183,3 +183,25 @@ def test_tensor_peak_column_for_a_template_that_counts_flops(tmp_path) -> None: 
     assert "% tensor peak" not in render_markdown(Report("t", "1", (_row("w", "1"),)))
     assert tensor_peak_flops("NVIDIA H100 PCIe") == 756e12 and tensor_peak_flops("NVIDIA H200 NVL") == 835e12
     assert tensor_peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12 and tensor_peak_flops("Some GPU") is None
+
+
+def _fingerprint(bw: float, clock: int, driver: str = "580") -> dict[str, object]:
+    return {"kind": "cuda", "device_name": "GPU", "driver": driver, "runtime": "13.0",
+            "libraries": {"torch": "2.11"}, "info": {"l2_bytes": 100, "copy_bw_bytes_per_s": bw,
+                                                      "sm_clock_mhz_at_start": clock}}
+
+
+def test_runs_of_one_environment_share_its_table_with_the_measured_figures_as_ranges() -> None:
+    fps = (_fingerprint(4.1e12, 1980), _fingerprint(4.2e12, 1980), _fingerprint(4.15e12, 1980))
+    text = render_markdown(Report("t", "2", (_row("w1", "2"),), fps))
+    env = text[text.index("## Environment"):]
+    assert env.count("| field | value |") == 1
+    assert "| copy_bw_bytes_per_s | 4.1e+12–4.2e+12 (3 runs) |" in env
+    assert "| sm_clock_mhz_at_start | 1980 |" in env and "| l2_bytes | 100 |" in env and "| torch | 2.11 |" in env
+
+
+def test_another_driver_is_another_environment_table() -> None:
+    fps = (_fingerprint(4.1e12, 1980), _fingerprint(4.2e12, 1755, driver="575"))
+    env = render_markdown(Report("t", "2", (_row("w1", "2"),), fps)).split("## Environment")[1]
+    assert env.count("| field | value |") == 2
+    assert "| copy_bw_bytes_per_s | 4100000000000.0 |" in env and "| sm_clock_mhz_at_start | 1755 |" in env

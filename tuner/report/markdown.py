@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from tuner import registry
 from tuner.frozen import Config, Shape
+from tuner.keys import MEASURED_INFO
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status, reason_line
 from tuner.store import MeasurementRecord, StudyRecord, TuningStore, VerificationRecord
 from tuner.store.entries import disproved_by_study, round_winner
@@ -636,19 +637,49 @@ def _process_cells(figures: Sequence[dict[str, object]]) -> tuple[str, str, str]
 
 
 def _environment(fingerprints: Sequence[dict[str, object]]) -> list[str]:
+    """One table per environment: fingerprints that differ only in the figures each process measures
+    (:data:`tuner.keys.MEASURED_INFO`) share a table, those figures given as their range over the runs."""
     out = ["## Environment", ""]
-    seen: list[dict[str, object]] = []
+    groups: list[tuple[dict[str, object], list[dict[str, object]]]] = []
     for fp in fingerprints:
-        if fp in seen:
-            continue
-        seen.append(fp)
+        info = fp.get("info")
+        fixed = fp
+        if isinstance(info, dict):
+            fixed = {**fp, "info": {k: v for k, v in info.items() if k not in MEASURED_INFO}}
+        for key, members in groups:
+            if key == fixed:
+                members.append(fp)
+                break
+        else:
+            groups.append((fixed, [fp]))
+    for fixed, members in groups:
         out += ["| field | value |", "|---|---|"]
-        out += [f"| {k} | {fp.get(k, '')} |" for k in ("kind", "device_name", "driver", "runtime")]
-        for part in ("libraries", "info"):
-            values = fp.get(part)
-            out += [f"| {k} | {v} |" for k, v in sorted(values.items())] if isinstance(values, dict) else []
+        out += [f"| {k} | {fixed.get(k, '')} |" for k in ("kind", "device_name", "driver", "runtime")]
+        libraries = fixed.get("libraries")
+        out += [f"| {k} | {v} |" for k, v in sorted(libraries.items())] if isinstance(libraries, dict) else []
+        measured: dict[str, list[object]] = {}
+        for fp in members:
+            info = fp.get("info")
+            for k, v in info.items() if isinstance(info, dict) else ():
+                if k in MEASURED_INFO:
+                    measured.setdefault(k, []).append(v)
+        info = fixed.get("info")
+        cells = {k: str(v) for k, v in info.items()} if isinstance(info, dict) else {}
+        cells.update({k: _measured_cell(values) for k, values in measured.items()})
+        out += [f"| {k} | {v} |" for k, v in sorted(cells.items())]
         out.append("")
     return out
+
+
+def _measured_cell(values: Sequence[object]) -> str:
+    """A measured figure over the runs of one environment: the value, or its range and the number of runs."""
+    distinct = sorted(set(values), key=str)
+    if len(distinct) == 1:
+        return str(distinct[0])
+    numbers = [v for v in values if isinstance(v, int | float)]
+    if len(numbers) == len(values):
+        return f"{min(numbers):.4g}–{max(numbers):.4g} ({len(values)} runs)"
+    return " / ".join(map(str, distinct))
 
 
 def _gm_ratio(pairs: Sequence[tuple[float | None, float | None]]) -> str:
