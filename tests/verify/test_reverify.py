@@ -123,6 +123,10 @@ def test_comparators_can_be_limited_to_the_first_processes(tmp_path: Path) -> No
     assert re.search(r"library \d\.\d{3} \|", text) and re.search(r"library \d+\.\d\dx \(1\) \|", text)
     with pytest.raises(UserInputError, match="--comparator-processes must be between 1 and --processes"):
         verify_best(store, "steady_spin", SHAPE, device=CPU, processes=2, comparator_processes=3, options=OPTIONS)
+    # without comparators the limit limits nothing: the verification runs, the best alone in each process
+    alone = verify_best(store, "steady_spin", SHAPE, device=CPU, processes=1, comparators=False,
+                        comparator_processes=3, options=OPTIONS, tolerance=0.5)
+    assert [[c.label for c in p.candidates] for p in alone.processes] == [[BEST_LABEL]]
 
 
 def _served(store: db.Store, template: str, shape: dict[str, int], host: Fingerprint, backend: str) -> int | None:

@@ -174,12 +174,14 @@ def verify_best(
     verification (see the module doc). ``comparator_processes`` (default: every process) limits the comparators
     to the first that many processes: a comparator whose compiled kernels no disk cache keeps (mamba_ssm's
     TileLang 0.1.8 MIMO backward compiles for minutes in each new process) is then built once, while the best
-    config is still re-measured in every process. ``on_process`` sees each process's figures as they come.
+    config is still re-measured in every process (without ``comparators`` it is ignored). ``on_process`` sees
+    each process's figures as they come.
     ``near_bound``: a candidate near its error bounds on its input set is checked on more, as in a final round
     (a config published close to its bound is the one a verification may find wrong; None: the options')."""
     if processes < 1:
         raise UserInputError(f"--processes must be at least 1, got {processes}")
-    if comparator_processes is not None and not 1 <= comparator_processes <= processes:
+    # Without comparators the limit limits nothing (a session script passes both from its environment).
+    if comparators and comparator_processes is not None and not 1 <= comparator_processes <= processes:
         raise UserInputError(
             f"--comparator-processes must be between 1 and --processes ({processes}), got {comparator_processes}")
     if not tolerance > 0:
