@@ -66,8 +66,11 @@ CUMSUM_DB="sqlite:///$PWD/$H/chunk_cumsum.db"
 MIMO_STORE=$PWD/.cache/store/mamba3_mimo_bwd.db
 if [[ $PHASE == mimo* ]]; then
   mkdir -p .cache/store
-  [[ -f $MIMO_STORE ]] || cp "$H/mamba3_mimo_bwd.db" "$MIMO_STORE"
-  echo "MIMO store: $MIMO_STORE ($(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from trials').fetchone()[0])" "$MIMO_STORE" 2>/dev/null || echo '?') trials)" | tee -a "$W/gpu.txt"
+  # A machine that went idle between calls is a fresh one: say so, since its store is then the working tree's
+  # (2026-12-03, sixteenth session: a verify call started from the committed store, not the previous call's).
+  ORIGIN="kept on this warm machine"
+  [[ -f $MIMO_STORE ]] || { cp "$H/mamba3_mimo_bwd.db" "$MIMO_STORE"; ORIGIN="FRESH MACHINE: copied from the working tree's $H/mamba3_mimo_bwd.db"; }
+  echo "MIMO store: $MIMO_STORE ($(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from trials').fetchone()[0])" "$MIMO_STORE" 2>/dev/null || echo '?') trials; $ORIGIN)" | tee -a "$W/gpu.txt"
 fi
 # mamba_ssm's MIMO comparator needs tilelang 0.1.8 (bundle --tilelang mamba). Unpack each bundle into an empty
 # folder: one unpacked over the other leaves both versions' package metadata, and the comparator then reports
