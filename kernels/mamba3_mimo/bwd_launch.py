@@ -24,6 +24,8 @@ from tuner.settings import triton_interpreted
 PRECISIONS = {"lowp": 0, "tf32": 1, "tf32x3": 2, "lowp3": 3}
 VARIANTS = ("split", "split2", "grouped", "fused")
 STATE_PASSES = ("scan", "walk")
+# split2's q/k kernel: its warps as a multiple of num_warps (the value kernel's).
+QK_WARPS = {"same": 1.0, "half": 0.5, "double": 2.0}
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Plan:
     scan_chunks: int
     group_chunks: int
     state_pass: str = "scan"
+    qk_warps: str = "same"
 
     @classmethod
     def of(cls, config: Config, dims: Dims) -> Plan:
@@ -88,12 +91,17 @@ class Plan:
             raise ValueError(f"state_pass must be one of {STATE_PASSES}, got {state_pass!r}")
         if state_pass == "walk" and variant not in ("split", "split2"):
             raise ValueError(f"state_pass=walk needs one-chunk groups (split, split2), not {variant!r}")
+        qk_warps = str(config["qk_warps"])
+        if qk_warps not in QK_WARPS:
+            raise ValueError(f"qk_warps must be one of {tuple(QK_WARPS)}, got {qk_warps!r}")
+        if qk_warps != "same" and variant != "split2":
+            raise ValueError(f"qk_warps={qk_warps} needs split2 (the only variant with a q/k kernel of its own)")
         return cls(
             variant=variant, chunk=rows // dims.R, prec=PRECISIONS[str(config["prec"])],
             prec_rot=PRECISIONS[str(config["prec_rot"])],
             block_n=int(config["block_n"]), num_warps=int(config["num_warps"]),
             num_stages=int(config["num_stages"]), scan_block=int(config["scan_block"]),
-            scan_chunks=int(config["scan_chunks"]), group_chunks=group, state_pass=state_pass,
+            scan_chunks=int(config["scan_chunks"]), group_chunks=group, state_pass=state_pass, qk_warps=qk_warps,
         )
 
 
@@ -222,7 +230,7 @@ def _chunk_groups(plan: Plan, d: Dims, t: Mapping[str, torch.Tensor], common: tu
             buf_h, buf_d, decay, NC=ng, NP=np_, KC=min(plan.scan_chunks, triton.next_power_of_2(ng)),
             BLOCK=block, num_warps=4)
     if plan.variant == "split2":
-        _split2(d, t, common, outs, consts, launch, buf_h, buf_d)
+        _split2(d, t, common, outs, consts, launch, qk_launch(plan), buf_h, buf_d)
         return
     local = dstate = dummy
     if gc > 1:
@@ -233,9 +241,9 @@ def _chunk_groups(plan: Plan, d: Dims, t: Mapping[str, torch.Tensor], common: tu
 
 
 def _split2(d: Dims, t: Mapping[str, torch.Tensor], common: tuple, outs: tuple, consts: dict, launch: dict,
-            buf_h: torch.Tensor, buf_d: torch.Tensor) -> None:
-    """Pass C of split2: the value-side kernel, then the q/k-side kernel, through fp32 scratch of the
-    scores (C*R)², dy (C*R x P) and Σ Hp⊙dH per chunk."""
+            launch_qk: dict, buf_h: torch.Tensor, buf_d: torch.Tensor) -> None:
+    """Pass C of split2: the value-side kernel (``launch``), then the q/k-side kernel (``launch_qk``), through
+    fp32 scratch of the scores (C*R)², dy (C*R x P) and Σ Hp⊙dH per chunk."""
     nc = d.S // consts["C"]
     rows = consts["C"] * d.R
     dev = t["V"].device
@@ -249,7 +257,7 @@ def _split2(d: Dims, t: Mapping[str, torch.Tensor], common: tuple, outs: tuple, 
     (q, k, v, _z, _dout, adt, dt, trap, qb, kb, mv, _mz, _mo, _d, cos, sin) = common
     kern.chunk_qk_kernel[grid](q, k, v, adt, dt, trap, qb, kb, mv, cos, sin, buf_h, buf_d, s_a, s_dy, s_hdh,
                                dadt, dth, dfac, dgam, dq, dk, dqb, dkb,
-                               **_only(consts, kern.chunk_qk_kernel), **launch)
+                               **_only(consts, kern.chunk_qk_kernel), **launch_qk)
 
 
 def register_cap(num_warps: int) -> int:
@@ -261,6 +269,16 @@ def register_cap(num_warps: int) -> int:
     registers and a 7.6 KB stack frame, against 255 registers and 3.1 KB with the cap, ptxas 13.4).
     """
     return min(255, 65536 // (32 * num_warps) // 8 * 8)
+
+
+def qk_launch(plan: Plan) -> dict:
+    """num_warps / num_stages / maxnreg of split2's q/k kernel: ``qk_warps`` times the value kernel's warps
+    (at least 1), the register cap of that CTA size (:func:`register_cap`).
+
+    The two kernels hold different tiles: at P = 128 the value kernel needs 4 warps (at 2, 2.5 KB of stack per
+    thread, offline sm_90 compile) where the q/k kernel compiles at 2 warps with 128-168 B (2-3 stages)."""
+    warps = max(1, int(plan.num_warps * QK_WARPS[plan.qk_warps]))
+    return dict(num_warps=warps, num_stages=plan.num_stages, maxnreg=register_cap(warps))
 
 
 def block_pairs(plan: Plan, d: Dims) -> int:

@@ -12,7 +12,8 @@ one program per ``group_chunks`` consecutive chunks, the scan over groups),
 ``chunk_rows`` (C·R rows per MIMO chunk, so C = chunk_rows / R), ``prec`` and ``prec_rot`` (matmul operand
 precision), ``block_n`` (rotary pairs per block of N), ``num_warps``, ``num_stages``, ``scan_block``,
 ``scan_chunks``, ``group_chunks``, ``state_pass`` (split/split2: the chunk states by pass A and a scan, or
-walked through the chunks by one program per state tile).
+walked through the chunks by one program per state tile), ``qk_warps`` (split2: the q/k kernel's warps as half,
+the same as or double ``num_warps``, the value kernel's).
 """
 
 # This module is the template's spec (torch-free, see tuner.spec): dims, workloads, shape rules; its docstring
@@ -75,11 +76,14 @@ SHAPE_RULES: tuple[ShapeRule, ...] = (
 BWD = TemplateSpec(
     name="mamba3_mimo_bwd",
     # 2: chunk kernels compiled with a register cap (maxnreg); split2 variant. 3: the state walk
-    # (state_pass), the epilogue in segments run in parallel
-    version="3",
-    # version 2's bests are served until version 3 has its own: its configs with the scan run the same chunk
-    # kernels under version 3 (the epilogue is faster), so their stored times are upper bounds
-    carries=(CarriedVersion("2", (("state_pass", "scan"),)),),
+    # (state_pass), the epilogue in segments run in parallel. 4: split2's q/k kernel with warps of its own
+    # (qk_warps)
+    version="4",
+    # earlier versions' bests are served until version 4 has its own, the first carried version that has one:
+    # version 3's configs run the same kernels under version 4 with qk_warps=same; version 2's with the scan
+    # run the same chunk kernels (the epilogue is faster since version 3), so their stored times are upper bounds
+    carries=(CarriedVersion("3", (("qk_warps", "same"),)),
+             CarriedVersion("2", (("state_pass", "scan"), ("qk_warps", "same")))),
     backend="triton",
     dims=DIMS,
     workloads=tuple(_workload(*npr) for npr in OFFICIAL),

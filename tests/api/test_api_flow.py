@@ -111,6 +111,9 @@ MIMO = "mamba3_mimo_bwd"
 MIMO_R4 = {"B": 4, "S": 2048, "H": 16, "G": 1, "N": 128, "P": 64, "R": 4, "rotary_divisor": 4, "dtype": "bfloat16"}
 MIMO_R4_BEST = {"variant": "split2", "chunk_rows": 32, "block_n": 16, "prec": "lowp3", "prec_rot": "lowp3",
                 "num_warps": 2, "num_stages": 2, "scan_block": 512, "scan_chunks": 4, "group_chunks": 4}
+# What the current version (4) adds to a version-2 config it serves, and to a version-3 one.
+V2_ADDED = {"state_pass": "scan", "qk_warps": "same"}
+V3_ADDED = {"qk_warps": "same"}
 
 
 def test_best_repairs_a_nearest_config_invalid_for_the_requested_shape(tmp_path: Path) -> None:
@@ -121,22 +124,23 @@ def test_best_repairs_a_nearest_config_invalid_for_the_requested_shape(tmp_path:
         assert response.status_code == 200, response.text
         r16 = response.json()
         assert r16["match"] == "nearest" and r16["source_shape"]["R"] == 4 and r16["median_us"] == 2023.7
-        # a version-2 best, served by version 3 (it carries version 2) with the parameter version 3 added
-        assert r16["config"] == {**MIMO_R4_BEST, "state_pass": "scan", "chunk_rows": 64, "num_warps": 4}
+        # a version-2 best, served by version 4 (it carries version 2) with the parameters versions 3 and 4 added
+        assert r16["config"] == {**MIMO_R4_BEST, **V2_ADDED, "chunk_rows": 64, "num_warps": 4}
         assert r16["repaired"] == [{"param": "chunk_rows", "entry": 32, "served": 64},
                                   {"param": "num_warps", "entry": 2, "served": 4}]
         assert any("repaired" in note for note in r16["notes"])
         exact = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **MIMO_R4}).json()
-        assert exact["match"] == "exact" and exact["config"] == {**MIMO_R4_BEST, "state_pass": "scan"}
+        assert exact["match"] == "exact" and exact["config"] == {**MIMO_R4_BEST, **V2_ADDED}
         assert exact["repaired"] == [] and any("template version 2" in note for note in exact["notes"])
         schema = http.get("/openapi.json").json()["components"]["schemas"]
         assert schema["BestOut"]["properties"]["repaired"]["items"] == {"$ref": "#/components/schemas/ConfigChangeOut"}
 
 
 def test_best_serves_an_earlier_versions_best_until_the_current_version_has_its_own(tmp_path: Path) -> None:
-    """MIMO version 3 carries version 2 (tuner.spec.CarriedVersion): a shape tuned only under version 2 is
-    served its config (with state_pass=scan, the parameter version 3 added), a shape with a version-3 best
-    that one; a version-1 best (not carried) is never served. The export file and its client agree."""
+    """MIMO version 4 carries versions 3 and 2 (tuner.spec.CarriedVersion): a shape tuned only under version 2
+    is served its config (with the parameters versions 3 and 4 added), then version 3's once it has one (the
+    first carried version with a best there), then version 4's own; a version-1 best (not carried) is never
+    served. The export file and its client agree."""
     from tuner.service.client import ExportFile
     from tuner.service.export import build_export
 
@@ -146,47 +150,54 @@ def test_best_serves_an_earlier_versions_best_until_the_current_version_has_its_
     publish(store, MIMO, MIMO_R4, MIMO_R4_BEST, 2023.7, version="2", **h200)
     publish(store, MIMO, r2, {**MIMO_R4_BEST, "num_warps": 4}, 1500.0, version="1", **h200)  # not carried
     v3 = {**MIMO_R4_BEST, "scan_block": 1024, "state_pass": "walk"}
-    with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
-        def best(shape: dict[str, Any]) -> dict[str, Any]:
-            response = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **shape})
-            assert response.status_code == 200, response.text
-            return response.json()
+    v4 = {**v3, "num_warps": 4, "qk_warps": "half"}
 
-        carried = best(MIMO_R4)
+    def best(http: httpx.Client, shape: dict[str, Any]) -> dict[str, Any]:
+        response = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **shape})
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
+        carried = best(http, MIMO_R4)
         assert carried["match"] == "exact" and carried["median_us"] == 2023.7
-        assert carried["config"] == {**MIMO_R4_BEST, "state_pass": "scan"}
-        assert (carried["template_version"], carried["measured_version"]) == ("3", "2")
+        assert carried["config"] == {**MIMO_R4_BEST, **V2_ADDED}
+        assert (carried["template_version"], carried["measured_version"]) == ("4", "2")
         assert any("template version 2" in note for note in carried["notes"])
-        # R2 has only a version-1 best: version 3 does not carry it, so R2 gets R4's carried config (nearest)
-        nearest = best(r2)
+        # R2 has only a version-1 best: version 4 does not carry it, so R2 gets R4's carried config (nearest)
+        nearest = best(http, r2)
         assert nearest["match"] == "nearest" and nearest["source_shape"]["R"] == 4
         publish(store, MIMO, MIMO_R4, v3, 1800.0, version="3", **h200)
     with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
-        own = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **MIMO_R4}).json()
-        assert own["match"] == "exact" and own["config"] == v3 and own["median_us"] == 1800.0
-        assert not any("template version" in note for note in own["notes"]) and own["measured_version"] == "3"
+        served = best(http, MIMO_R4)
+        assert served["config"] == {**v3, **V3_ADDED} and served["median_us"] == 1800.0
+        assert (served["template_version"], served["measured_version"]) == ("4", "3")
+        publish(store, MIMO, MIMO_R4, v4, 1700.0, version="4", **h200)
+    with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
+        own = best(http, MIMO_R4)
+        assert own["match"] == "exact" and own["config"] == v4 and own["median_us"] == 1700.0
+        assert not any("template version" in note for note in own["notes"]) and own["measured_version"] == "4"
     document = build_export(store, templates=[MIMO], device_kind="cuda")
-    assert document["templates"][MIMO]["carries"] == ["2"]
-    assert [(e["template_version"], e["median_us"]) for e in document["entries"]] == [("3", 1800.0)]
+    assert document["templates"][MIMO]["carries"] == ["3", "2"]
+    assert [(e["template_version"], e["median_us"]) for e in document["entries"]] == [("4", 1700.0)]
     client = ExportFile(document)
-    assert dict(client.answer(MIMO, MIMO_R4, "cuda", "NVIDIA H200").config) == v3
+    assert dict(client.answer(MIMO, MIMO_R4, "cuda", "NVIDIA H200").config) == v4
 
 
 def test_this_versions_best_ranks_before_a_carried_one_and_a_carried_config_must_fit_the_space(
     tmp_path: Path,
 ) -> None:
-    """Version 3 on the H200 and only version 2's on the H100 for one shape: a request that names no device
-    (or a third one) is served version 3's, by the server and the export-file client alike; the H100 itself
+    """Version 4 on the H200 and only version 2's on the H100 for one shape: a request that names no device
+    (or a third one) is served version 4's, by the server and the export-file client alike; the H100 itself
     still gets its own device's (carried) entry. A carried config that is not a config of the current space
-    (a parameter version 3 does not have) is not served."""
+    (a parameter version 4 does not have) is not served."""
     from tuner.service.client import ExportFile
     from tuner.service.export import build_export
 
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
-    v3 = {**MIMO_R4_BEST, "scan_block": 1024, "state_pass": "walk"}
-    publish(store, MIMO, MIMO_R4, v3, 3188.4, device_kind="cuda", device_name="NVIDIA H200", version="3")
+    v4 = {**MIMO_R4_BEST, "scan_block": 1024, "state_pass": "walk", "qk_warps": "same"}
+    publish(store, MIMO, MIMO_R4, v4, 3188.4, device_kind="cuda", device_name="NVIDIA H200", version="4")
     publish(store, MIMO, MIMO_R4, MIMO_R4_BEST, 4000.0, device_kind="cuda", device_name="NVIDIA H100", version="2")
-    r2 = {**MIMO_R4, "R": 2}  # only a version-2 config with a parameter version 3 does not know
+    r2 = {**MIMO_R4, "R": 2}  # only a version-2 config with a parameter version 4 does not know
     publish(store, MIMO, r2, {**MIMO_R4_BEST, "gone": 1}, 2001.8, device_kind="cuda", device_name="NVIDIA H100",
             version="2")
     document = build_export(store, templates=[MIMO], device_kind="cuda")
@@ -195,7 +206,7 @@ def test_this_versions_best_ranks_before_a_carried_one_and_a_carried_config_must
         for name in (None, "NVIDIA B200", "NVIDIA H100"):
             params = {"template": MIMO, "device": "cuda", **MIMO_R4, **({"device_name": name} if name else {})}
             answer = http.get("/v1/best", params=params).json()
-            want = "2" if name == "NVIDIA H100" else "3"
+            want = "2" if name == "NVIDIA H100" else "4"
             assert answer["measured_version"] == want, (name, answer)
             assert offline.answer(MIMO, MIMO_R4, "cuda", name).entry.template_version == want  # type: ignore[union-attr]
         nearest = http.get("/v1/best", params={"template": MIMO, "device": "cuda", **r2}).json()
@@ -211,9 +222,9 @@ def test_an_export_file_serves_a_carried_versions_entry(tmp_path: Path) -> None:
     publish(store, MIMO, MIMO_R4, MIMO_R4_BEST, 2023.7, version="2", device_kind="cuda", device_name="NVIDIA H200")
     document = build_export(store, templates=[MIMO], device_kind="cuda")
     assert [(e["template_version"], e["config"]) for e in document["entries"]] == [
-        ("2", {**MIMO_R4_BEST, "state_pass": "scan"})]
+        ("2", {**MIMO_R4_BEST, **V2_ADDED})]
     answer = ExportFile(document).answer(MIMO, MIMO_R4, "cuda", "NVIDIA H200")
-    assert answer.match == "exact" and dict(answer.config) == {**MIMO_R4_BEST, "state_pass": "scan"}
+    assert answer.match == "exact" and dict(answer.config) == {**MIMO_R4_BEST, **V2_ADDED}
     # a file written before carried versions existed (no "carries") keeps to its own version's entries
     section = {k: v for k, v in document["templates"][MIMO].items() if k != "carries"}
     older = ExportFile({**document, "templates": {MIMO: section}})

@@ -118,7 +118,7 @@ def test_re_verification_jobs_can_limit_the_comparators_to_the_first_processes(s
 def test_a_carried_versions_answer_queues_no_verify_job(store: db.Store) -> None:
     """A best of a version the current one carries (tuner.spec.CarriedVersion: MIMO version 3 serves version 2's)
     answered to another device name is foreign, but there is no current-version best to re-verify: a verify job
-    would fail ("no best config of mamba3_mimo_bwd@3 is published"). Tuning the shape replaces the entry."""
+    would fail ("no best config of mamba3_mimo_bwd@4 is published"). Tuning the shape replaces the entry."""
     mimo = "mamba3_mimo_bwd"
     shape = {"B": 4, "S": 2048, "H": 16, "G": 1, "N": 128, "P": 64, "R": 4, "rotary_divisor": 4, "dtype": "bfloat16"}
     config = {"variant": "split2", "chunk_rows": 32, "block_n": 16, "prec": "lowp3", "prec_rot": "lowp3",
@@ -126,20 +126,20 @@ def test_a_carried_versions_answer_queues_no_verify_job(store: db.Store) -> None
     publish(store, mimo, shape, config, 3681.6, device_kind="cuda", device_name="NVIDIA H200", version="2")
     store.register_worker(worker_id="w-h100", host="h", pid=1, device_kind="cuda", device_name="NVIDIA H100",
                           device_index=0, backends=["triton"], fingerprint_hash="f", fingerprint_json="{}",
-                          lease_s=600.0, templates={mimo: "3"})
+                          lease_s=600.0, templates={mimo: "4"})
     with _serve(store) as base, httpx.Client(base_url=base) as http:
         answer = http.get("/v1/best", params={"template": mimo, "device": "cuda", "device_name": "NVIDIA H100",
                                               **shape}).json()
-        assert answer["match"] == "nearest" and answer["config"] == {**config, "state_pass": "scan"}
+        assert answer["match"] == "nearest" and answer["config"] == {**config, "state_pass": "scan", "qk_warps": "same"}
         assert {d["what"] for d in answer["differences"]} == {"device_name"}
         time.sleep(1.0)  # the server queues verify jobs from a thread of its own
         assert _jobs(store) == []
-        # control: a version-3 best answered to the H100 is foreign and has a current-version best to verify
+        # control: a version-4 best answered to the H100 is foreign and has a current-version best to verify
         r2 = {**shape, "R": 2}
-        publish(store, mimo, r2, {**config, "state_pass": "walk"}, 2001.8, device_kind="cuda",
-                device_name="NVIDIA H200", version="3")
+        publish(store, mimo, r2, {**config, "state_pass": "walk", "qk_warps": "same"}, 2001.8, device_kind="cuda",
+                device_name="NVIDIA H200", version="4")
         own = http.get("/v1/best", params={"template": mimo, "device": "cuda", "device_name": "NVIDIA H100",
                                            **r2}).json()
-        assert own["measured_version"] == "3" and own["match"] == "nearest"
+        assert own["measured_version"] == "4" and own["match"] == "nearest"
         wait_for(lambda: len(_jobs(store)) == 1, 30, "the control's verify job")
         assert [t.shape["R"] for t in _jobs(store)[0].tasks] == [2]

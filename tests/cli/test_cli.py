@@ -243,8 +243,9 @@ def test_a_narrow_console_folds_the_final_rounds_configs_and_reasons_instead_of_
 
 
 def test_best_prints_a_carried_versions_best_as_the_server_serves_it(tmp_path: Path) -> None:
-    """MIMO version 3 carries version 2: `tuner best` prints version 2's best completed (state_pass=scan), as
-    GET /v1/best serves it, with measured_version 2; a version-1 best (not carried) is not served."""
+    """MIMO version 4 carries version 2: `tuner best` prints version 2's best completed (state_pass=scan,
+    qk_warps=same), as GET /v1/best serves it, with measured_version 2; a version-1 best (not carried) is not
+    served."""
     from tests.fixtures.servers import publish
 
     r4 = {"B": 4, "S": 2048, "H": 16, "G": 1, "N": 128, "P": 64, "R": 4, "rotary_divisor": 4, "dtype": "bfloat16"}
@@ -258,8 +259,9 @@ def test_best_prints_a_carried_versions_best_as_the_server_serves_it(tmp_path: P
     best = tuner("best", "mamba3_mimo_bwd", "--shape", shape, "--db", url, "--json")
     assert best.returncode == 0, best.stderr
     answer = json.loads(best.stdout)
-    assert answer["config"] == {**v2, "state_pass": "scan"} and answer["median_us"] == 3681.6
-    assert (answer["template_version"], answer["measured_version"]) == ("3", "2")
+    added = {"state_pass": "scan", "qk_warps": "same"}
+    assert answer["config"] == {**v2, **added} and answer["median_us"] == 3681.6
+    assert (answer["template_version"], answer["measured_version"]) == ("4", "2")
     r2 = tuner("best", "mamba3_mimo_bwd", "--shape", shape.replace("R=4", "R=2"), "--db", url)
     assert r2.returncode != 0 and "no best config stored" in r2.stderr
     # a carried config the current constraints reject (scan_block 2048 is for the walk) is repaired, as served
@@ -268,7 +270,7 @@ def test_best_prints_a_carried_versions_best_as_the_server_serves_it(tmp_path: P
         publish(store, "mamba3_mimo_bwd", {**r4, "N": 64}, {**v2, "scan_block": 2048}, 2390.6, device_kind="cuda",
                 version="2")
     repaired = json.loads(tuner("best", "mamba3_mimo_bwd", "--shape", n64, "--db", url, "--json").stdout)
-    assert repaired["match"] == "nearest" and repaired["config"] == {**v2, "state_pass": "scan", "scan_block": 1024}
+    assert repaired["match"] == "nearest" and repaired["config"] == {**v2, **added, "scan_block": 1024}
     assert repaired["repaired"] == [{"param": "scan_block", "entry": 2048, "served": 1024}]
 
 

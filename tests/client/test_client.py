@@ -169,7 +169,7 @@ def test_a_miss_enqueues_one_background_job(store: db.Store, server: str) -> Non
 
 
 def test_a_carried_versions_exact_answer_enqueues_a_job_for_the_current_version(store: db.Store, server: str) -> None:
-    """An exact answer from a best of a version the current one carries (MIMO version 3 serves version 2's) was
+    """An exact answer from a best of a version the current one carries (MIMO version 4 serves version 2's) was
     not tuned under this version: with enqueue_on_miss the client queues one job for it, as for a miss."""
     mimo = "mamba3_mimo_bwd"
     r4 = {"B": 4, "S": 2048, "H": 16, "G": 1, "N": 128, "P": 64, "R": 4, "rotary_divisor": 4, "dtype": "bfloat16"}
@@ -178,7 +178,8 @@ def test_a_carried_versions_exact_answer_enqueues_a_job_for_the_current_version(
     publish(store, mimo, r4, v2, 3681.6, device_kind="cuda", device_name="NVIDIA H200", version="2")
     client = Client(server, token=SUBMIT, enqueue_on_miss=True, enqueue_job={"trials": 2, "samples": 3})
     best = client.best(mimo, r4, device="cuda")
-    assert best.match == "exact" and best.carried and dict(best.config) == {**v2, "state_pass": "scan"}
+    assert best.match == "exact" and best.carried
+    assert dict(best.config) == {**v2, "state_pass": "scan", "qk_warps": "same"}
 
     def jobs() -> list[db.JobRecord]:
         with store.session() as session:
@@ -230,9 +231,11 @@ def test_the_export_file_repairs_an_invalid_nearest_config_as_the_server_does(
             b.match, dict(b.config), b.repaired, b.notes, dict(b.source_shape or {}) or None, b.measured_version,
             b.carried), shape
     r16 = offline.best("mamba3_mimo_bwd", {**r4, "R": 16}, device="cuda", device_name="NVIDIA H200")
-    # a version-2 best served by version 3 (which carries version 2) with the scan, version 2's state pass
+    # a version-2 best served by version 4 (which carries version 2) with the scan, version 2's state pass, and
+    # qk_warps=same (one launch setting for both split2 kernels, as version 2 ran them)
     assert r16.match == "nearest"
-    assert dict(r16.config) == {**r4_best, "state_pass": "scan", "chunk_rows": 64, "num_warps": 4}
+    assert dict(r16.config) == {**r4_best, "state_pass": "scan", "qk_warps": "same", "chunk_rows": 64,
+                                "num_warps": 4}
     assert r16.repaired == (ConfigChange("chunk_rows", 32, 64), ConfigChange("num_warps", 2, 4))
     assert any("template version 2" in note for note in r16.notes)
-    assert (r16.template_version, r16.measured_version, r16.carried) == ("3", "2", True)
+    assert (r16.template_version, r16.measured_version, r16.carried) == ("4", "2", True)

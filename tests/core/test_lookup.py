@@ -181,7 +181,7 @@ def test_the_size_term_counts_the_product_of_the_integer_dims() -> None:
 # 64 rows need 4 warps' registers (valid for R=8 since the space allows 4-step chunks).
 MIMO_R4_BEST = {"variant": "split2", "chunk_rows": 32, "block_n": 16, "prec": "lowp3", "prec_rot": "lowp3",
                 "num_warps": 2, "num_stages": 2, "scan_block": 512, "scan_chunks": 4, "group_chunks": 4,
-                "state_pass": "scan"}
+                "state_pass": "scan", "qk_warps": "same"}
 
 
 def _mimo() -> tuple[Any, Any]:

@@ -281,7 +281,7 @@ def test_a_neighbours_config_invalid_for_the_shape_is_repaired_into_the_warm_sta
     # R=1's winner: 32 rows hold 32 steps at R=1, 2 at R=16 (fewer than the 4 a chunk needs): invalid there.
     winner = Config({"variant": "split2", "chunk_rows": 32, "block_n": 64, "prec": "lowp3", "prec_rot": "lowp3",
                      "num_warps": 4, "num_stages": 3, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4,
-                     "state_pass": "scan"})
+                     "state_pass": "scan", "qk_warps": "same"})
     r1 = spec.workload("mimo-n128-p64-r1")
     assert space.is_valid(winner, r1) and not space.is_valid(winner, r16)
     def entry(shape: Shape, config: Config) -> Entry:
@@ -317,9 +317,10 @@ def test_warm_starts_take_each_neighbour_shape_once_its_latest_best_nearest_firs
 
 
 def test_a_new_versions_study_measures_the_carried_versions_best_of_its_shape_first(db_url: str) -> None:
-    """MIMO version 3 carries version 2: a version-3 study of a shape tuned under version 2 measures that best
-    (completed with state_pass=scan, what the lookup serves there until version 3 publishes) right after the
-    default, ahead of the seeds; another shape's version-2 best is not a warm start of it."""
+    """MIMO version 4 carries versions 3 and 2: a version-4 study of a shape tuned only under version 2 measures
+    that best (completed with state_pass=scan and qk_warps=same, what the lookup serves there until version 4
+    publishes) right after the default, ahead of the seeds; another shape's version-2 best is not a warm start
+    of it."""
     from tests.fixtures.servers import publish
     from tuner import registry
     from tuner.driver.study import warm_starts
@@ -331,6 +332,7 @@ def test_a_new_versions_study_measures_the_carried_versions_best_of_its_shape_fi
     v2 = {"variant": "split2", "chunk_rows": 16, "block_n": 32, "prec": "lowp3", "prec_rot": "lowp3",
           "num_warps": 4, "num_stages": 1, "scan_block": 256, "scan_chunks": 8, "group_chunks": 4}
     other = {**v2, "block_n": 64}
+    carried = {"state_pass": "scan", "qk_warps": "same"}  # what version 4 adds to a version-2 config
     h200 = {"device_kind": "cuda", "device_name": "NVIDIA H200", "version": "2"}
     with db.Store.open(db_url) as store:
         publish(store, spec.name, r4.to_dict(), {**v2, "num_stages": 2}, 3700.0, **h200)  # superseded below
@@ -339,18 +341,18 @@ def test_a_new_versions_study_measures_the_carried_versions_best_of_its_shape_fi
         key = StudyKey.of(spec.name, spec.version, r4, Fingerprint(kind="cuda", device_name="NVIDIA H200",
                                                                    driver="test"))
         starts = warm_starts(store, space, key, carries=spec.carries)
-        assert warm_starts(store, space, key) == [c for c in starts if c != Config({**v2, "state_pass": "scan"})]
-    assert starts[:2] == [space.default, Config({**v2, "state_pass": "scan"})]
-    assert Config({**other, "state_pass": "scan"}) not in starts and set(starts[2:]) <= set(space.seeds)
+        assert warm_starts(store, space, key) == [c for c in starts if c != Config({**v2, **carried})]
+    assert starts[:2] == [space.default, Config({**v2, **carried})]
+    assert Config({**other, **carried}) not in starts and set(starts[2:]) <= set(space.seeds)
     with db.Store.open(db_url) as store:
         # a carried config the current constraints reject is repaired as the lookup repairs it (served so)
         publish(store, spec.name, r4.to_dict(), {**v2, "scan_block": 2048}, 3600.0, **h200)
         repaired = warm_starts(store, space, key, carries=spec.carries)
-        assert repaired[1] == Config({**v2, "state_pass": "scan", "scan_block": 1024})
+        assert repaired[1] == Config({**v2, **carried, "scan_block": 1024})
         # once this version has its own best here, the carried config is not served: not a warm start either
-        publish(store, spec.name, r4.to_dict(), {**v2, "state_pass": "walk", "scan_chunks": 4}, 3188.4,
+        publish(store, spec.name, r4.to_dict(), {**v2, **carried, "state_pass": "walk", "scan_chunks": 4}, 3188.4,
                 **{**h200, "version": spec.version})
-        assert Config({**v2, "state_pass": "scan", "scan_block": 1024}) not in warm_starts(
+        assert Config({**v2, **carried, "scan_block": 1024}) not in warm_starts(
             store, space, key, carries=spec.carries)
 
 

@@ -17,7 +17,7 @@ from tuner.kernels.mamba3_mimo.bwd_template import FP32_RTOL, LOWP_OUTPUTS, LOWP
 
 BASE = {"variant": "split", "chunk_rows": 16, "block_n": 16, "prec": "tf32x3", "prec_rot": "tf32x3",
         "num_warps": 4, "num_stages": 1, "scan_block": 512, "scan_chunks": 8, "group_chunks": 4,
-        "state_pass": "scan"}
+        "state_pass": "scan", "qk_warps": "same"}
 
 
 def _run(shape, device, seed=0, strong=False, **overrides):
@@ -136,3 +136,39 @@ def test_rejects_a_config_whose_chunk_does_not_divide_s():
     shape = tiny(S=24, R=2)
     with pytest.raises(ValueError, match="C \\| S"):
         TEMPLATE.build(Config({**BASE, "chunk_rows": 32}), shape)
+
+
+@pytest.mark.parametrize(("qk_warps", "warps"), [("half", 2), ("double", 8)])
+def test_split2s_q_k_kernel_runs_with_warps_of_its_own(device, monkeypatch, qk_warps, warps):
+    """qk_warps launches split2's q/k kernel with half or double the value kernel's warps (and the register cap
+    of that CTA size); the gradients are the same as with one launch setting."""
+    from tuner.kernels.mamba3_mimo import bwd_kernel
+    from tuner.kernels.mamba3_mimo.bwd_launch import register_cap
+
+    settings: dict[str, list[tuple[int, int]]] = {}
+    for name in ("chunk_values_kernel", "chunk_qk_kernel"):
+        kernel = getattr(bwd_kernel, name)
+
+        class Recorded:
+            arg_names = kernel.arg_names
+
+            def __getitem__(self, grid, kernel=kernel, name=name):
+                def launch(*args, **kwargs):
+                    settings.setdefault(name, []).append((kwargs["num_warps"], kwargs["maxnreg"]))
+                    return kernel[grid](*args, **kwargs)
+                return launch
+
+        monkeypatch.setattr(bwd_kernel, name, Recorded())
+    errs = _run(tiny(S=32, P=32), device, variant="split2", chunk_rows=16, qk_warps=qk_warps)
+    _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
+    assert settings == {"chunk_values_kernel": [(4, register_cap(4))],
+                        "chunk_qk_kernel": [(warps, register_cap(warps))]}
+
+
+def test_qk_warps_is_split2s_only():
+    space = TEMPLATE.space()
+    config = Config({**BASE, "variant": "split", "qk_warps": "half"})
+    assert "only split2 runs a q/k kernel" in (space.check(config, tiny()) or "")
+    with pytest.raises(ValueError, match="qk_warps=half needs split2"):
+        TEMPLATE.build(config, tiny())
+    assert space.is_valid(Config({**BASE, "variant": "split2", "qk_warps": "half"}), tiny())

@@ -120,7 +120,7 @@ def test_register_cap_fits_the_register_file_at_every_cta_size():
 
 def test_every_carried_version_completes_configs_into_the_current_space():
     """A template's carried versions (tuner.spec.CarriedVersion) add only parameters of its space, with values
-    of their domains; MIMO version 3 carries version 2 with the scan (version 2's kernels)."""
+    of their domains; MIMO version 4 carries version 3 (with qk_warps=same) and version 2 (with the scan)."""
     from tuner import registry
     from tuner.errors import TunerError
 
@@ -137,22 +137,25 @@ def test_every_carried_version_completes_configs_into_the_current_space():
             for param, value in carried.added:
                 assert param in space.names and space.param(param).contains(value), (name, param, value)
     carried = [(c.version, c.added) for c in registry.spec("mamba3_mimo_bwd").carries]
-    assert carried == [("2", (("state_pass", "scan"),))]
-    # every version-2 best of the committed H200 store is a version-3 config once completed, valid for its shape
+    assert carried == [("3", (("qk_warps", "same"),)), ("2", (("state_pass", "scan"), ("qk_warps", "same")))]
+    # every version-2 and version-3 best of the committed H200 store is a current config once completed by its
+    # carried version, valid for its shape
     import sqlite3
     from pathlib import Path
 
     spec = registry.spec("mamba3_mimo_bwd")
     space = spec.space()
     store = Path(__file__).resolve().parents[3] / "benchmarks" / "h200" / "mamba3_mimo_bwd.db"
-    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
-        rows = db.execute(
-            "SELECT m.config_json, s.shape_json FROM tuner_best_configs b JOIN tuner_studies s ON s.id = b.study_id"
-            " JOIN tuner_measurements m ON m.id = b.measurement_id WHERE s.template_version = '2'").fetchall()
-    assert len(rows) >= 11
-    for config_json, shape_json in rows:
-        config = space.validate_config(spec.carries[0].config(json.loads(config_json)))
-        assert space.is_valid(config, spec.make_shape(json.loads(shape_json))), config_json
+    for carried in spec.carries:
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+            rows = db.execute(
+                "SELECT m.config_json, s.shape_json FROM tuner_best_configs b JOIN tuner_studies s"
+                " ON s.id = b.study_id JOIN tuner_measurements m ON m.id = b.measurement_id"
+                " WHERE s.template_version = ?", (carried.version,)).fetchall()
+        assert len(rows) >= 11, carried.version
+        for config_json, shape_json in rows:
+            config = space.validate_config(carried.config(json.loads(config_json)))
+            assert space.is_valid(config, spec.make_shape(json.loads(shape_json))), config_json
 
 
 @pytest.mark.parametrize(("seqlen", "steps"), [(2048, (32, 128)), (96, (32, 32)), (8000, (32, 800)), (24, (8, 8)),
