@@ -12,8 +12,10 @@
 #   mimo     OUTDIR  `tuner verify` of the MIMO backward bests (bundle --tilelang mamba) on WORKLOADS
 #                    (default: all 11; VERIFY_WORKLOADS narrows the verify), PROCESSES (5) fresh processes each (COMPARATORS=0: the
 #                    bests alone, a fresh machine without the comparators' minutes of TileLang builds; else the comparator in the first COMPARATOR_PROCESSES,
-#                    default all), after warming the compile caches with each shape's published best and the
-#                    comparator (WARM=0 skips that), and timing a fresh process's comparator build (cache probe)
+#                    default all), after warming the compile caches with each shape's served best and the
+#                    comparator (WARM=0 skips that), and timing a fresh process's comparator build (cache probe).
+#                    `tuner verify` re-measures bests of the current template version only: a shape served
+#                    from a carried version (MIMO version 4 carries 3) has none until a final round publishes
 #   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 16's sweeps in the committed MIMO store: after warming the
 #                    compile caches (TileLang, the default and seeds of WARM_WORKLOADS, default the sweep's;
 #                    COMPARATOR_ONLY=1: TileLang alone; WARM=0 skips that, WARM=bg builds the
@@ -158,7 +160,7 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
   mimo-sweep)
     MIMO_ONLY=(--only variant=split,split2 --only chunk_rows=16,32,64 --only num_warps=2,4,8 --only num_stages=1,2
                --only prec=lowp3,tf32 --only prec_rot=lowp3 --only block_n=16 --only scan_block=512
-               --only scan_chunks=4 --only group_chunks=4)
+               --only scan_chunks=4 --only group_chunks=4 --only qk_warps=same)
     SWEEP=${SWEEP_WORKLOADS:-mimo-n128-p64-r2}
     if [[ ${WARM:-1} == 1 ]]; then  # TileLang (minutes per shape) and the default and seeds, all in parallel
       # WARM_WORKLOADS (default: the sweep's) can name shapes of later calls on the same warm machine;
@@ -224,10 +226,13 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       CONFIG=$(python3 - "$w" "sqlite:///$MIMO_STORE" <<'PY'
 import sys
 from tuner import db, registry
+from tuner.frozen import Config
+from tuner.store.entries import served_entries
 t = registry.get("mamba3_mimo_bwd")
-best = db.Store.open(sys.argv[2]).get_best(template=t.name, shape_key=t.workload(sys.argv[1]).key(),
-                                           device_kind="cuda", template_version=t.version)
-print(best.config_json if best else "")
+key = t.workload(sys.argv[1]).key()  # what the lookup serves: this version's best, else a carried one's
+served = [e for r, e in served_entries(db.Store.open(sys.argv[2]), template=t.name, version=t.version,
+                                       carries=t.spec.carries, device_kind="cuda") if r.shape_key == key]
+print(Config(dict(served[-1].config)).to_json() if served else "")
 PY
 )
       [[ -n $CONFIG ]] || { echo "no best for $w"; continue; }

@@ -6,9 +6,9 @@ once, in a pool of spawned processes (one GPU context each), every candidate the
 the TileLang comparator and the template's default and seed configs, for every official workload. The
 sweep (`tuner tune mamba3_mimo_bwd …`) then loads them from TileLang's and Triton's on-disk caches.
 
-With ``--best-db URL`` it builds, instead of the default and seeds, every best config published for each shape
-in that store at the current template version (``tuner verify`` re-measures one of them, which one depends on
-the host's fingerprint), beside the TileLang comparator.
+With ``--best-db URL`` it builds, instead of the default and seeds, every config the lookup serves for each
+shape from that store (the current template version's bests, else a carried version's, completed: what
+``tuner verify`` re-measures, or a final round runs beside its finalists), beside the TileLang comparator.
 
 With ``--comparator-only`` it builds the TileLang comparator alone (a sweep that continues a study whose default
 and seeds are measured already needs only the comparator of its final round); with ``--no-comparator`` the
@@ -68,12 +68,18 @@ def main() -> None:
     # start late and finish last.
     jobs = [] if args.no_comparator else [(name, "tilelang") for name in names]
     store = db.Store.open(args.best_db) if args.best_db else None
+    served: dict[str, set[str]] = {}  # shape key -> configs served there: this version's, else a carried one's
+    if store is not None:
+        from tuner.frozen import Config
+        from tuner.store.entries import served_entries
+
+        for record, entry in served_entries(store, template=template.name, version=template.version,
+                                            carries=template.spec.carries, device_kind="cuda"):
+            served.setdefault(record.shape_key, set()).add(Config(dict(entry.config)).to_json())
     for name in [] if args.comparator_only else names:
         shape = template.workload(name)
-        if store is not None:  # every best of the shape (few): which one verify picks depends on the host
-            bests = {b.config_json for b in store.list_best(template=template.name, device_kind="cuda")
-                     if b.shape_key == shape.key() and b.template_version == template.version}
-            jobs += [(name, config) for config in sorted(bests)]
+        if store is not None:  # every served best of the shape (few): which one verify picks depends on the host
+            jobs += [(name, config) for config in sorted(served.get(shape.key(), ()))]
             continue
         jobs += [(name, c.to_json()) for c in (space.default, *space.seeds) if space.is_valid(c, shape)]
     started = time.perf_counter()

@@ -116,7 +116,7 @@ def test_re_verification_jobs_can_limit_the_comparators_to_the_first_processes(s
 
 
 def test_a_carried_versions_answer_queues_no_verify_job(store: db.Store) -> None:
-    """A best of a version the current one carries (tuner.spec.CarriedVersion: MIMO version 3 serves version 2's)
+    """A best of a version the current one carries (tuner.spec.CarriedVersion: MIMO version 4 serves version 2's)
     answered to another device name is foreign, but there is no current-version best to re-verify: a verify job
     would fail ("no best config of mamba3_mimo_bwd@4 is published"). Tuning the shape replaces the entry."""
     mimo = "mamba3_mimo_bwd"

@@ -465,6 +465,45 @@ def test_the_final_round_skips_configs_it_disproved_and_runs_the_incumbent_besid
     assert all(e.result.ok for e in final.entries) and final.published
 
 
+def test_a_study_without_a_best_runs_the_carried_config_the_lookup_serves_in_its_final_round(
+    tmp_path, measurer: Measurer,  # type: ignore[no-untyped-def]
+) -> None:
+    """A new version's exhaustive sweep of a subspace measures no warm starts, and its first published best is
+    served over the carried version's, faster or not: its final round runs the carried config too (the lookup's
+    answer until then), so that a slower subspace config is not published over it."""
+    import dataclasses
+
+    from tests.fixtures.fault_templates import TunableFaultVectorScale
+    from tests.fixtures.servers import publish
+    from tuner.driver.study import CONFIG_LABEL, StudyContext, store_result
+    from tuner.results import MeasureResult, SampleSummary
+    from tuner.spec import CarriedVersion
+
+    class Carrying(TunableFaultVectorScale):
+        @property
+        def spec(self):  # type: ignore[no-untyped-def]
+            return dataclasses.replace(super().spec, carries=(CarriedVersion("0"),))
+
+    carried, subspace = Config(mode="ok", BLOCK=128), Config(mode="ok", BLOCK=16)
+
+    def study(name: str) -> StudyContext:  # a fresh store: a version-0 best of the shape, one subspace trial
+        store = db.Store.open(db.sqlite_url(tmp_path / f"{name}.db"))
+        ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=3)
+        publish(store, NAME, {"n": 256}, carried.to_dict(), 0.5, device_kind=ctx.key.device_kind,
+                device_name=ctx.key.device_name, version="0")
+        store_result(ctx, MeasureResult(Status.OK, subspace, SampleSummary.of([1.0])), role="trial",
+                     candidate=CONFIG_LABEL, trial_number=0)
+        return ctx
+
+    plain = finalize(study("plain"), finalists=1, comparators=False, include_default=False)  # carries nothing
+    assert [e.result.config for e in plain.entries] == [subspace]
+    ctx = study("carrying")
+    ctx.template = Carrying()
+    final = finalize(ctx, finalists=1, comparators=False, include_default=False)
+    assert [(e.label, e.result.config) for e in final.entries] == [(CONFIG_LABEL, subspace), (CONFIG_LABEL, carried)]
+    assert all(e.result.ok for e in final.entries) and final.published
+
+
 def test_the_final_round_verifies_on_several_input_sets(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
     """A config right on the trial's inputs and wrong on others (the fixture's ``edge`` mode, as a config at
     its error bound) is not published: the final round checks FINAL_CHECK_SEEDS input sets."""

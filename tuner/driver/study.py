@@ -49,7 +49,7 @@ from tuner.results import (
 )
 from tuner.space import SearchSpace
 from tuner.spec import CarriedVersion
-from tuner.store import NewMeasurement, TrialHeartbeats, TuningStore
+from tuner.store import BestRecord, NewMeasurement, TrialHeartbeats, TuningStore
 from tuner.store.entries import disproved_in
 from tuner.template import KernelTemplate
 
@@ -266,15 +266,33 @@ def warm_starts(store: TuningStore, space: SearchSpace, key: StudyKey, limit: in
                     device_kind=b.device_kind, device_name=b.device_name, config=b.config,
                     published_at=b.published_at.isoformat())
               for b in published if b.template_version == key.template_version and b.shape_key != key.shape_key]
-    carried: list[Mapping[str, Scalar]] = []
-    served_own = any(b.template_version == key.template_version and b.shape_key == key.shape_key for b in published)
-    for version in () if served_own else carries:  # the first carried version with a best here, its latest
+    carried = _carried_here(published, key, carries)
+    return order_warm_starts(space, key.shape, others, limit, carried=[] if carried is None else [carried])
+
+
+def carried_config(store: TuningStore, space: SearchSpace, key: StudyKey,
+                   carries: Sequence[CarriedVersion]) -> Config | None:
+    """The carried version's config the lookup serves for the study's shape on its device while the study's
+    version has no best of its own there: the latest best of the first carried version with one, completed
+    and repaired as the lookup repairs it; None when this version has one, or no carried version does (or its
+    config fits the space nowhere). One read. Raises StoreError."""
+    published = store.list_best(template=key.template, device_kind=key.device_kind, device_name=key.device_name)
+    raw = _carried_here(published, key, carries)
+    return None if raw is None else _valid_or_repaired(space, key.shape.to_dict(), raw)
+
+
+def _carried_here(published: Sequence[BestRecord], key: StudyKey,
+                  carries: Sequence[CarriedVersion]) -> Mapping[str, Scalar] | None:
+    """Of ``published`` (the device's bests), the completed config of the first carried version with a best
+    for the key's shape, its latest; None when the key's own version has one there. Pure."""
+    if any(b.template_version == key.template_version and b.shape_key == key.shape_key for b in published):
+        return None
+    for version in carries:
         own = sorted((b for b in published if b.template_version == version.version and b.shape_key == key.shape_key),
                      key=lambda b: b.published_at, reverse=True)
         if own:
-            carried.append(version.config(own[0].config))
-            break
-    return order_warm_starts(space, key.shape, others, limit, carried=carried)
+            return version.config(own[0].config)
+    return None
 
 
 def order_warm_starts(space: SearchSpace, shape: Shape, neighbours: Sequence[Entry], limit: int = 4,
@@ -417,10 +435,11 @@ def finalize(
 
     The finalists are :func:`top_configs`; the study's published config (:func:`incumbent`) runs beside them,
     so that a round whose new finalists all fail on its inputs (seen on the H200: three configs at their
-    error bound) publishes the incumbent again rather than the slower default. Every candidate is verified
-    on ``check_seeds`` input sets before the timing (:data:`FINAL_CHECK_SEEDS`), and one whose errors there
-    came near its bounds on ``near_bound``'s extra sets (:data:`FINAL_NEAR_BOUND`; None: the measurer's
-    options', none unless set there); a failure on any set is its WRONG_RESULT. ``names`` restricts the
+    error bound) publishes the incumbent again rather than the slower default; a study with no published
+    config runs the carried version's config the lookup serves for its shape (:func:`carried_config`). Every
+    candidate is verified on ``check_seeds`` input sets before the timing (:data:`FINAL_CHECK_SEEDS`), and one
+    whose errors there came near its bounds on ``near_bound``'s extra sets (:data:`FINAL_NEAR_BOUND`; None: the
+    measurer's options', none unless set there); a failure on any set is its WRONG_RESULT. ``names`` restricts the
     comparators to those names. With ``pool`` the round's configs and its comparators marked ``prebuild``
     are first built in it, in parallel (a fresh host would otherwise build them one after another inside
     their measurements: minutes for the MIMO template, and mamba_ssm's TileLang backward alone outlives a
@@ -434,6 +453,12 @@ def finalize(
     disproved = disproved_configs(ctx)
     configs = top_configs(ctx, finalists, disproved)
     held = incumbent(ctx, disproved)
+    if held is None and ctx.store.get_study_best(study_id=ctx.study_id) is None:
+        # What the lookup serves here until this version publishes (a carried version's best): measured beside
+        # the finalists, so that a round whose study never measured it (an exhaustive subspace: no warm starts)
+        # does not publish a slower config over it.
+        held = carried_config(ctx.store, ctx.space, ctx.key, ctx.template.spec.carries)
+        held = None if held in disproved else held
     if held is not None and held not in configs:
         configs.append(held)
     labelled: list[tuple[str, Candidate]] = [(CONFIG_LABEL, Candidate(config=c)) for c in configs]

@@ -641,7 +641,11 @@ def _environment(fingerprints: Sequence[dict[str, object]]) -> list[str]:
     (:data:`tuner.keys.MEASURED_INFO`) share a table, those figures given as their range over the runs."""
     out = ["## Environment", ""]
     groups: list[tuple[dict[str, object], list[dict[str, object]]]] = []
+    seen: list[dict[str, object]] = []
     for fp in fingerprints:
+        if fp in seen:  # one run listed twice (a comparison of reports of one store): counted once
+            continue
+        seen.append(fp)
         info = fp.get("info")
         fixed = fp
         if isinstance(info, dict):

@@ -138,10 +138,11 @@ def test_rejects_a_config_whose_chunk_does_not_divide_s():
         TEMPLATE.build(Config({**BASE, "chunk_rows": 32}), shape)
 
 
-@pytest.mark.parametrize(("qk_warps", "warps"), [("half", 2), ("double", 8)])
+@pytest.mark.parametrize(("qk_warps", "warps"), [("half", 2), ("double", 8), ("same", 4)])
 def test_split2s_q_k_kernel_runs_with_warps_of_its_own(device, monkeypatch, qk_warps, warps):
     """qk_warps launches split2's q/k kernel with half or double the value kernel's warps (and the register cap
-    of that CTA size); the gradients are the same as with one launch setting."""
+    of that CTA size), and with ``same`` exactly as the value kernel (version 3's launch, which version 4
+    carries); the gradients are the same (the interpreter ignores launch settings: the launch is the test)."""
     from tuner.kernels.mamba3_mimo import bwd_kernel
     from tuner.kernels.mamba3_mimo.bwd_launch import register_cap
 
@@ -154,21 +155,27 @@ def test_split2s_q_k_kernel_runs_with_warps_of_its_own(device, monkeypatch, qk_w
 
             def __getitem__(self, grid, kernel=kernel, name=name):
                 def launch(*args, **kwargs):
-                    settings.setdefault(name, []).append((kwargs["num_warps"], kwargs["maxnreg"]))
+                    settings.setdefault(name, []).append((kwargs["num_warps"], kwargs["maxnreg"],
+                                                          kwargs["num_stages"]))
                     return kernel[grid](*args, **kwargs)
                 return launch
 
         monkeypatch.setattr(bwd_kernel, name, Recorded())
-    errs = _run(tiny(S=32, P=32), device, variant="split2", chunk_rows=16, qk_warps=qk_warps)
+    errs = _run(tiny(S=32, P=32), device, variant="split2", chunk_rows=16, num_stages=2, qk_warps=qk_warps)
     _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
-    assert settings == {"chunk_values_kernel": [(4, register_cap(4))],
-                        "chunk_qk_kernel": [(warps, register_cap(warps))]}
+    assert settings == {"chunk_values_kernel": [(4, register_cap(4), 2)],
+                        "chunk_qk_kernel": [(warps, register_cap(warps), 2)]}
 
 
-def test_qk_warps_is_split2s_only():
+def test_qk_warps_is_split2s_only_and_keeps_the_q_k_kernel_at_2_to_16_warps():
     space = TEMPLATE.space()
     config = Config({**BASE, "variant": "split", "qk_warps": "half"})
     assert "only split2 runs a q/k kernel" in (space.check(config, tiny()) or "")
     with pytest.raises(ValueError, match="qk_warps=half needs split2"):
         TEMPLATE.build(config, tiny())
-    assert space.is_valid(Config({**BASE, "variant": "split2", "qk_warps": "half"}), tiny())
+    split2 = {**BASE, "variant": "split2"}
+    assert space.is_valid(Config({**split2, "qk_warps": "half"}), tiny())  # 4 warps: a 2-warp q/k kernel
+    assert "1-warp q/k kernel" in (space.check(Config({**split2, "qk_warps": "half", "num_warps": 2}), tiny()) or "")
+    assert "at most 16 warps" in (space.check(Config({**split2, "qk_warps": "double", "num_warps": 16}), tiny())
+                                  or "")
+    assert space.is_valid(Config({**split2, "qk_warps": "double", "num_warps": 8}), tiny())
