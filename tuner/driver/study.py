@@ -453,10 +453,10 @@ def finalize(
     disproved = disproved_configs(ctx)
     configs = top_configs(ctx, finalists, disproved)
     held = incumbent(ctx, disproved)
-    if held is None and ctx.store.get_study_best(study_id=ctx.study_id) is None:
-        # What the lookup serves here until this version publishes (a carried version's best): measured beside
-        # the finalists, so that a round whose study never measured it (an exhaustive subspace: no warm starts)
-        # does not publish a slower config over it.
+    if held is None:
+        # What the lookup serves here until this version publishes (a carried version's best; None once this
+        # version has a best here, this study's included): measured beside the finalists, so that a round whose
+        # study never measured it (an exhaustive subspace: no warm starts) does not publish a slower config over it.
         held = carried_config(ctx.store, ctx.space, ctx.key, ctx.template.spec.carries)
         held = None if held in disproved else held
     if held is not None and held not in configs:

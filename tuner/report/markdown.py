@@ -641,21 +641,16 @@ def _environment(fingerprints: Sequence[dict[str, object]]) -> list[str]:
     (:data:`tuner.keys.MEASURED_INFO`) share a table, those figures given as their range over the runs."""
     out = ["## Environment", ""]
     groups: list[tuple[dict[str, object], list[dict[str, object]]]] = []
-    seen: list[dict[str, object]] = []
     for fp in fingerprints:
-        if fp in seen:  # one run listed twice (a comparison of reports of one store): counted once
-            continue
-        seen.append(fp)
         info = fp.get("info")
         fixed = fp
         if isinstance(info, dict):
             fixed = {**fp, "info": {k: v for k, v in info.items() if k not in MEASURED_INFO}}
-        for key, members in groups:
-            if key == fixed:
-                members.append(fp)
-                break
-        else:
+        members = next((m for key, m in groups if key == fixed), None)
+        if members is None:
             groups.append((fixed, [fp]))
+        elif fp not in members:  # one run listed twice (a comparison of reports of one store): counted once
+            members.append(fp)
     for fixed, members in groups:
         out += ["| field | value |", "|---|---|"]
         out += [f"| {k} | {fixed.get(k, '')} |" for k in ("kind", "device_name", "driver", "runtime")]

@@ -21,17 +21,18 @@
                     published_at, software: {driver, runtime, torch, triton, …}}, … ]
     }
 
-Entries are those of each template's current version (the version whose constraints and default are in the file)
-and, where it has none yet for a (device, shape), those of the first listed version it ``carries`` that has one
-(:class:`tuner.spec.CarriedVersion`), their configs completed for the current version and their
+Entries are those of each template's current version (the version whose constraints and default are in the
+file) and, where it has none yet for a (device, shape), those of the first listed version it ``carries`` that
+has one (:class:`tuner.spec.CarriedVersion`), their configs completed for the current version and their
 ``template_version`` their own. A reader that does not know ``carries`` (written before it, within schema
 version 1) keeps to the current version's entries and serves the default where only a carried entry exists.
-Templates without entries are exported too (their default still answers). The client evaluates the constraints
-with :mod:`tuner.expr` (pure Python), so nearest configs are checked offline as online, and validates shapes
-with the dims and shape rules through :func:`tuner.dims.validate_shape`, as the server does. ``shape_rules``,
-``domains`` and the entries' ``software`` were added within schema version 1: readers ignore fields they do not
-know, and a file without them validates dims only, compares no software and repairs no config (an entry's config
-invalid for the shape is skipped, as the server did before repairs). """
+Templates without entries are exported too (their default still answers). The client evaluates the
+constraints with :mod:`tuner.expr` (pure Python), so nearest configs are checked offline as online, and
+validates shapes with the dims and shape rules through :func:`tuner.dims.validate_shape`, as the server does.
+``shape_rules``, ``domains`` and the entries' ``software`` were added within schema version 1: readers ignore
+fields they do not know, and a file without them validates dims only, compares no software and repairs no
+config (an entry's config invalid for the shape is skipped, as the server did before repairs).
+"""
 
 from __future__ import annotations
 

@@ -87,8 +87,9 @@ def test_gradients_match_reference_exactly_in_float32(device, variant, shape, ov
     assert walks == ([1] if overrides.get("state_pass") == "walk" else [])
 
 
-def _count_launches(monkeypatch, name):
-    """A list that gets one entry per launch of the kernel ``name`` of the backward's module."""
+def _count_launches(monkeypatch, name, entry=lambda settings: 1):
+    """A list that gets one entry per launch of the kernel ``name`` of the backward's module: ``entry`` of the
+    launch's keyword arguments (its constants and launch settings)."""
     from tuner.kernels.mamba3_mimo import bwd_kernel
 
     kernel, launches = getattr(bwd_kernel, name), []
@@ -97,8 +98,10 @@ def _count_launches(monkeypatch, name):
         arg_names = kernel.arg_names
 
         def __getitem__(self, grid):
-            launches.append(1)
-            return kernel[grid]
+            def launch(*args, **kwargs):
+                launches.append(entry(kwargs))
+                return kernel[grid](*args, **kwargs)
+            return launch
 
     monkeypatch.setattr(bwd_kernel, name, Counted())
     return launches
@@ -143,24 +146,13 @@ def test_split2s_q_k_kernel_runs_with_warps_of_its_own(device, monkeypatch, qk_w
     """qk_warps launches split2's q/k kernel with half or double the value kernel's warps (and the register cap
     of that CTA size), and with ``same`` exactly as the value kernel (version 3's launch, which version 4
     carries); the gradients are the same (the interpreter ignores launch settings: the launch is the test)."""
-    from tuner.kernels.mamba3_mimo import bwd_kernel
     from tuner.kernels.mamba3_mimo.bwd_launch import register_cap
 
-    settings: dict[str, list[tuple[int, int]]] = {}
-    for name in ("chunk_values_kernel", "chunk_qk_kernel"):
-        kernel = getattr(bwd_kernel, name)
+    def setting(kwargs):
+        return kwargs["num_warps"], kwargs["maxnreg"], kwargs["num_stages"]
 
-        class Recorded:
-            arg_names = kernel.arg_names
-
-            def __getitem__(self, grid, kernel=kernel, name=name):
-                def launch(*args, **kwargs):
-                    settings.setdefault(name, []).append((kwargs["num_warps"], kwargs["maxnreg"],
-                                                          kwargs["num_stages"]))
-                    return kernel[grid](*args, **kwargs)
-                return launch
-
-        monkeypatch.setattr(bwd_kernel, name, Recorded())
+    settings = {name: _count_launches(monkeypatch, name, setting)
+                for name in ("chunk_values_kernel", "chunk_qk_kernel")}
     errs = _run(tiny(S=32, P=32), device, variant="split2", chunk_rows=16, num_stages=2, qk_warps=qk_warps)
     _split_bounds(errs, fp32_bound=5e-6, lowp_bound=3.5e-3)
     assert settings == {"chunk_values_kernel": [(4, register_cap(4), 2)],
