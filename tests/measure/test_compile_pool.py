@@ -10,7 +10,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -106,12 +106,22 @@ def test_killing_a_hung_build_kills_the_compiler_it_started(tmp_path, monkeypatc
         batch = pool.compile(SlowCompileVectorScale(), [Config(mode="compile_hang_child", BLOCK=16)], Shape(n=64),
                              timeout_s=3)
     assert batch.timed_out == {Config(mode="compile_hang_child", BLOCK=16)}
-    child = int(pid_file.read_text())
-    for _ in range(50):  # killed with its process group; give the kernel a moment to reap it
-        if not _alive(child):
-            break
+    _assert_all_gone(pid_file, 1)
+
+
+def _children(pid_file: Path) -> list[int]:
+    """The pids of the compilers the hung builds started (one line each), oldest first."""
+    return [int(line) for line in pid_file.read_text().split()] if pid_file.exists() else []
+
+
+def _assert_all_gone(pid_file: Path, count: int) -> None:
+    """``count`` compilers were started and each is dead within 10 s (killed with its build's process group)."""
+    children = _children(pid_file)
+    assert len(children) == count, children
+    deadline = time.monotonic() + 10
+    while any(_alive(c) for c in children) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(child), f"the build's child process {child} outlived the pool"
+    assert not [c for c in children if _alive(c)], f"compilers {children} outlived their builds"
 
 
 def _alive(pid: int) -> bool:
@@ -237,19 +247,14 @@ def test_an_interrupted_batch_kills_its_builds(tmp_path, monkeypatch) -> None:  
     started are killed, and closing the pool does not wait on the hung build."""
     pid_file = tmp_path / "child.pid"
     monkeypatch.setenv("TUNER_TEST_CHILD_PID", str(pid_file))
-    timer = threading.Timer(3.0, lambda: signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT))
-    started = time.monotonic()
-    timer.start()
+    main = threading.main_thread().ident or 0
+    # once the hung build has started its compiler (a fixed 3 s fired before that on a loaded CI host)
+    interrupted = _when_started(pid_file, 1, not_before_s=1.0, act=lambda: signal.pthread_kill(main, signal.SIGINT))
     with pytest.raises(KeyboardInterrupt), CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
         pool.compile(SlowCompileVectorScale(), [Config(mode="compile_hang_child", BLOCK=16)], Shape(n=64),
                      timeout_s=600)
-    assert time.monotonic() - started < 60
-    child = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(child)  # the build's own child process (a compiler) went with it
-
+    assert time.monotonic() - interrupted[0] < 60
+    _assert_all_gone(pid_file, 1)  # the build's own child process (a compiler) went with it
 
 
 def test_a_pool_interrupted_from_another_thread_ends_its_batch_at_once(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -259,50 +264,46 @@ def test_a_pool_interrupted_from_another_thread_ends_its_batch_at_once(tmp_path,
     monkeypatch.setenv("TUNER_TEST_CHILD_PID", str(pid_file))
     with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
         # once the hung build has started its compiler (a fixed 3 s fired before that on a loaded CI host)
-        interrupted = _interrupt_when_started(pool, pid_file, not_before_s=3.0)
+        interrupted = _when_started(pid_file, 1, not_before_s=1.0, act=pool.interrupt)
         with pytest.raises(MeasureInterrupted):
             pool.compile(SlowCompileVectorScale(), [Config(mode="compile_hang_child", BLOCK=16),
                                                     Config(mode="ok", BLOCK=32)], Shape(n=64), timeout_s=600)
         assert time.monotonic() - interrupted[0] < 30
         with pytest.raises(MeasureInterrupted):  # a stopping worker's pool builds nothing more
             pool.compile(SlowCompileVectorScale(), [Config(mode="ok", BLOCK=64)], Shape(n=64), timeout_s=600)
-    child = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(child)
+    _assert_all_gone(pid_file, 1)
 
 
 def test_an_interrupt_reaches_the_builds_retried_alone_after_a_crash(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """A crash fails every build pending in the pool; each is then built alone in a fresh process. A worker
-    stopping meanwhile ends those builds too (the hung one waited for its whole timeout)."""
+    """A crash fails every build pending in the pool; each is then built alone in a fresh process. The crash
+    kills the compiler the hung build had started in the broken pool (the pool's own SIGTERM reaches its
+    processes only), and a worker stopping meanwhile ends the retried builds too (the hung one would wait
+    for its whole timeout)."""
     pid_file = tmp_path / "child.pid"
     monkeypatch.setenv("TUNER_TEST_CHILD_PID", str(pid_file))
+    monkeypatch.setenv("TUNER_TEST_CRASH_AFTER_CHILD", "1")  # the hung build's compiler runs when the pool breaks
     crash, hang = Config(mode="compile_crash", BLOCK=16), Config(mode="compile_hang_child", BLOCK=32)
     with CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
-        interrupted = _interrupt_when_started(pool, pid_file, not_before_s=10.0)  # by then: the retries
+        interrupted = _when_started(pid_file, 2, not_before_s=0.0, act=pool.interrupt)  # the retry's compiler too
         with pytest.raises(MeasureInterrupted):
             pool.compile(SlowCompileVectorScale(), [crash, hang], Shape(n=64), timeout_s=600)
         assert time.monotonic() - interrupted[0] < 60
-    child = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(child)
+    _assert_all_gone(pid_file, 2)
 
 
-def _interrupt_when_started(pool: CompilePool, pid_file: Path, *, not_before_s: float) -> list[float]:
-    """Interrupt ``pool`` from another thread once ``not_before_s`` have passed and the hung build has written
-    its compiler's pid (at most 120 s); the returned list gets the time of the interrupt."""
+def _when_started(pid_file: Path, compilers: int, *, not_before_s: float, act: Callable[[], object]) -> list[float]:
+    """Call ``act`` from another thread once ``not_before_s`` have passed and the hung builds have started
+    ``compilers`` compilers (their pids in ``pid_file``; at most 120 s); the returned list gets its time."""
     at: list[float] = []
     earliest = time.monotonic() + not_before_s
 
     def run() -> None:
         deadline = time.monotonic() + 120
-        while (time.monotonic() < earliest or not pid_file.exists()) and time.monotonic() < deadline:
+        while ((time.monotonic() < earliest or len(_children(pid_file)) < compilers)
+               and time.monotonic() < deadline):
             time.sleep(0.05)
         at.append(time.monotonic())
-        pool.interrupt()
+        act()
 
     threading.Thread(target=run, daemon=True).start()
     return at

@@ -421,6 +421,9 @@ def _submit_all(
         futures = {pool.submit(_worker_build, ref, c.to_json(), shape.to_json(), path): c
                    for c, path in zip(configs, paths, strict=True)}
         started = dict(zip(futures, paths, strict=True))
+        # the pool's processes, started by the submits; a broken pool may drop them from its own table
+        processes = list(getattr(pool, "_processes", {}).values())
+        _watch_every_process(pool)
         pending: set[cf.Future[str | None]] = set(futures)
         rounds = -(-len(configs) // max(1, workers))
         batch_ends = None if timeout_s is None else time.monotonic() + timeout_s * (rounds + 1)
@@ -436,6 +439,10 @@ def _submit_all(
                         results[futures[future]] = future.result()
                     except cf.process.BrokenProcessPool:
                         crashed.append(futures[future])
+                if crashed:
+                    # The broken pool sent SIGTERM to its processes, not to their process groups: a compiler
+                    # another build of the pool had started (and hangs in) would outlive them.
+                    _kill(processes)
                 if timeout_s is None or not pending:
                     continue
                 now = time.monotonic()
@@ -452,6 +459,18 @@ def _submit_all(
             _kill_processes(pool)
             raise
     return results, crashed, late
+
+
+def _watch_every_process(pool: cf.ProcessPoolExecutor) -> None:
+    """Make the pool's manager thread watch every process the submits started. A submit wakes that thread
+    before it starts its process (CPython 3.11/3.12), so the thread can be waiting on the earlier processes
+    only: a crash of the newest one then went unnoticed until another build ended (a batch of two, one
+    hanging, waited for its whole timeout; seen on a loaded host). One more wake-up once every process runs
+    makes it look again."""
+    wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
+    if wakeup is not None:
+        with contextlib.suppress(Exception):
+            wakeup.wakeup()
 
 
 def _mark_start(path: str) -> None:

@@ -112,6 +112,8 @@
   // -- job page: live progress, why it waits, who gave its shapes up, and cancel ---------------------------------
   function renderJob(job) {
     const root = document.getElementById("job");
+    // A job never leaves a finished state: an active one is a stale answer (a poll sent before the cancel).
+    if (!ACTIVE.includes(root.dataset.state) && ACTIVE.includes(job.state)) return;
     root.dataset.state = job.state;
     document.getElementById("job-state").innerHTML = stateBadge(job.state);
     const shapesDone = job.tasks.filter((t) => t.state === "done").length; // a verify job has no trials
