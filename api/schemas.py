@@ -64,7 +64,7 @@ class JobIn(_Request):
     (default) sweeps and publishes; "verify" re-measures each shape's published best and the comparators in
     ``processes`` fresh processes and records the drift (``tuner verify`` on a worker; trials, sampler, seed
     and finalists do not apply); ``comparator_processes`` limits the comparators to the first N of them (a
-    verify job's only; at most ``processes``)."""
+    verify job's only; at most ``processes``; dropped when ``comparators`` is false)."""
 
     kind: JobKind = Field(default="tune", description="tune: sweep and publish; verify: re-measure the best.")
     template: Name = Field(description="Registered template name.")
@@ -93,11 +93,14 @@ class JobIn(_Request):
     @field_validator("comparator_processes")
     @classmethod
     def _within_processes(cls, value: int | None, info: ValidationInfo) -> int | None:
-        """A verify job's only, and at most ``processes`` (a field-level 422; nothing reaches the store)."""
+        """A verify job's only, and at most ``processes`` (a field-level 422; nothing reaches the store); without
+        comparators it limits nothing and is dropped (as ``tuner verify --no-comparators`` ignores it)."""
         if value is None:
             return None
         if info.data.get("kind", "verify") != "verify":  # (absent: the kind was refused already)
             raise ValueError("comparator_processes applies to verify jobs only (\"kind\": \"verify\")")
+        if info.data.get("comparators") is False:
+            return None
         processes = info.data.get("processes")
         if processes is not None and value > processes:
             raise ValueError(f"comparator_processes ({value}) must be at most processes ({processes})")

@@ -130,6 +130,10 @@ def test_submit_refuses_a_wrong_option_combination_before_any_request() -> None:
                         "comparator_processes must be between 1 and processes (2), got 3")):
         run = tuner("submit", VS, "--shape", "n=64", *args, "--url", "http://127.0.0.1:1")
         assert run.returncode == 2 and says in run.stderr and "127.0.0.1:1" not in run.stderr, run.stderr
+    # without comparators the limit limits nothing (as `tuner verify --no-comparators`): the request is made
+    run = tuner("submit", VS, "--shape", "n=64", "--verify", "--no-comparators", "--processes", "2",
+                "--comparator-processes", "3", "--url", "http://127.0.0.1:1")
+    assert run.returncode != 0 and "127.0.0.1:1" in run.stderr, run.stderr
 
 
 def test_time_limit_ends_the_sweep_and_still_publishes(tmp_path: Path) -> None:

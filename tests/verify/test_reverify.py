@@ -437,7 +437,8 @@ def test_a_verify_job_over_http_flags_the_drift_in_the_api_answer_and_the_report
 def test_a_verify_job_over_http_re_measures_the_comparators_in_its_first_processes_only(tmp_path: Path) -> None:
     """``tuner submit --verify --processes 2 --comparator-processes 1`` to a real server: the option is kept with
     the job (``GET /v1/jobs/{id}``), a real worker passes it on, and the recorded verification's figures hold the
-    comparator in process 1 only (the best in both). Above ``processes``, or on a tuning job, it is a 422."""
+    comparator in process 1 only (the best in both). Above ``processes``, or on a tuning job, it is a 422; on a
+    verify job without comparators it is dropped."""
     url = db.sqlite_url(tmp_path / "t.db")
     store = db.Store.open(url)
     _publish(store, "steady_spin")
@@ -471,6 +472,11 @@ def test_a_verify_job_over_http_re_measures_the_comparators_in_its_first_process
         assert Worker(store, WorkerOptions(CPU, heartbeat_s=0.5, lease_s=10)).run(exit_when_idle=True) == 1
         done = http.get("/v1/jobs/1").json()
         assert done["state"] == "done" and done["tasks"][0]["best_us"] > 0 and done["comparator_processes"] == 1
+        # without comparators the limit limits nothing: accepted, and dropped (as `tuner verify` ignores it)
+        alone = http.post("/v1/jobs", headers=auth(SUBMIT), json={
+            **common, "kind": "verify", "processes": 2, "comparators": False, "comparator_processes": 3})
+        assert alone.status_code == 201, alone.text
+        assert (alone.json()["comparators"], alone.json()["comparator_processes"]) == (False, None)
     (record,) = store.list_verifications(template="steady_spin")
     assert record.processes == 2
     labels = {p["process"]: [c["label"] for c in p["candidates"]] for p in record.figures}

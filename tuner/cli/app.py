@@ -718,7 +718,7 @@ def submit(
         body.update(kind="verify", processes=processes)
     else:
         body.update(trials=trials, sampler=sampler, finalists=finalists, seed=seed)
-    if comparator_processes is not None:
+    if comparator_processes is not None and (comparators or not verify):  # no comparators: it limits nothing
         try:  # the server's own rule for it, asked here so that a wrong combination fails before any request
             check_job_kind("verify" if verify else "tune", 0 if verify else max(trials, 1),
                            processes if verify else None, comparator_processes)
