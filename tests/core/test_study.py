@@ -588,3 +588,29 @@ def test_a_finalist_near_its_bound_is_checked_on_more_input_sets_and_not_publish
     wrong_error = bound_fraction("near", scales[wrong_at - first])  # the worst of the sets it was checked on
     assert stored.errors["y"] / NEAR_RTOL == pytest.approx(wrong_error, abs=1e-3)
     assert close not in [e.result.config for e in finalize(ctx, finalists=2, comparators=False).entries]
+
+
+def test_a_sampler_stuck_on_known_configs_gets_the_ones_the_study_lacks(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    """A sampler that proposes one config for ever (Optuna's PartialFixedSampler over every parameter): after
+    LOOK_AFTER_SKIPS known proposals in a row the loop queues a valid config the study lacks, so the budget is
+    spent on distinct configs; once the study holds every valid config the loop ends at the next look (not
+    after the 200 known proposals of the stall rule) and says it stalled."""
+    from tuner.driver.trials import LOOK_AFTER_SKIPS
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    shape = Shape(n=64)
+    ctx = open_study(NAME, shape, store=store, measurer=measurer, sampler="random", seed=2)
+    valid = set(ctx.space.valid_configs(shape))
+    assert 3 <= len(valid) <= 40  # a small space: every config can be asked for
+    stuck = Config(ctx.space.default)
+    ctx.study.sampler = optuna.samplers.PartialFixedSampler(stuck.to_dict(), optuna.samplers.RandomSampler(seed=0))
+    first = run_trials(ctx, CountBudget(3))
+    measured = [r for r in first if r.measured]
+    assert len(measured) == 3 and len({r.config for r in measured}) == 3 and not ctx.stalled
+    assert sum(1 for r in first if not r.measured) <= 2 * LOOK_AFTER_SKIPS
+    rest = run_trials(ctx, CountBudget(len(valid) + 5))
+    everything = measured + [r for r in rest if r.measured]
+    assert {r.config for r in everything} == valid  # every valid config measured once
+    assert len(everything) == len(valid) and ctx.stalled
+    known_in_a_row = len(rest) - 1 - max(i for i, r in enumerate(rest) if r.measured)
+    assert known_in_a_row == LOOK_AFTER_SKIPS  # ended at the first look that found nothing left

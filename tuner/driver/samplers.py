@@ -48,6 +48,11 @@ def make_sampler(
     raise UserInputError(f"unknown sampler {name!r}; known: {', '.join(SAMPLERS)}")
 
 
+def finite_list(sampler: optuna.samplers.BaseSampler) -> bool:
+    """Whether the sampler hands out a finite list of points (grid, exhaustive): :func:`exhausted` ends it."""
+    return callable(getattr(sampler, "is_exhausted", None))
+
+
 def exhausted(sampler: optuna.samplers.BaseSampler, study: optuna.Study) -> bool:
     """Whether a sampler of a finite list (grid, exhaustive) has handed out every point (never true for
     the other samplers)."""

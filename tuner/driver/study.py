@@ -106,6 +106,10 @@ class StudyContext:
     # the last trial loop ended on a run of proposals that needed no measurement (known configs, invalid
     # ones): its sampler found nothing new to measure (tuner.driver.trials.run_trials)
     stalled: bool = False
+    # the shape's valid configs, enumerated once when the trial loop first looks for one the study lacks
+    # (tuner.driver.trials.unseen_config); enumerable: at most ENUMERABLE_VALID of them
+    valid_configs: tuple[Config, ...] | None = None
+    enumerable: bool = False
 
     @property
     def heartbeats(self) -> bool:

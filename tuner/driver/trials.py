@@ -13,20 +13,22 @@ the compile cache): the way slow-compiling backends (TileLang) are swept.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import optuna
 from optuna.trial import TrialState
 
 from tuner.driver import optuna_access
 from tuner.driver.budget import TrialBudget
-from tuner.driver.samplers import exhausted
+from tuner.driver.samplers import exhausted, finite_list
 from tuner.driver.study import CONFIG_LABEL, StudyContext, prebuild, store_result
 from tuner.errors import SlotLostError
 from tuner.frozen import Config
@@ -80,7 +82,11 @@ def run_trials(
     persist: Persist | None = None,
 ) -> list[TrialRecord]:
     """Run trials while the budget grants slots. Invalid and duplicate configs cost no slot; at most
-    ``max_skips`` of them in a row (default 200) end the loop (``ctx.stalled``), as does an exhausted grid. With trial
+    ``max_skips`` of them in a row (default 200) end the loop (``ctx.stalled``), as does an exhausted grid. After
+    every :data:`LOOK_AFTER_SKIPS` of them in a row the space is looked at (:func:`unseen_config`): a valid config
+    the study lacks is queued for the next ask (a sampler that keeps proposing known configs would otherwise end
+    the search with configs left), and a study that holds every valid config ends the loop there (samplers of a
+    finite list, grid and exhaustive, are left to their own end: their list may be a subspace). With trial
     heartbeats on, trials of workers that stopped beating are failed (and so retried) before each ask.
 
     ``persist(write)`` runs the writes that record a measurement already taken (store, tell): a worker
@@ -109,6 +115,12 @@ def run_trials(
                 budget.release(token)
                 skips += 1
                 emit(outcome)
+                if skips % LOOK_AFTER_SKIPS == 0 and skips < limit and not finite_list(ctx.sampler):
+                    unseen = unseen_config(ctx)
+                    if unseen is False:
+                        skips = limit  # every valid config of the shape is in the study: nothing left to ask
+                    elif unseen is not None:
+                        ctx.study.enqueue_trial(unseen.to_dict())  # the next ask takes it
             else:
                 pending.append(outcome)
         if not pending:
@@ -119,6 +131,33 @@ def run_trials(
     if ctx.stalled:
         log.info("stopped %s: %d invalid or duplicate configs in a row", ctx.key.study_name(), skips)
     return records
+
+
+# Invalid or known proposals in a row after which the trial loop looks for a valid config the study lacks.
+LOOK_AFTER_SKIPS = 20
+# Valid configs of a shape, at most, for that look: a space with more is left to its sampler (its valid
+# configs are not enumerated; TileLang's has ~10^7 points and a few thousand valid per shape).
+ENUMERABLE_VALID = 4096
+
+
+def unseen_config(ctx: StudyContext) -> Config | Literal[False] | None:
+    """A valid config of the study's shape that none of its trials holds (measured, in flight, queued,
+    invalid or pruned as a duplicate): chosen at random (seeded by the study's trial count, so that workers
+    sharing the study rarely pick the same one); False when the study holds every valid config; None when the
+    shape has more than :data:`ENUMERABLE_VALID` valid configs (not looked at). The valid configs are
+    enumerated once per context."""
+    if ctx.valid_configs is None:
+        valid = list(itertools.islice(ctx.space.valid_configs(ctx.shape), ENUMERABLE_VALID + 1))
+        ctx.valid_configs = () if len(valid) > ENUMERABLE_VALID else tuple(valid)
+        ctx.enumerable = len(valid) <= ENUMERABLE_VALID
+    if not ctx.enumerable:
+        return None
+    trials = ctx.study.get_trials(deepcopy=False)
+    held = {Config(optuna_access.queued_params(t)) for t in trials}
+    unseen = [c for c in ctx.valid_configs if c not in held]
+    if not unseen:
+        return False
+    return random.Random(ctx.seed_base + len(trials)).choice(unseen)
 
 
 def _once(write: Callable[[], T]) -> T:
