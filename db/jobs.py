@@ -34,7 +34,16 @@ from sqlalchemy.orm import Session
 
 from tuner.db._chunks import in_chunks
 from tuner.db._convert import as_utc, canonical_json, to_record
-from tuner.db.models import JobRow, SlotRow, TaskAttemptRow, TaskRow, VerificationRow, WorkerRow, store_now
+from tuner.db.models import (
+    JobRow,
+    MeasurementRow,
+    SlotRow,
+    TaskAttemptRow,
+    TaskRow,
+    VerificationRow,
+    WorkerRow,
+    store_now,
+)
 from tuner.errors import NotFoundError, RecordConflictError, SlotLostError
 from tuner.store.records import (
     ACTIVE_JOB_STATES,
@@ -430,6 +439,16 @@ def reserve_slot(session: Session, *, task_id: int, worker_id: str) -> int | Non
     session.add(slot)
     session.flush()
     return slot.id
+
+
+def spent_on(session: Session, *, slot_id: int, study_id: int, trial_number: int) -> int | None:
+    """The measurement id a spent slot holds when it was spent on trial ``trial_number`` of study ``study_id``
+    (a write that committed and whose reply was lost, tried again); None otherwise (locks the slot's row)."""
+    slot = session.get(SlotRow, slot_id, with_for_update=True)
+    if slot is None or slot.state != "done" or slot.trial_number != trial_number or slot.measurement_id is None:
+        return None
+    row = session.get(MeasurementRow, slot.measurement_id)
+    return slot.measurement_id if row is not None and row.study_id == study_id else None
 
 
 def complete_slot(

@@ -69,6 +69,13 @@ class StoreMethods:
         if slot_id is not None and measurement.trial_number is None:
             raise ValueError("a trial slot is spent on a trial's measurement: trial_number is missing")
         with self.session() as s:
+            if slot_id is not None:
+                earlier = jobs.spent_on(s, slot_id=slot_id, study_id=measurement.study_id,
+                                        trial_number=int(measurement.trial_number))  # type: ignore[arg-type]
+                if earlier is not None:  # this write committed before and its reply was lost: nothing more
+                    found = measurements.get_measurement(s, measurement_id=earlier)
+                    assert found is not None
+                    return found
             row = measurements.add_new(s, measurement)
             if slot_id is not None:
                 jobs.complete_slot(

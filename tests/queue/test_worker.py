@@ -20,6 +20,7 @@ import pytest
 from tests.fixtures.fault_templates import NO_MEMORY_REF, TUNABLE_REF
 from tests.fixtures.processes import start_worker, wait_for
 from tuner import db, registry
+from tuner.errors import StoreError
 from tuner.frozen import Shape
 from tuner.measure.devices.base import DeviceSpec
 from tuner.results import Status
@@ -312,3 +313,42 @@ def test_cancelling_a_job_ends_the_parallel_build_its_worker_waits_on(tmp_path: 
     assert served == [1]
     finished = _job(store, job.id)
     assert finished.state == "cancelled" and finished.tasks[0].best_us is None
+
+
+class _ReplyLostOnce(db.Store):
+    """The SQL store, whose first write of a trial's measurement on a slot commits and then raises the
+    error a connection dropped at commit gives (the worker cannot know whether it landed)."""
+
+    lost = False
+
+    def record_measurement(self, measurement: db.NewMeasurement, *, slot_id: int | None = None) -> db.MeasurementRecord:
+        record = super().record_measurement(measurement, slot_id=slot_id)
+        if slot_id is not None and not type(self).lost:
+            type(self).lost = True
+            raise StoreError("server closed the connection unexpectedly (after the commit)")
+        return record
+
+
+def test_a_measurement_whose_commit_reply_was_lost_is_kept_once_and_its_trial_told(db_url: str) -> None:
+    """The worker retries a write whose reply was lost; the store finds the slot spent on that very trial and
+    answers with the stored measurement: the trial is told its value (not failed and queued again) and the
+    task's counts hold it once."""
+    registry.register(NAME, TUNABLE_REF)
+
+    class ReplyLostOnce(_ReplyLostOnce):  # a flag of this test's own
+        lost = False
+
+    store = ReplyLostOnce.open(db_url)
+    job_id = _submit(store, [Shape(n=256)], trials=3)
+    assert Worker(store, WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=10)).run(exit_when_idle=True) == 1
+    assert ReplyLostOnce.lost
+    (task,) = _job(store, job_id).tasks
+    assert task.state == "done" and task.trials_done == task.trials_reserved == 3
+    measured = _measured_trials(store, task.study_id or -1)
+    assert len(measured) == 3 and len({m.trial_number for m in measured}) == 3
+    study = optuna.load_study(study_name=_study_name(store, task.study_id), storage=db_url)
+    told = [t for t in study.trials if t.state is not optuna.trial.TrialState.PRUNED]  # (invalid configs)
+    # each trial told with its stored measurement (complete, or failed for its result); none abandoned
+    # ("not recorded") with its config queued again
+    assert sorted(t.user_attrs.get("measurement_id") for t in told) == sorted(m.id for m in measured), [
+        (t.number, t.state, t.user_attrs) for t in study.trials]

@@ -280,6 +280,11 @@ def test_slots_bound_the_trials_and_a_measurement_spends_its_slot(store: Any) ->
     assert task.best_config_json == m.config_json
     with pytest.raises(RecordConflictError):  # spent already: nothing more is stored
         store.record_measurement(_m(study.id, trial_number=1), slot_id=s1)
+    # the same write again (its reply was lost at commit, the worker retries it): the stored measurement
+    again = store.record_measurement(_m(study.id, trial_number=0, median_us=3.0), slot_id=s1)
+    assert again.id == m.id and store.get_task(task_id=task_id).trials_done == 1
+    with pytest.raises(RecordConflictError):  # the same trial number of another study: not this write
+        store.record_measurement(_m(_study(store, S=8192).id, trial_number=0), slot_id=s1)
     assert store.count_measurements(study_id=study.id) == 1
     assert store.job_state(job_id=job.id) == "running"
 

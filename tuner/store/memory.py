@@ -67,6 +67,7 @@ class _Slot:
     task_id: int
     worker_id: str
     state: str  # reserved | done
+    measurement_id: int | None = None  # done: the measurement it was spent on
 
 
 class MemoryStore:
@@ -155,6 +156,9 @@ class MemoryStore:
                 if slot is None:
                     raise SlotLostError(f"trial slot {slot_id} is no longer reserved (lease lost)")
                 if slot.state != "reserved":
+                    earlier = self._measurements.get(slot.measurement_id or -1)
+                    if earlier is not None and (earlier.study_id, earlier.trial_number) == (m.study_id, m.trial_number):
+                        return earlier  # this write was made before and its reply lost: nothing more
                     raise RecordConflictError(f"trial slot {slot_id} is already spent")
             record = MeasurementRecord(id=next(self._ids), created_at=_now(), **fields)
             self._measurements[record.id] = record
@@ -163,7 +167,7 @@ class MemoryStore:
             return record
 
     def _spend(self, slot: _Slot, record: MeasurementRecord) -> None:
-        slot.state = "done"
+        slot.state, slot.measurement_id = "done", record.id
         task = self._tasks[slot.task_id]
         if task.state in ("done", "failed", "cancelled"):  # the measurement is kept; the task's counts are final
             return
