@@ -32,11 +32,13 @@ the space (the final round re-measures the top k).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import itertools
 import math
 import multiprocessing
 import platform
+import random
 import statistics
 import sys
 import tempfile
@@ -54,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 from tuner import db, registry  # noqa: E402
 from tuner.driver.samplers import TPE_STARTUP_TRIALS, exhausted, make_sampler  # noqa: E402
 from tuner.driver.study import order_warm_starts  # noqa: E402
+from tuner.driver.trials import ENUMERABLE_VALID, LOOK_AFTER_SKIPS  # noqa: E402
 from tuner.frozen import Config, Shape  # noqa: E402
 from tuner.lookup import Entry  # noqa: E402
 from tuner.measure.devices.replay import Record, ReplayMeasurer  # noqa: E402
@@ -142,6 +145,17 @@ def load_cases(paths: Sequence[Path], workdir: Path) -> tuple[list[Case], list[s
                 continue
             record = Record.load(store, template)
             configs = {c for outcomes in record.configs.values() for c in outcomes}
+            carried = next((c for c in registry.get(template).spec.carries if c.version == record.version), None)
+            if carried is not None and any(set(c) != set(full.names) for c in configs):
+                # a record of a version the current one carries: its configs as the current version runs them
+                # (the parameters it added, at the values that run an earlier config as that version did)
+                record = dataclasses.replace(record, configs={
+                    shape: {Config(carried.config(c)): r for c, r in outcomes.items()}
+                    for shape, outcomes in record.configs.items()})
+                configs = {c for outcomes in record.configs.values() for c in outcomes}
+                added = ", ".join(f"{k}={v}" for k, v in carried.added)
+                notes.append(f"{path.name}: {template}@{record.version} replayed as carried by version "
+                             f"{registry.get(template).version} ({added})")
             if any(set(c) != set(full.names) for c in configs):
                 notes.append(f"{path.name}: {template}@{record.version} skipped (its parameters differ from the "
                              "current search space)")
@@ -185,13 +199,18 @@ def simulate(case: Case, sampler_name: str, startup: int, start: str, seed: int)
     while len(trace) < case.budget and skips < MAX_SKIPS and not exhausted(sampler, study):
         trial = study.ask()
         config = case.space.suggest(trial)
-        if case.space.check(config, case.shape) is not None:
-            study.tell(trial, state=TrialState.PRUNED)
+        if case.space.check(config, case.shape) is not None or config in seen:
+            if config in seen:  # known: the stored value, no measurement
+                _tell(study, trial, seen[config])
+            else:
+                study.tell(trial, state=TrialState.PRUNED)
             skips += 1
-            continue
-        if config in seen:  # known: the stored value, no measurement
-            _tell(study, trial, seen[config])
-            skips += 1
+            if skips % LOOK_AFTER_SKIPS == 0 and len(case.valid) <= ENUMERABLE_VALID and not study.get_trials(
+                    deepcopy=False, states=(TrialState.WAITING,)):  # the driver's look (trials.unseen_config)
+                unseen = [c for c in case.valid if c not in seen]
+                if not unseen:
+                    break
+                study.enqueue_trial(random.Random(f"{seed}/{len(study.trials)}").choice(unseen).to_dict())
             continue
         skips = 0
         result = replay.measure(case.template, case.shape, Candidate(config=config), seed=seed * 100_003 + trial.number)

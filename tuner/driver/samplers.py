@@ -16,7 +16,7 @@ from tuner.driver.sampler_names import SAMPLERS, SamplerName
 from tuner.errors import UserInputError
 from tuner.space import SearchSpace
 
-__all__ = ["SAMPLERS", "AskTellGridSampler", "SamplerName", "exhausted", "make_sampler"]
+__all__ = ["SAMPLERS", "AskTellGridSampler", "SamplerName", "exhausted", "finite_list", "make_sampler"]
 
 
 class AskTellGridSampler(GridSampler):

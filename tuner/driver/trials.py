@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, cast
 
 import optuna
 from optuna.trial import TrialState
@@ -29,9 +29,9 @@ from optuna.trial import TrialState
 from tuner.driver import optuna_access
 from tuner.driver.budget import TrialBudget
 from tuner.driver.samplers import exhausted, finite_list
-from tuner.driver.study import CONFIG_LABEL, StudyContext, prebuild, store_result
+from tuner.driver.study import CONFIG_LABEL, StudyContext, prebuild, settled_params, store_result
 from tuner.errors import SlotLostError
-from tuner.frozen import Config
+from tuner.frozen import Config, Scalar
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.measurer import Candidate
 from tuner.results import MeasureResult, SampleSummary, Status, Timer, is_space_rejection
@@ -95,6 +95,7 @@ def run_trials(
     measured is abandoned: failed, its slot freed, its config queued again)."""
     records: list[TrialRecord] = []
     skips, limit = 0, 200 if max_skips is None else max_skips
+    everything = False  # the loop ended because the study holds every valid config of the shape
 
     def emit(record: TrialRecord) -> None:
         records.append(record)
@@ -118,7 +119,7 @@ def run_trials(
                 if skips % LOOK_AFTER_SKIPS == 0 and skips < limit and not finite_list(ctx.sampler):
                     unseen = unseen_config(ctx)
                     if unseen is False:
-                        skips = limit  # every valid config of the shape is in the study: nothing left to ask
+                        skips, everything = limit, True  # the study holds every valid config: nothing to ask
                     elif unseen is not None:
                         ctx.study.enqueue_trial(unseen.to_dict())  # the next ask takes it
             else:
@@ -129,35 +130,41 @@ def run_trials(
         _measure_batch(ctx, budget, pending, compile_pool, emit, persist or _once)
     ctx.stalled = skips >= limit
     if ctx.stalled:
-        log.info("stopped %s: %d invalid or duplicate configs in a row", ctx.key.study_name(), skips)
+        log.info("stopped %s: %s", ctx.key.study_name(), "the study holds every valid config" if everything
+                 else f"{skips} invalid or duplicate configs in a row")
     return records
 
 
 # Invalid or known proposals in a row after which the trial loop looks for a valid config the study lacks.
 LOOK_AFTER_SKIPS = 20
 # Valid configs of a shape, at most, for that look: a space with more is left to its sampler (its valid
-# configs are not enumerated; TileLang's has ~10^7 points and a few thousand valid per shape).
+# configs are not enumerated; the TileLang chunk cumsum space has ~10^7 points and over 200 000 valid per shape).
 ENUMERABLE_VALID = 4096
 
 
 def unseen_config(ctx: StudyContext) -> Config | Literal[False] | None:
-    """A valid config of the study's shape that none of its trials holds (measured, in flight, queued,
-    invalid or pruned as a duplicate): chosen at random (seeded by the study's trial count, so that workers
-    sharing the study rarely pick the same one); False when the study holds every valid config; None when the
-    shape has more than :data:`ENUMERABLE_VALID` valid configs (not looked at). The valid configs are
-    enumerated once per context."""
+    """A valid config of the study's shape that the study does not hold, chosen at random (seeded by the
+    study, this worker and the study's trial count: workers sharing the study rarely pick the same one).
+    Held: what a warm start must not repeat (:func:`tuner.driver.study.settled_params`: measured, pruned as a
+    duplicate, failed with a measurement, running on a worker that beats) and the trials in flight here; a
+    config left RUNNING by a killed run, rejected under earlier constraints, or failed without a measurement
+    is not held. False when every valid config is held; None when the study's queue is not empty (the next
+    ask takes a queued config) or the shape has more than :data:`ENUMERABLE_VALID` valid configs (not looked
+    at). The valid configs are enumerated once per context."""
     if ctx.valid_configs is None:
         valid = list(itertools.islice(ctx.space.valid_configs(ctx.shape), ENUMERABLE_VALID + 1))
-        ctx.valid_configs = () if len(valid) > ENUMERABLE_VALID else tuple(valid)
         ctx.enumerable = len(valid) <= ENUMERABLE_VALID
-    if not ctx.enumerable:
+        ctx.valid_configs = tuple(valid) if ctx.enumerable else ()
+    if not ctx.enumerable or optuna_access.waiting_trials(ctx.study):
         return None
     trials = ctx.study.get_trials(deepcopy=False)
-    held = {Config(optuna_access.queued_params(t)) for t in trials}
+    held = {Config(cast("dict[str, Scalar]", p))
+            for p in settled_params(ctx.study, heartbeats=ctx.heartbeats, waiting=False)}
+    held.update(Config(t.params) for t in trials if optuna_access.trial_id(t) in ctx.in_flight)
     unseen = [c for c in ctx.valid_configs if c not in held]
     if not unseen:
         return False
-    return random.Random(ctx.seed_base + len(trials)).choice(unseen)
+    return random.Random(f"{ctx.seed_base}/{ctx.worker}/{len(trials)}").choice(unseen)
 
 
 def _once(write: Callable[[], T]) -> T:

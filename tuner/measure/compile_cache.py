@@ -439,10 +439,11 @@ def _submit_all(
                         results[futures[future]] = future.result()
                     except cf.process.BrokenProcessPool:
                         crashed.append(futures[future])
-                if crashed:
+                if crashed and processes:
                     # The broken pool sent SIGTERM to its processes, not to their process groups: a compiler
                     # another build of the pool had started (and hangs in) would outlive them.
                     _kill(processes)
+                    processes = []
                 if timeout_s is None or not pending:
                     continue
                 now = time.monotonic()
