@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tuner import db, registry  # noqa: E402
-from tuner.driver.samplers import TPE_STARTUP_TRIALS, exhausted, make_sampler  # noqa: E402
+from tuner.driver.samplers import TPE_STARTUP_TRIALS, exhausted, finite_list, make_sampler  # noqa: E402
 from tuner.driver.study import order_warm_starts  # noqa: E402
 from tuner.driver.trials import ENUMERABLE_VALID, LOOK_AFTER_SKIPS  # noqa: E402
 from tuner.frozen import Config, Shape  # noqa: E402
@@ -205,8 +205,8 @@ def simulate(case: Case, sampler_name: str, startup: int, start: str, seed: int)
             else:
                 study.tell(trial, state=TrialState.PRUNED)
             skips += 1
-            if skips % LOOK_AFTER_SKIPS == 0 and len(case.valid) <= ENUMERABLE_VALID and not study.get_trials(
-                    deepcopy=False, states=(TrialState.WAITING,)):  # the driver's look (trials.unseen_config)
+            if (skips % LOOK_AFTER_SKIPS == 0 and not finite_list(sampler) and len(case.valid) <= ENUMERABLE_VALID
+                    and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):  # trials.unseen_config
                 unseen = [c for c in case.valid if c not in seen]
                 if not unseen:
                     break

@@ -144,7 +144,8 @@ ENUMERABLE_VALID = 4096
 
 def unseen_config(ctx: StudyContext) -> Config | Literal[False] | None:
     """A valid config of the study's shape that the study does not hold, chosen at random (seeded by the
-    study, this worker and the study's trial count: workers sharing the study rarely pick the same one).
+    study's seed and trial count, and with trial heartbeats on by this worker: workers sharing the study rarely
+    pick the same one).
     Held: what a warm start must not repeat (:func:`tuner.driver.study.settled_params`: measured, pruned as a
     duplicate, failed with a measurement, running on a worker that beats) and the trials in flight here; a
     config left RUNNING by a killed run, rejected under earlier constraints, or failed without a measurement
@@ -164,7 +165,8 @@ def unseen_config(ctx: StudyContext) -> Config | Literal[False] | None:
     unseen = [c for c in ctx.valid_configs if c not in held]
     if not unseen:
         return False
-    return random.Random(f"{ctx.seed_base}/{ctx.worker}/{len(trials)}").choice(unseen)
+    # workers sharing the study (heartbeats on) pick apart; a run of its own repeats with its seed
+    return random.Random(f"{ctx.seed_base}/{ctx.worker if ctx.heartbeats else ''}/{len(trials)}").choice(unseen)
 
 
 def _once(write: Callable[[], T]) -> T:

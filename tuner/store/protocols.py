@@ -87,9 +87,10 @@ class TuningStore(Protocol):
         """Store one measurement and, with ``slot_id``, spend that trial slot on it, in one transaction: the
         measurement is stored if and only if its slot is spent. NotFoundError for an unknown study;
         SlotLostError (a RecordConflictError) when the slot no longer exists (its worker was declared lost
-        and the slot given back), RecordConflictError when it is already spent on another measurement: then
-        nothing is stored. A slot already spent on this study's trial ``trial_number`` returns that measurement
-        and stores nothing: the same write made again after its reply was lost (a connection dropped at commit);
+        and the slot given back), RecordConflictError when it is already spent on another trial (another study
+        or trial number): then nothing is stored. A slot already spent on this study's trial ``trial_number``
+        returns the measurement stored then, as it is (the fields are not compared), and stores nothing: the
+        same write made again after its reply was lost (a connection dropped at commit);
         ValueError for an invalid role, candidate, status, timer or JSON. A slot of a task that has finished
         meanwhile (failed, cancelled) is spent, its measurement kept, and the task's counts stay as they are."""
 
