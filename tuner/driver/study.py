@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner import registry
 from tuner.distance import DEFAULT_DISTANCE
@@ -201,7 +201,9 @@ def open_study(
     )
 
 
-def settled_params(study: optuna.Study, *, heartbeats: bool, waiting: bool = True) -> list[dict[str, object]]:
+def settled_params(
+    study: optuna.Study, *, heartbeats: bool, waiting: bool = True, trials: Sequence[FrozenTrial] | None = None,
+) -> list[dict[str, object]]:
     """Parameters of the study's trials that a warm start must not repeat: measured ones (complete,
     pruned as a duplicate, failed with a stored measurement) and, with ``waiting``, queued ones. A trial the
     space rejected does not count (:func:`~tuner.results.is_space_rejection`): a warm start is valid for the
@@ -209,9 +211,10 @@ def settled_params(study: optuna.Study, *, heartbeats: bool, waiting: bool = Tru
     without a measurement (abandoned when its run was interrupted) does not count, nor, without heartbeats,
     a RUNNING one: no live process can own it then (a run killed outright leaves its trials RUNNING), so a
     seed it held is measured again rather than lost. With heartbeats a RUNNING trial may be another
-    worker's; if that worker died, Optuna fails the trial and its retry callback queues it again."""
+    worker's; if that worker died, Optuna fails the trial and its retry callback queues it again. ``trials``:
+    the study's trials when the caller has just read them (default: read here)."""
     settled = []
-    for trial in study.get_trials(deepcopy=False):
+    for trial in study.get_trials(deepcopy=False) if trials is None else trials:
         state = trial.state
         counts = (
             state is TrialState.COMPLETE

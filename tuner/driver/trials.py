@@ -160,7 +160,7 @@ def unseen_config(ctx: StudyContext) -> Config | Literal[False] | None:
         return None
     trials = ctx.study.get_trials(deepcopy=False)
     held = {Config(cast("dict[str, Scalar]", p))
-            for p in settled_params(ctx.study, heartbeats=ctx.heartbeats, waiting=False)}
+            for p in settled_params(ctx.study, heartbeats=ctx.heartbeats, waiting=False, trials=trials)}
     held.update(Config(t.params) for t in trials if optuna_access.trial_id(t) in ctx.in_flight)
     unseen = [c for c in ctx.valid_configs if c not in held]
     if not unseen:
