@@ -38,7 +38,6 @@ import itertools
 import math
 import multiprocessing
 import platform
-import random
 import statistics
 import sys
 import tempfile
@@ -54,9 +53,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tuner import db, registry  # noqa: E402
-from tuner.driver.samplers import TPE_STARTUP_TRIALS, exhausted, finite_list, make_sampler  # noqa: E402
+from tuner.driver.samplers import TPE_STARTUP_TRIALS, exhausted, make_sampler  # noqa: E402
 from tuner.driver.study import order_warm_starts  # noqa: E402
-from tuner.driver.trials import ENUMERABLE_VALID, LOOK_AFTER_SKIPS  # noqa: E402
+from tuner.driver.trials import ENUMERABLE_VALID, looks_at_space, pick_unseen  # noqa: E402
 from tuner.frozen import Config, Shape  # noqa: E402
 from tuner.lookup import Entry  # noqa: E402
 from tuner.measure.devices.replay import Record, ReplayMeasurer  # noqa: E402
@@ -205,12 +204,13 @@ def simulate(case: Case, sampler_name: str, startup: int, start: str, seed: int)
             else:
                 study.tell(trial, state=TrialState.PRUNED)
             skips += 1
-            if (skips % LOOK_AFTER_SKIPS == 0 and not finite_list(sampler) and len(case.valid) <= ENUMERABLE_VALID
-                    and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):  # trials.unseen_config
-                unseen = [c for c in case.valid if c not in seen]
-                if not unseen:
+            # the driver's look (tuner.driver.trials.unseen_config) over the replay's own record of the study
+            if (looks_at_space(skips, sampler) and len(case.valid) <= ENUMERABLE_VALID
+                    and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))):
+                unseen = pick_unseen(case.valid, seen, f"{seed}/{len(study.trials)}")
+                if unseen is None:
                     break
-                study.enqueue_trial(random.Random(f"{seed}/{len(study.trials)}").choice(unseen).to_dict())
+                study.enqueue_trial(unseen.to_dict())
             continue
         skips = 0
         result = replay.measure(case.template, case.shape, Candidate(config=config), seed=seed * 100_003 + trial.number)

@@ -614,3 +614,22 @@ def test_a_sampler_stuck_on_known_configs_gets_the_ones_the_study_lacks(tmp_path
     assert len(everything) == len(valid) and ctx.stalled
     known_in_a_row = len(rest) - 1 - max(i for i, r in enumerate(rest) if r.measured)
     assert known_in_a_row == LOOK_AFTER_SKIPS  # ended at the first look that found nothing left
+
+
+def test_the_look_picks_an_unheld_config_by_its_seed_and_skips_finite_lists() -> None:
+    """The look's two rules, which the trial loop and benchmarks/search.py's replay share: a pick is never a
+    held config, repeats with its seed, and is None once every config is held; the look comes at every
+    LOOK_AFTER_SKIPS-th proposal in a row that needed no measurement, never for a grid (its list ends it)."""
+    from tuner.driver.trials import LOOK_AFTER_SKIPS, looks_at_space, pick_unseen
+
+    valid = [Config({"a": i}) for i in range(10)]
+    held = set(valid[:7])
+    picks = {pick_unseen(valid, held, f"s/{k}") for k in range(40)}
+    assert picks == set(valid[7:])  # only unheld ones, and each of them under some seed
+    assert pick_unseen(valid, held, "s/1") == pick_unseen(valid, held, "s/1")
+    assert pick_unseen(valid, set(valid), "s/1") is None
+    tpe = optuna.samplers.TPESampler(seed=0)
+    grid = optuna.samplers.GridSampler({"a": list(range(10))}, seed=0)
+    assert [k for k in range(1, 3 * LOOK_AFTER_SKIPS + 1) if looks_at_space(k, tpe)] == [
+        LOOK_AFTER_SKIPS, 2 * LOOK_AFTER_SKIPS, 3 * LOOK_AFTER_SKIPS]
+    assert not any(looks_at_space(k, grid) for k in range(1, 3 * LOOK_AFTER_SKIPS + 1))

@@ -18,7 +18,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, TypeVar, cast
@@ -116,7 +116,7 @@ def run_trials(
                 budget.release(token)
                 skips += 1
                 emit(outcome)
-                if skips % LOOK_AFTER_SKIPS == 0 and skips < limit and not finite_list(ctx.sampler):
+                if skips < limit and looks_at_space(skips, ctx.sampler):
                     unseen = unseen_config(ctx)
                     if unseen is False:
                         skips, everything = limit, True  # the study holds every valid config: nothing to ask
@@ -162,11 +162,24 @@ def unseen_config(ctx: StudyContext) -> Config | Literal[False] | None:
     held = {Config(cast("dict[str, Scalar]", p))
             for p in settled_params(ctx.study, heartbeats=ctx.heartbeats, waiting=False, trials=trials)}
     held.update(Config(t.params) for t in trials if optuna_access.trial_id(t) in ctx.in_flight)
-    unseen = [c for c in ctx.valid_configs if c not in held]
-    if not unseen:
-        return False
     # workers sharing the study (heartbeats on) pick apart; a run of its own repeats with its seed
-    return random.Random(f"{ctx.seed_base}/{ctx.worker if ctx.heartbeats else ''}/{len(trials)}").choice(unseen)
+    pick = pick_unseen(ctx.valid_configs, held, f"{ctx.seed_base}/{ctx.worker if ctx.heartbeats else ''}/{len(trials)}")
+    return False if pick is None else pick
+
+
+def looks_at_space(skips: int, sampler: optuna.samplers.BaseSampler) -> bool:
+    """Whether the trial loop looks for a config the study lacks after ``skips`` proposals in a row that needed
+    no measurement: at every :data:`LOOK_AFTER_SKIPS`-th, unless the sampler walks a finite list of its own
+    (grid, exhaustive: the list may be a subspace, and it ends the loop itself). Pure; benchmarks/search.py's
+    replay asks it too."""
+    return skips > 0 and skips % LOOK_AFTER_SKIPS == 0 and not finite_list(sampler)
+
+
+def pick_unseen(valid: Sequence[Config], held: Container[Config], seed: str) -> Config | None:
+    """A config of ``valid`` not in ``held``, chosen by ``random.Random(seed)`` (the same seed, the same pick);
+    None when ``held`` holds them all. Pure; benchmarks/search.py's replay picks with it too."""
+    unseen = [c for c in valid if c not in held]
+    return random.Random(seed).choice(unseen) if unseen else None
 
 
 def _once(write: Callable[[], T]) -> T:
