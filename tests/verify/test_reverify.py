@@ -20,12 +20,26 @@ import httpx
 import pytest
 from markupsafe import escape
 
-from tests.fixtures.drift_templates import DIR_ENV, DRIFTING_REF, FLAKY_ALONE_REF, FLAKY_REF, STEADY_REF
+from tests.fixtures.drift_templates import (
+    DIR_ENV,
+    DRIFTING_REF,
+    FLAKIER_REF,
+    FLAKY_ALONE_REF,
+    FLAKY_REF,
+    STEADY_REF,
+)
 from tests.fixtures.processes import ROOT, env
 from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
 from tuner import db, registry
 from tuner.api.settings import ApiSettings
-from tuner.driver.reverify import BEST_LABEL, _disprove, _published_best, disproval_text, verify_best
+from tuner.driver.reverify import (
+    BEST_LABEL,
+    _disprove,
+    _published_best,
+    disproval_text,
+    verify_best,
+    verify_served,
+)
 from tuner.driver.tuning import tune_shapes
 from tuner.errors import UserInputError
 from tuner.frozen import Shape
@@ -53,6 +67,7 @@ def _spin_templates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     registry.register("steady_spin", STEADY_REF)
     registry.register("flaky_spin", FLAKY_REF)
     registry.register("flaky_alone", FLAKY_ALONE_REF)
+    registry.register("flakier_spin", FLAKIER_REF)
 
 
 def _publish(store: db.Store, name: str) -> None:
@@ -295,6 +310,34 @@ def test_a_wrong_best_with_no_stand_in_is_withdrawn_and_the_cli_says_so(tmp_path
     assert printed["wrong_processes"] == 1 and printed["withdrawn"] and printed["replacement"] is None
     assert store.get_best(template="flaky_alone", shape_key=SHAPE.key()) is None
     assert store.list_verifications(template="flaky_alone")[0].wrong_processes == 1
+
+
+def test_verify_goes_on_to_the_stand_in_until_one_stands_or_its_limit(tmp_path: Path) -> None:
+    """flakier_spin's round publishes scale 1; fresh processes find scales 1 and 2 wrong. ``tuner verify
+    --stand-ins 1`` verifies the best and one stand-in (both disproved, one JSON line each, exit 3) and leaves
+    scale 3 served unverified; a second run verifies scale 3 and stops there (it stands)."""
+    url = db.sqlite_url(tmp_path / "t.db")
+    store = db.Store.open(url)
+    _publish_all(store, "flakier_spin")
+    ran = subprocess.run(
+        [sys.executable, "-m", "tuner.cli", "verify", "flakier_spin", "--shape", "n=64", "--device", "cpu",
+         "--processes", "1", "--samples", "5", "--no-comparators", "--tolerance", "0.5", "--stand-ins", "1",
+         "--db", url, "--json"],
+        capture_output=True, text=True, env={**env(), "TUNER_TEMPLATES": f"flakier_spin={FLAKIER_REF}"}, cwd=ROOT,
+        timeout=300,
+    )
+    assert ran.returncode == 3, ran.stderr
+    printed = [json.loads(line) for line in ran.stdout.strip().splitlines()]
+    assert [(p["config"], p["wrong_processes"], p["replacement"]["config"]) for p in printed] == [
+        ({"scale": 1}, 1, {"scale": 2}), ({"scale": 2}, 1, {"scale": 3})]
+    assert store.get_best(template="flakier_spin", shape_key=SHAPE.key()).config == {"scale": 3}  # type: ignore[union-attr]
+    (last,) = verify_served(store, "flakier_spin", SHAPE, device=CPU, processes=1, options=OPTIONS,
+                            comparators=False, tolerance=0.5)
+    assert last.best.config == {"scale": 3} and not last.verdict.flagged and last.replacement is None
+    newest_first = [(v.config_json, v.wrong_processes) for v in store.list_verifications(template="flakier_spin")]
+    assert newest_first == [('{"scale":3}', 0), ('{"scale":2}', 1), ('{"scale":1}', 1)]
+    with pytest.raises(UserInputError, match="--stand-ins"):
+        next(verify_served(store, "flakier_spin", SHAPE, stand_ins=-1))
 
 
 def test_only_a_wrong_result_on_the_studys_own_device_name_disproves(tmp_path: Path) -> None:

@@ -233,15 +233,18 @@ def verify(
     comparator_processes: Annotated[int | None, typer.Option(
         min=1, help="Re-measure the comparators in only the first N processes (default: all).")] = None,
     tolerance: Annotated[float, typer.Option(min=0.001, max=1.0, help="Drift flagged beyond ± this fraction.")] = 0.03,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per shape.")] = False,
+    stand_ins: Annotated[int, typer.Option(
+        min=0, max=20, help="After a disproval, verify the config published in its place too, up to N times.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per verification.")] = False,
 ) -> None:
     """Re-measure the published best (and the comparators) in fresh processes; record and print the drift.
 
     A best that gives wrong results on a process's fresh inputs is disproved: the fastest other config of the
-    round that published it takes its place (or the best is withdrawn). Exit code 3 when some shape's best
-    drifted beyond the tolerance, gave wrong results, or no process measured it."""
+    round that published it takes its place (or the best is withdrawn), and that stand-in is verified in turn
+    (``--stand-ins``, default 3: how many in a row). Exit code 3 when some verification flagged its best: a
+    drift beyond the tolerance, wrong results, or no process measured it."""
     from tuner import registry
-    from tuner.driver.reverify import verify_best
+    from tuner.driver.reverify import verify_served
     from tuner.measure.devices.base import DeviceSpec, resolve
     from tuner.measure.measurer import MeasureOptions
     from tuner.shapes import select_shapes
@@ -256,14 +259,14 @@ def verify(
     _stop_on_sigterm()
     flagged = 0
     for label, the_shape in selected:
-        outcome = verify_best(store, t.name, the_shape, device=spec, processes=processes, options=options,
-                              comparators=comparators, comparator_processes=comparator_processes,
-                              tolerance=tolerance)
-        flagged += outcome.verdict.flagged
-        if as_json:
-            print(json.dumps(_verification_json(label, outcome)), flush=True)
-        else:
-            _print_verification(label, outcome)
+        for outcome in verify_served(store, t.name, the_shape, stand_ins=stand_ins, device=spec,
+                                     processes=processes, options=options, comparators=comparators,
+                                     comparator_processes=comparator_processes, tolerance=tolerance):
+            flagged += outcome.verdict.flagged
+            if as_json:
+                print(json.dumps(_verification_json(label, outcome)), flush=True)
+            else:
+                _print_verification(label, outcome)
     if flagged:
         raise typer.Exit(3)
 

@@ -23,6 +23,8 @@ published in its place, or, when the round has none, the best is withdrawn and t
 untuned one — in the one transaction that records the verification
 (:meth:`tuner.store.TuningStore.record_disproval`), so that no failure in between leaves the disproved config
 served. On another device name (a host verifying a foreign best) a wrong result is only flagged.
+:func:`verify_served` (``tuner verify``) goes on to verify each stand-in so published, up to a limit, so that
+what it leaves served has been re-measured too.
 
 Raises UserInputError when no best is published for the shape, DeviceError / MeasureSetupError from the
 measurer, StoreError from the store. Not thread-safe (one device, one verification at a time).
@@ -31,7 +33,7 @@ measurer, StoreError from the store. Not thread-safe (one device, one verificati
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,6 +228,28 @@ def verify_best(
             else Disproval(store.add_verification(**fields)))
     return Verification(template.name, shape, best, fingerprint, tuple(figures), verdict, done.verification,
                         done.replacement, done.withdrawn)
+
+
+STAND_INS = 3  # stand-ins `tuner verify` verifies in turn after a disproval, by default
+
+
+def verify_served(
+    store: TuningStore, template_name: str, shape: Shape, *, stand_ins: int = STAND_INS, **kwargs: Any,
+) -> Iterator[Verification]:
+    """:func:`verify_best`, then, while a verification disproved the best and published a stand-in, that
+    stand-in in turn (the same ``kwargs``), at most ``stand_ins`` times: a disproved best's stand-in is served
+    with its round's figure only, and it may sit on its bounds as the disproved one did (two tf32 configs of one
+    H200 round in a row, 2026-12-03). Yields each verification as it is recorded; the config served at the end
+    was verified unless the last one published a stand-in (``stand_ins`` reached). Raises (when iterated) what
+    :func:`verify_best` raises, the verifications yielded before it staying recorded, and UserInputError for a
+    negative ``stand_ins`` before any."""
+    if stand_ins < 0:
+        raise UserInputError(f"--stand-ins must be at least 0, got {stand_ins}")
+    for _ in range(stand_ins + 1):
+        outcome = verify_best(store, template_name, shape, **kwargs)
+        yield outcome
+        if outcome.replacement is None:
+            return
 
 
 def disproval_text(outcome: Verification) -> str:
