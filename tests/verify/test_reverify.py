@@ -315,7 +315,7 @@ def test_a_wrong_best_with_no_stand_in_is_withdrawn_and_the_cli_says_so(tmp_path
 def test_verify_goes_on_to_the_stand_in_until_one_stands_or_its_limit(tmp_path: Path) -> None:
     """flakier_spin's round publishes scale 1; fresh processes find scales 1 and 2 wrong. ``tuner verify
     --stand-ins 1`` verifies the best and one stand-in (both disproved, one JSON line each, exit 3) and leaves
-    scale 3 served unverified; a second run verifies scale 3 and stops there (it stands)."""
+    scale 3 served unverified, and says so; a second run verifies scale 3 and stops there (it stands)."""
     url = db.sqlite_url(tmp_path / "t.db")
     store = db.Store.open(url)
     _publish_all(store, "flakier_spin")
@@ -328,8 +328,8 @@ def test_verify_goes_on_to_the_stand_in_until_one_stands_or_its_limit(tmp_path: 
     )
     assert ran.returncode == 3, ran.stderr
     printed = [json.loads(line) for line in ran.stdout.strip().splitlines()]
-    assert [(p["config"], p["wrong_processes"], p["replacement"]["config"]) for p in printed] == [
-        ({"scale": 1}, 1, {"scale": 2}), ({"scale": 2}, 1, {"scale": 3})]
+    assert [(p["config"], p["wrong_processes"], p["replacement"]["config"], p["stand_in_verified"])
+            for p in printed] == [({"scale": 1}, 1, {"scale": 2}, True), ({"scale": 2}, 1, {"scale": 3}, False)]
     assert store.get_best(template="flakier_spin", shape_key=SHAPE.key()).config == {"scale": 3}  # type: ignore[union-attr]
     (last,) = verify_served(store, "flakier_spin", SHAPE, device=CPU, processes=1, options=OPTIONS,
                             comparators=False, tolerance=0.5)

@@ -234,7 +234,8 @@ def verify(
         min=1, help="Re-measure the comparators in only the first N processes (default: all).")] = None,
     tolerance: Annotated[float, typer.Option(min=0.001, max=1.0, help="Drift flagged beyond ± this fraction.")] = 0.03,
     stand_ins: Annotated[int, typer.Option(
-        min=0, max=20, help="After a disproval, verify the config published in its place too, up to N times.")] = 3,
+        min=0, max=20, help="After a disproval, verify the config published in its place too, up to N times "
+        "(each one as long as the first, comparators included).")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per verification.")] = False,
 ) -> None:
     """Re-measure the published best (and the comparators) in fresh processes; record and print the drift.
@@ -259,14 +260,21 @@ def verify(
     _stop_on_sigterm()
     flagged = 0
     for label, the_shape in selected:
-        for outcome in verify_served(store, t.name, the_shape, stand_ins=stand_ins, device=spec,
-                                     processes=processes, options=options, comparators=comparators,
-                                     comparator_processes=comparator_processes, tolerance=tolerance):
+        chain = verify_served(store, t.name, the_shape, stand_ins=stand_ins, device=spec, processes=processes,
+                              options=options, comparators=comparators, comparator_processes=comparator_processes,
+                              tolerance=tolerance)
+        for number, outcome in enumerate(chain):
             flagged += outcome.verdict.flagged
+            # a stand-in published by the last verification --stand-ins allows is served unverified
+            verified_next = None if outcome.replacement is None else number < stand_ins
             if as_json:
-                print(json.dumps(_verification_json(label, outcome)), flush=True)
+                print(json.dumps({**_verification_json(label, outcome), "stand_in_verified": verified_next}),
+                      flush=True)
             else:
                 _print_verification(label, outcome)
+                if verified_next is False:
+                    console.print(f"[yellow]{label}: --stand-ins {stand_ins} reached: the config published in its "
+                                  "place is served unverified; run `tuner verify` again to verify it[/yellow]")
     if flagged:
         raise typer.Exit(3)
 

@@ -236,8 +236,10 @@ STAND_INS = 3  # stand-ins `tuner verify` verifies in turn after a disproval, by
 def verify_served(
     store: TuningStore, template_name: str, shape: Shape, *, stand_ins: int = STAND_INS, **kwargs: Any,
 ) -> Iterator[Verification]:
-    """:func:`verify_best`, then, while a verification disproved the best and published a stand-in, that
-    stand-in in turn (the same ``kwargs``), at most ``stand_ins`` times: a disproved best's stand-in is served
+    """:func:`verify_best`, then, while a verification disproved the best and published a stand-in, the best
+    served then in turn (the same ``kwargs``, :func:`verify_best`'s keywords; the stand-in, which keeps the
+    study and the published time of the best it replaced, unless a final round published meanwhile), at most
+    ``stand_ins`` times: a disproved best's stand-in is served
     with its round's figure only, and it may sit on its bounds as the disproved one did (two tf32 configs of one
     H200 round in a row, 2026-12-03). Yields each verification as it is recorded; the config served at the end
     was verified unless the last one published a stand-in (``stand_ins`` reached). Raises (when iterated) what
