@@ -363,8 +363,8 @@ def test_only_a_wrong_result_on_the_studys_own_device_name_disproves(tmp_path: P
 
 
 def test_a_verify_job_that_disproves_the_best_says_so_in_its_task(tmp_path: Path) -> None:
-    """A worker runs the verify job: the task ends with what the verification did, and the store serves the
-    config that stood in."""
+    """A worker runs the verify job: the task ends with what the verification did, the stand-in is verified in
+    turn (the task keeps that verification), and the store serves the config that stood in."""
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     _publish_all(store, "flaky_spin")
     job = store.create_verify_job(template="flaky_spin", template_version="1", backend="triton", device_kind="cpu",
@@ -377,8 +377,13 @@ def test_a_verify_job_that_disproves_the_best_says_so_in_its_task(tmp_path: Path
     assert task.state == "failed" and task.error is not None
     assert "wrong results in 1 of 1 fresh processes" in task.error
     assert 'published in its place: {"scale":2}' in task.error
+    assert '; then {"scale":2} verified in turn: drift ' in task.error
     served = store.get_best(template="flaky_spin", shape_key=SHAPE.key())
     assert served is not None and served.config == {"scale": 2}
+    second, first = store.list_verifications(template="flaky_spin")  # newest first
+    assert (first.config_json, first.wrong_processes, second.config_json, second.wrong_processes) == (
+        '{"scale":1}', 1, '{"scale":2}', 0)
+    assert task.verification_id == second.id and task.best_config_json == '{"scale":2}'
     # the study as the pages read it shows the config served, and its round's ratios are to that config
     settings = ApiSettings(db_url=store.url, tokens=TOKENS, warm_templates=False, best_cache_ttl_s=0)  # type: ignore[call-arg]
     with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=30) as http:

@@ -45,7 +45,7 @@ from tuner import registry
 from tuner.db.retry import STORAGE_ERRORS, StoreHealth, durable
 from tuner.driver import optuna_access
 from tuner.driver.heartbeat import Heartbeat
-from tuner.driver.reverify import disproval_text, verify_best
+from tuner.driver.reverify import Verification, disproval_text, verify_served
 from tuner.driver.run import StudyOptions, StudyRun, run_study
 from tuner.driver.samplers import exhausted
 from tuner.driver.study import FinalRound, StudyContext
@@ -428,18 +428,26 @@ class Worker:
         re-verified for this device: flagged in the verification, logged, the best left as it is). The task
         fails when the verification disproved the best (wrong results on the study's own device name: its
         error says what was published instead), or when no process measured the best OK and none found it
-        wrong."""
+        wrong. A stand-in published after a disproval is verified in turn, as ``tuner verify`` does
+        (:func:`tuner.driver.reverify.verify_served`): the task then keeps the last verification (of what is
+        served now) and its error says what each one found."""
         if not self.store.begin_finalize(task_id=task_id, worker_id=self.id):
             return  # another worker took it
-        outcome = verify_best(
+        chain = list(verify_served(
             self.store, job.template, shape, device=self.options.device, processes=job.processes or 1,
             options=MeasureOptions(n_samples=job.samples, timeout_s=job.candidate_timeout_s),
             comparators=job.comparators, comparator_processes=job.comparator_processes, worker=self.id,
-        )
+        ))
+        outcome = chain[-1]  # what is served now: the best found, or the last stand-in verified in turn
         median = outcome.verdict.median_us
         error = None if median is not None else "the published best did not measure OK in any process"
-        if outcome.disproved:
-            error = disproval_text(outcome)
+        disproved = [disproval_text(o) for o in chain if o.disproved]
+        if disproved:
+            error = "; then ".join(disproved)
+            if not outcome.disproved:
+                error += f"; then {_verdict_text(outcome)}"
+            elif outcome.replacement is not None:
+                error += " (not verified: the stand-in limit was reached)"
         elif outcome.verdict.wrong:  # flagged, not failed: the store keeps no text with a task that is done
             error = None
             log.warning("verify task %s of job %s: %s", task_id, job.id, disproval_text(outcome))
@@ -453,6 +461,14 @@ class Worker:
             self.store.stop_worker(worker_id=self.id)
         except STORAGE_ERRORS as exc:  # its lease lapses: the reaper gives back what it held
             log.error("could not deregister worker %s: %s", self.id, exc)
+
+
+def _verdict_text(outcome: Verification) -> str:
+    """What a verification that did not disprove its best found, in a clause (a verify task's error)."""
+    v = outcome.verdict
+    found = ("no process measured it OK" if v.drift is None
+             else f"drift {v.drift * 100:+.1f}% ({'flagged' if v.flagged else 'within'} ±{v.tolerance * 100:g}%)")
+    return f"{outcome.best.config_json} verified in turn: {found}"
 
 
 def advertised_templates() -> dict[str, str]:
