@@ -396,6 +396,26 @@ def test_a_verify_job_that_disproves_the_best_says_so_in_its_task(tmp_path: Path
     assert "scale=2" in page and "scale=1</code>" not in page.split("Every study")[0]
 
 
+def test_a_verify_job_says_which_stand_in_it_left_unverified(tmp_path: Path) -> None:
+    """A worker allowed one stand-in (``stand_ins=1``) on flakier_spin: scale 1 disproved, its stand-in scale 2
+    verified in turn and disproved too; scale 3 is served and the task says it was not verified."""
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    _publish_all(store, "flakier_spin")
+    job = store.create_verify_job(template="flakier_spin", template_version="1", backend="triton",
+                                  device_kind="cpu", device_name=None, tasks=[("n=64", SHAPE.key(), SHAPE.to_json())],
+                                  processes=1, samples=5, comparators=False)
+    options = WorkerOptions(CPU, heartbeat_s=0.5, lease_s=10, stand_ins=1)
+    assert Worker(store, options).run(exit_when_idle=True) == 1
+    done = store.get_job(job_id=job.id)
+    assert done is not None and done.state == "failed"
+    (task,) = done.tasks
+    assert task.error is not None and task.error.count("wrong results in 1 of 1 fresh processes") == 2, task.error
+    assert 'published in its place: {"scale":2}' in task.error and 'published in its place: {"scale":3}' in task.error
+    assert task.error.endswith("(not verified: the stand-in limit was reached)"), task.error
+    assert store.get_best(template="flakier_spin", shape_key=SHAPE.key()).config == {"scale": 3}  # type: ignore[union-attr]
+    assert [v.config_json for v in store.list_verifications(template="flakier_spin")] == ['{"scale":2}', '{"scale":1}']
+
+
 @pytest.mark.parametrize("wrong", ["every", "some"])
 def test_a_verify_job_that_finds_a_foreign_best_wrong_flags_it_and_ends_done(
     tmp_path: Path, wrong: str, caplog: pytest.LogCaptureFixture

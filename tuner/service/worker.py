@@ -45,7 +45,7 @@ from tuner import registry
 from tuner.db.retry import STORAGE_ERRORS, StoreHealth, durable
 from tuner.driver import optuna_access
 from tuner.driver.heartbeat import Heartbeat
-from tuner.driver.reverify import Verification, disproval_text, verify_served
+from tuner.driver.reverify import STAND_INS, Verification, disproval_text, verify_served
 from tuner.driver.run import StudyOptions, StudyRun, run_study
 from tuner.driver.samplers import exhausted
 from tuner.driver.study import FinalRound, StudyContext
@@ -85,6 +85,7 @@ class WorkerOptions:
     compile_workers: int = 0  # parallel compile processes for slow-compiling templates (0: the host's cores)
     device_index: int | None = None  # the index it registers and records (default device.index); a worker
     # pinned to one GPU (tuner.service.fleet) sees it as cuda:0 but registers the GPU's index on the host
+    stand_ins: int = STAND_INS  # a verify task: stand-ins verified in turn after a disproval (verify_served)
 
     def __post_init__(self) -> None:
         """UserInputError for intervals that cannot work: a lease must outlast two heartbeats (one late beat
@@ -429,16 +430,34 @@ class Worker:
         fails when the verification disproved the best (wrong results on the study's own device name: its
         error says what was published instead), or when no process measured the best OK and none found it
         wrong. A stand-in published after a disproval is verified in turn, as ``tuner verify`` does
-        (:func:`tuner.driver.reverify.verify_served`): the task then keeps the last verification (of what is
-        served now) and its error says what each one found."""
+        (:func:`tuner.driver.reverify.verify_served`, up to ``options.stand_ins``; not once the worker stops
+        or the job ends): the task then keeps the last verification made and its error says what each found,
+        and what was left unverified. A failure verifying a stand-in fails the task with the disproval's text
+        (a DeviceError still gives the task up)."""
         if not self.store.begin_finalize(task_id=task_id, worker_id=self.id):
             return  # another worker took it
-        chain = list(verify_served(
-            self.store, job.template, shape, device=self.options.device, processes=job.processes or 1,
-            options=MeasureOptions(n_samples=job.samples, timeout_s=job.candidate_timeout_s),
-            comparators=job.comparators, comparator_processes=job.comparator_processes, worker=self.id,
-        ))
-        outcome = chain[-1]  # what is served now: the best found, or the last stand-in verified in turn
+        chain: list[Verification] = []
+        cut = "the stand-in limit was reached"  # why a stand-in published by the last verification is unverified
+        try:
+            for found in verify_served(
+                self.store, job.template, shape, stand_ins=self.options.stand_ins, device=self.options.device,
+                processes=job.processes or 1,
+                options=MeasureOptions(n_samples=job.samples, timeout_s=job.candidate_timeout_s),
+                comparators=job.comparators, comparator_processes=job.comparator_processes, worker=self.id,
+            ):
+                chain.append(found)
+                if found.replacement is not None and (self._stop.is_set() or self._lost.is_set()
+                                                      or not self._job_active(job.id)):
+                    cut = "the worker stopped or the job ended first"
+                    break
+        except TunerError as exc:
+            # Nothing found yet, or the device failed: as any task (_serve). After a disproval, the task says
+            # so rather than leaving the stand-in to a worker that would find it right and end the job done.
+            if isinstance(exc, DeviceError) or not any(o.disproved for o in chain):
+                raise
+            log.warning("verify task %s of job %s: verifying the stand-in: %s", task_id, job.id, exc)
+            cut = f"its verification failed: {type(exc).__name__}: {exc}"
+        outcome = chain[-1]  # the last verification made: of what is served now unless a stand-in was left
         median = outcome.verdict.median_us
         error = None if median is not None else "the published best did not measure OK in any process"
         disproved = [disproval_text(o) for o in chain if o.disproved]
@@ -447,14 +466,14 @@ class Worker:
             if not outcome.disproved:
                 error += f"; then {_verdict_text(outcome)}"
             elif outcome.replacement is not None:
-                error += " (not verified: the stand-in limit was reached)"
+                error += f" (not verified: {cut})"
         elif outcome.verdict.wrong:  # flagged, not failed: the store keeps no text with a task that is done
             error = None
             log.warning("verify task %s of job %s: %s", task_id, job.id, disproval_text(outcome))
-        self.store.finish_task(
+        self._durable(lambda: self.store.finish_task(
             task_id=task_id, worker_id=self.id, best_us=median, best_config_json=outcome.best.config_json,
             error=error, verification_id=outcome.record.id,  # what it found: the job page and its JSON show it
-        )
+        ))
 
     def _leave(self) -> None:
         try:
