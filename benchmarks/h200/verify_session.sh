@@ -15,7 +15,9 @@
 #                    default all), after warming the compile caches with each shape's served best and the
 #                    comparator (WARM=0 skips that), and timing a fresh process's comparator build (cache probe).
 #                    `tuner verify` re-measures bests of the current template version only: a shape served
-#                    from a carried version (MIMO version 4 carries 3) has none until a final round publishes
+#                    from a carried version (MIMO version 4 carries 3) has none until a final round publishes.
+#                    A disproved best's stand-in is verified in turn (STAND_INS, default 3; each as long as the
+#                    first: 2026-12-03, eighteenth session, two such stand-ins took a device call each)
 #   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 16's sweeps in the committed MIMO store: after warming the
 #                    compile caches (TileLang, the default and seeds of WARM_WORKLOADS, default the sweep's;
 #                    COMPARATOR_ONLY=1: TileLang alone; WARM=0 skips that, WARM=bg builds the
@@ -152,6 +154,7 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
     else
       step verify_mimo "$LEFT" $TUNER verify mamba3_mimo_bwd "${SELECT[@]}" --processes "${PROCESSES:-5}" --samples 30 \
         ${COMPARATOR_PROCESSES:+--comparator-processes $COMPARATOR_PROCESSES} $([[ ${COMPARATORS:-1} == 0 ]] && echo --no-comparators) \
+        --stand-ins "${STAND_INS:-3}" \
         --timeout 240 --device cuda \
         --db "$MIMO_DB" --json
     fi
