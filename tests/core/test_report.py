@@ -60,6 +60,30 @@ def test_shapes_outside_the_workloads_have_their_own_geometric_mean() -> None:
     assert _row("w1", "1").named and not other.named and contract.named
 
 
+def test_the_means_are_given_again_with_each_best_at_its_verification() -> None:
+    """With every row's best re-measured by `tuner verify`, a second mean row puts each best at its
+    verification's median (here 12.5 µs where 10 were stored: default / best 2.0 → 1.6); with a row not
+    verified, none (a mean of stored and re-measured bests would be neither)."""
+    from datetime import datetime, timezone
+
+    from tuner.store import VerificationRecord
+
+    def verified(row: ReportRow, median_us: float) -> ReportRow:
+        check = VerificationRecord(
+            id=1, study_id=1, config_json=row.best_config.to_json(), stored_us=10.0, median_us=median_us,  # type: ignore[union-attr]
+            low_us=median_us, high_us=median_us, drift=median_us / 10.0 - 1, tolerance=0.03, flagged=True,
+            processes=2, figures_json="[]", device_kind="cuda", device_name="GPU", fingerprint_hash="f",
+            fingerprint_json="{}", worker=None, created_at=datetime.now(timezone.utc))
+        return dataclasses.replace(row, verification=check)
+
+    rows = (verified(_row("w1", "1"), 12.5), verified(_row("w2", "1"), 12.5))
+    text = render_markdown(Report("t", "1", rows))
+    assert "| **geometric mean** |  |  |  | **2.000x**" in text
+    assert "| **geometric mean**, each best at its `tuner verify` median |  |  |  | **1.600x**" in text
+    text = render_markdown(Report("t", "1", (rows[0], _row("w2", "1"))))
+    assert "**geometric mean** |" in text and "each best at its `tuner verify` median" not in text
+
+
 def test_errors_table_lists_every_output_of_the_best_config() -> None:
     text = render_markdown(Report("t", "1", (_row("w1", "1"),)), errors=True)
     assert "### Relative L2 error per output" in text and "| w1 | best config | 1.0e-04 |" in text
