@@ -20,7 +20,8 @@
 #                    first: 2026-12-03, eighteenth session, two such stand-ins took a device call each)
 #   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 16's sweeps in the committed MIMO store: after warming the
 #                    compile caches (TileLang, the default and seeds of WARM_WORKLOADS, default the sweep's;
-#                    COMPARATOR_ONLY=1: TileLang alone; WARM=0 skips that, WARM=bg builds the
+#                    COMPARATOR_ONLY=1: TileLang alone; WARM=0 skips that on a warm machine and, on a fresh one with an empty
+#                    TileLang cache, builds the sweep's TileLang alone first unless COLD_OK=1; WARM=bg builds the
 #                    TileLang comparators of WARM_WORKLOADS in the background during the sweeps), up to TRIALS (40)
 #                    more trials (SWEEP_ONLY="--only NAME=V1,V2 …": that subspace, exhaustively) and a final
 #                    round with the TileLang line on each of SWEEP_WORKLOADS (default
@@ -184,10 +185,21 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       echo "error: WARM must be 1, bg or 0, got ${WARM}" >&2; exit 2
     elif [[ -z $(find .cache/tilelang -mindepth 1 -print -quit 2>/dev/null) ]]; then
       # WARM=0 assumes a warm machine from an earlier call; on a fresh one each final round builds mamba_ssm's
-      # TileLang backward (140-190 s) inside its TUNE_TIMEOUT (2026-12-02, thirteenth session: three rounds
-      # killed at 150 s, no ratio). Say so: the operator chooses the timeout.
-      echo "warning: WARM=0 but the TileLang cache is empty (a fresh machine): each final round builds TileLang" \
-           "(140-190 s) within TUNE_TIMEOUT=${TUNE_TIMEOUT:-240}" | tee "$W/warm_warning.txt" >&2
+      # TileLang backward (140-190 s) inside its TUNE_TIMEOUT and is killed before publishing (2026-12-02,
+      # thirteenth session: three rounds killed at 150 s; 2026-12-04, twentieth session: three more, the
+      # machine having gone idle between two calls). So build the sweep's TileLang comparators first, as
+      # WARM=1 COMPARATOR_ONLY=1 does (~150 s for up to five shapes in parallel; COLD_OK=1: don't, each final
+      # round builds its own). In the background, as WARM=bg does, they would not be ready for the first
+      # final round (a 48-config sweep takes ~90 s) and that round would build TileLang a second time.
+      if [[ ${COLD_OK:-0} == 1 ]]; then
+        echo "warning: WARM=0 on a fresh machine (empty TileLang cache), COLD_OK=1: each final round builds" \
+             "TileLang (140-190 s) within TUNE_TIMEOUT=${TUNE_TIMEOUT:-240}" | tee "$W/warm_warning.txt" >&2
+      else
+        echo "warning: WARM=0 but the TileLang cache is empty (a fresh machine): building the comparators of" \
+             "$SWEEP first (COLD_OK=1 skips that)" | tee "$W/warm_warning.txt" >&2
+        step warm "${WARM_TIMEOUT:-240}" python3 "$H/warm_mimo.py" --workers 16 --comparator-only \
+          --timeout "$(( ${WARM_TIMEOUT:-240} - 10 ))" --workloads $SWEEP
+      fi
     fi
     for w in $SWEEP; do
       # Each shape gets TUNE_TIMEOUT or what is left of the call's BUDGET, whichever is less; its sweep stops
