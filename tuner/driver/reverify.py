@@ -236,15 +236,14 @@ STAND_INS = 3  # stand-ins `tuner verify` verifies in turn after a disproval, by
 def verify_served(
     store: TuningStore, template_name: str, shape: Shape, *, stand_ins: int = STAND_INS, **kwargs: Any,
 ) -> Iterator[Verification]:
-    """:func:`verify_best`, then, while a verification disproved the best and published a stand-in, the best
-    served then in turn (the same ``kwargs``, :func:`verify_best`'s keywords; the stand-in, which keeps the
-    study and the published time of the best it replaced, unless a final round published meanwhile), at most
-    ``stand_ins`` times: a disproved best's stand-in is served
-    with its round's figure only, and it may sit on its bounds as the disproved one did (two tf32 configs of one
-    H200 round in a row, 2026-12-03). Yields each verification as it is recorded; the config served at the end
-    was verified unless the last one published a stand-in (``stand_ins`` reached). Raises (when iterated) what
-    :func:`verify_best` raises, the verifications yielded before it staying recorded, and UserInputError for a
-    negative ``stand_ins`` before any."""
+    """:func:`verify_best`, then, while a verification disproved the best and published a stand-in, the best served then
+    in turn (the same ``kwargs``, :func:`verify_best`'s keywords; the stand-in, which keeps the study and the
+    published time of the best it replaced, unless a final round published meanwhile), at most ``stand_ins`` times: a
+    disproved best's stand-in is served with its round's figure only, and it may sit on its bounds as the disproved
+    one did (two tf32 configs of one H200 round in a row, 2026-12-03). Yields each verification as it is recorded;
+    the config served at the end was verified unless the last one published a stand-in (``stand_ins`` reached).
+    Raises (when iterated) what :func:`verify_best` raises, the verifications yielded before it staying recorded, and
+    UserInputError for a negative ``stand_ins`` before any."""
     if stand_ins < 0:
         raise UserInputError(f"--stand-ins must be at least 0, got {stand_ins}")
     for _ in range(stand_ins + 1):
@@ -269,6 +268,15 @@ def disproval_text(outcome: Verification) -> str:
         return f"{text}; no other config of its round stands in: the best was withdrawn"
     return f"{text}; the study's best had changed meanwhile and was left as it is"
 
+
+
+def verdict_text(outcome: Verification) -> str:
+    """What a verification that did not disprove its best found, in a clause (a verify job's task, after the
+    disprovals that led to it)."""
+    v = outcome.verdict
+    found = ("no process measured it OK" if v.drift is None
+             else f"drift {v.drift * 100:+.1f}% ({'flagged' if v.flagged else 'within'} ±{v.tolerance * 100:g}%)")
+    return f"{outcome.best.config_json} verified in turn: {found}"
 
 DECIDE_ATTEMPTS = 3  # a final round publishing between the read and the write: decide again, this many times
 

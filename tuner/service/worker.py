@@ -45,7 +45,7 @@ from tuner import registry
 from tuner.db.retry import STORAGE_ERRORS, StoreHealth, durable
 from tuner.driver import optuna_access
 from tuner.driver.heartbeat import Heartbeat
-from tuner.driver.reverify import STAND_INS, Verification, disproval_text, verify_served
+from tuner.driver.reverify import STAND_INS, Verification, disproval_text, verdict_text, verify_served
 from tuner.driver.run import StudyOptions, StudyRun, run_study
 from tuner.driver.samplers import exhausted
 from tuner.driver.study import FinalRound, StudyContext
@@ -464,7 +464,7 @@ class Worker:
         if disproved:
             error = "; then ".join(disproved)
             if not outcome.disproved:
-                error += f"; then {_verdict_text(outcome)}"
+                error += f"; then {verdict_text(outcome)}"
             elif outcome.replacement is not None:
                 error += f" (not verified: {cut})"
         elif outcome.verdict.wrong:  # flagged, not failed: the store keeps no text with a task that is done
@@ -480,14 +480,6 @@ class Worker:
             self.store.stop_worker(worker_id=self.id)
         except STORAGE_ERRORS as exc:  # its lease lapses: the reaper gives back what it held
             log.error("could not deregister worker %s: %s", self.id, exc)
-
-
-def _verdict_text(outcome: Verification) -> str:
-    """What a verification that did not disprove its best found, in a clause (a verify task's error)."""
-    v = outcome.verdict
-    found = ("no process measured it OK" if v.drift is None
-             else f"drift {v.drift * 100:+.1f}% ({'flagged' if v.flagged else 'within'} ±{v.tolerance * 100:g}%)")
-    return f"{outcome.best.config_json} verified in turn: {found}"
 
 
 def advertised_templates() -> dict[str, str]:
