@@ -331,9 +331,10 @@ def test_verify_goes_on_to_the_stand_in_until_one_stands_or_its_limit(tmp_path: 
     assert [(p["config"], p["wrong_processes"], p["replacement"]["config"], p["stand_in_verified"])
             for p in printed] == [({"scale": 1}, 1, {"scale": 2}, True), ({"scale": 2}, 1, {"scale": 3}, False)]
     assert store.get_best(template="flakier_spin", shape_key=SHAPE.key()).config == {"scale": 3}  # type: ignore[union-attr]
-    (last,) = verify_served(store, "flakier_spin", SHAPE, device=CPU, processes=1, options=OPTIONS,
-                            comparators=False, tolerance=0.5)
-    assert last.best.config == {"scale": 3} and not last.verdict.flagged and last.replacement is None
+    ((last, stand_in_next),) = verify_served(store, "flakier_spin", SHAPE, device=CPU, processes=1,
+                                             options=OPTIONS, comparators=False, tolerance=0.5)
+    assert stand_in_next is None and last.replacement is None  # nothing published: the chain ends here
+    assert last.best.config == {"scale": 3} and not last.verdict.flagged
     newest_first = [(v.config_json, v.wrong_processes) for v in store.list_verifications(template="flakier_spin")]
     assert newest_first == [('{"scale":3}', 0), ('{"scale":2}', 1), ('{"scale":1}', 1)]
     with pytest.raises(UserInputError, match="--stand-ins"):

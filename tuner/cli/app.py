@@ -263,10 +263,8 @@ def verify(
         chain = verify_served(store, t.name, the_shape, stand_ins=stand_ins, device=spec, processes=processes,
                               options=options, comparators=comparators, comparator_processes=comparator_processes,
                               tolerance=tolerance)
-        for number, outcome in enumerate(chain):
+        for outcome, verified_next in chain:
             flagged += outcome.verdict.flagged
-            # a stand-in published by the last verification --stand-ins allows is served unverified
-            verified_next = None if outcome.replacement is None else number < stand_ins
             if as_json:
                 print(json.dumps({**_verification_json(label, outcome), "stand_in_verified": verified_next}),
                       flush=True)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tuner import registry
 from tuner.driver.study import COMPARATOR_PREFIX, FINAL_NEAR_BOUND, process_label
@@ -233,24 +233,37 @@ def verify_best(
 STAND_INS = 3  # stand-ins `tuner verify` verifies in turn after a disproval, by default
 
 
+class ServedStep(NamedTuple):
+    """One verification of :func:`verify_served`'s chain. Immutable.
+
+    ``stand_in_next``: None when ``outcome`` published no stand-in; True when the stand-in it published is
+    verified next (should the caller go on iterating); False when the limit leaves that stand-in served
+    unverified (it is the chain's last step)."""
+
+    outcome: Verification
+    stand_in_next: bool | None
+
+
 def verify_served(
     store: TuningStore, template_name: str, shape: Shape, *, stand_ins: int = STAND_INS, **kwargs: Any,
-) -> Iterator[Verification]:
-    """:func:`verify_best`, then, while a verification disproved the best and published a stand-in, the best served then
-    in turn (the same ``kwargs``, :func:`verify_best`'s keywords; the stand-in, which keeps the study and the
-    published time of the best it replaced, unless a final round published meanwhile), at most ``stand_ins`` times: a
-    disproved best's stand-in is served with its round's figure only, and it may sit on its bounds as the disproved
-    one did (two tf32 configs of one H200 round in a row, 2026-12-03). Yields each verification as it is recorded;
-    the config served at the end was verified unless the last one published a stand-in (``stand_ins`` reached).
-    Raises (when iterated) what :func:`verify_best` raises, the verifications yielded before it staying recorded, and
+) -> Iterator[ServedStep]:
+    """:func:`verify_best`, then, while a verification disproved the best and published a stand-in, the best
+    served then in turn (the same ``kwargs``, :func:`verify_best`'s keywords; the stand-in, which keeps the study
+    and the published time of the best it replaced, unless a final round published meanwhile), at most
+    ``stand_ins`` times: a disproved best's stand-in is served with its round's figure only, and it may sit on
+    its bounds as the disproved one did (two tf32 configs of one H200 round in a row, 2026-12-03). Yields each
+    verification as it is recorded, with whether the stand-in it published (if any) is verified next
+    (:class:`ServedStep`): the config served at the end was verified unless the last step says False. Raises
+    (when iterated) what :func:`verify_best` raises, the verifications yielded before it staying recorded, and
     UserInputError for a negative ``stand_ins`` before any."""
     if stand_ins < 0:
         raise UserInputError(f"--stand-ins must be at least 0, got {stand_ins}")
-    for _ in range(stand_ins + 1):
+    for number in range(stand_ins + 1):
         outcome = verify_best(store, template_name, shape, **kwargs)
-        yield outcome
         if outcome.replacement is None:
+            yield ServedStep(outcome, None)
             return
+        yield ServedStep(outcome, number < stand_ins)
 
 
 def disproval_text(outcome: Verification) -> str:

@@ -439,15 +439,14 @@ class Worker:
         chain: list[Verification] = []
         cut = "the stand-in limit was reached"  # why a stand-in published by the last verification is unverified
         try:
-            for found in verify_served(
+            for found, verified_next in verify_served(
                 self.store, job.template, shape, stand_ins=self.options.stand_ins, device=self.options.device,
                 processes=job.processes or 1,
                 options=MeasureOptions(n_samples=job.samples, timeout_s=job.candidate_timeout_s),
                 comparators=job.comparators, comparator_processes=job.comparator_processes, worker=self.id,
             ):
                 chain.append(found)
-                if found.replacement is not None and (self._stop.is_set() or self._lost.is_set()
-                                                      or not self._job_active(job.id)):
+                if verified_next and (self._stop.is_set() or self._lost.is_set() or not self._job_active(job.id)):
                     cut = "the worker stopped or the job ended first"
                     break
         except TunerError as exc:
