@@ -23,7 +23,8 @@
 #                    COMPARATOR_ONLY=1: TileLang alone; WARM=0 skips that on a warm machine and, on a fresh one with an empty
 #                    TileLang cache, builds the sweep's TileLang alone first unless COLD_OK=1; WARM=bg builds the
 #                    TileLang comparators of WARM_WORKLOADS in the background during the sweeps), up to TRIALS (40)
-#                    more trials (SWEEP_ONLY="--only NAME=V1,V2 …": that subspace, exhaustively) and a final
+#                    more trials (SWEEP_ONLY="--only NAME=V1,V2 …": that subspace, exhaustively;
+#                    SWEEP_ONLY_<workload, - as _>: that shape's own) and a final
 #                    round with the TileLang line on each of SWEEP_WORKLOADS (default
 #                    N128 P64 R2), each within TUNE_TIMEOUT seconds and the BUDGET left (`tuner tune
 #                    --time-limit` stops new trials RESERVE_S before that; FINAL_ONLY=1: no new trial, the final
@@ -218,7 +219,10 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
       TIME_LIMIT=$(( LIMIT - ${RESERVE_S:-150} )); [[ ${FINAL_ONLY:-0} == 1 ]] && TIME_LIMIT=0.001
       # SWEEP_ONLY="--only NAME=V1,V2 …": instead of TRIALS sampled trials, measure that subspace (`--exhaustive`:
       # the configs the study lacks), then the final round as usual.
-      if [[ -n ${SWEEP_ONLY:-} ]]; then read -ra HOW <<< "--exhaustive $SWEEP_ONLY"; else HOW=(--trials "${TRIALS:-40}"); fi
+      # SWEEP_ONLY_<workload with - as _>, e.g. SWEEP_ONLY_mimo_n16_p64_r4, overrides SWEEP_ONLY for that shape
+      # (shapes whose subspaces differ, such as R8 or N16, in one call).
+      ONLY_VAR="SWEEP_ONLY_${w//-/_}"; ONLY=${!ONLY_VAR:-${SWEEP_ONLY:-}}
+      if [[ -n $ONLY ]]; then read -ra HOW <<< "--exhaustive $ONLY"; else HOW=(--trials "${TRIALS:-40}"); fi
       step "tune_$w" "$LIMIT" $TUNER tune mamba3_mimo_bwd -w "$w" "${HOW[@]}" \
         --time-limit "$TIME_LIMIT" --samples 30 --finalists 3 --timeout "${CANDIDATE_TIMEOUT:-240}" --device cuda \
         --seed 1 --db "sqlite:///$MIMO_STORE"
