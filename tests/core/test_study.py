@@ -4,6 +4,7 @@ backend (Triton interpreter), real faults from the fault-injection template."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import optuna
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from tests.fixtures.fault_templates import TUNABLE_REF
 from tuner import db, registry
 from tuner.driver.budget import CountBudget, DeadlineBudget
-from tuner.driver.study import finalize, open_study, queue_in_order
+from tuner.driver.study import FinalRound, StudyContext, finalize, open_study, queue_in_order
 from tuner.driver.trials import run_trials
 from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
@@ -475,7 +476,7 @@ def test_a_study_without_a_best_runs_the_carried_config_the_lookup_serves_in_its
 
     from tests.fixtures.fault_templates import TunableFaultVectorScale
     from tests.fixtures.servers import publish
-    from tuner.driver.study import CONFIG_LABEL, StudyContext, store_result
+    from tuner.driver.study import CONFIG_LABEL, store_result
     from tuner.results import MeasureResult, SampleSummary
     from tuner.spec import CarriedVersion
 
@@ -543,6 +544,25 @@ def near_template() -> Iterator[str]:
     registry.unregister("fault_vector_scale_near")
 
 
+CLOSE, FAR = Config(mode="near", BLOCK=64), Config(mode="far", BLOCK=64)  # the near-bound template's two modes
+
+
+def _round_of_near_and_far(
+    tmp_path: Path, measurer: Measurer, template: str, shape: Shape, seed: int
+) -> tuple[db.Store, StudyContext, FinalRound]:
+    """A study of the near-bound ``template`` (seed ``seed``) whose two trials are CLOSE (faster) and FAR, and
+    its final round of both (the default beside them, no comparators)."""
+    from tuner.driver.study import CONFIG_LABEL, store_result
+    from tuner.results import MeasureResult, SampleSummary
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(template, shape, store=store, measurer=measurer, sampler="random", seed=seed)
+    for number, config in enumerate([CLOSE, FAR]):
+        store_result(ctx, MeasureResult(Status.OK, config, SampleSummary.of([1.0 + number])), role="trial",
+                     candidate=CONFIG_LABEL, trial_number=number)
+    return store, ctx, finalize(ctx, finalists=2, comparators=False)
+
+
 def test_a_finalist_near_its_bound_is_checked_on_more_input_sets_and_not_published(  # type: ignore[no-untyped-def]
     tmp_path, measurer: Measurer, near_template: str
 ) -> None:
@@ -551,8 +571,7 @@ def test_a_finalist_near_its_bound_is_checked_on_more_input_sets_and_not_publish
     later rounds; ``far`` is checked on the round's sets only (its errors are their worst, though an extra set
     would show a larger one) and the round publishes."""
     from tests.fixtures.fault_templates import NEAR_RTOL, NearBoundVectorScale, bound_fraction
-    from tuner.driver.study import CONFIG_LABEL, FINAL_CHECK_SEEDS, FINAL_NEAR_BOUND, store_result
-    from tuner.results import MeasureResult, SampleSummary
+    from tuner.driver.study import FINAL_CHECK_SEEDS, FINAL_NEAR_BOUND
 
     shape, first = Shape(n=256), 1_000_003
     usual, more = FINAL_CHECK_SEEDS, FINAL_CHECK_SEEDS + FINAL_NEAR_BOUND.extra_seeds
@@ -564,30 +583,57 @@ def test_a_finalist_near_its_bound_is_checked_on_more_input_sets_and_not_publish
     seed = next(s for s in range(600 - more) if 0.5 <= max(near(s)[:usual]) < 0.998
                 and any(x > 1.002 for x in near(s)[usual:]))
     wrong_at = seed + first + next(k for k, x in enumerate(near(seed)) if x >= 1)
-    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
-    ctx = open_study(near_template, shape, store=store, measurer=measurer, sampler="random", seed=seed)
-    close, far = Config(mode="near", BLOCK=64), Config(mode="far", BLOCK=64)
-    for number, config in enumerate([close, far]):
-        store_result(ctx, MeasureResult(Status.OK, config, SampleSummary.of([1.0 + number])), role="trial",
-                     candidate=CONFIG_LABEL, trial_number=number)
-    final = finalize(ctx, finalists=2, comparators=False)
+    store, ctx, final = _round_of_near_and_far(tmp_path, measurer, near_template, shape, seed)
     by_config = {e.result.config: e.result for e in final.entries}
-    assert by_config[close].status is Status.WRONG_RESULT
-    assert (by_config[close].reason or "").startswith(f"inputs seed {wrong_at}: ")
+    assert by_config[CLOSE].status is Status.WRONG_RESULT
+    assert (by_config[CLOSE].reason or "").startswith(f"inputs seed {wrong_at}: ")
     assert wrong_at >= seed + first + usual  # an extra set: the round's own passed
-    assert by_config[far].status is Status.OK
+    assert by_config[FAR].status is Status.OK
     far_usual = max(bound_fraction("far", scales[seed + k]) for k in range(usual))
-    assert by_config[far].errors["y"] / NEAR_RTOL == pytest.approx(far_usual, abs=1e-4)
+    assert by_config[FAR].errors["y"] / NEAR_RTOL == pytest.approx(far_usual, abs=1e-4)
     assert max(bound_fraction("far", scales[seed + k]) for k in range(usual, more)) > far_usual + 1e-3
-    assert final.published and final.winner is not None and final.winner.result.config != close
+    assert final.published and final.winner is not None and final.winner.result.config != CLOSE
     best = store.get_best(template=near_template, shape_key=shape.key())
-    assert best is not None and best.config != close.to_dict()
+    assert best is not None and best.config != CLOSE.to_dict()
     (stored,) = [m for m in store.list_measurements(study_id=ctx.study_id, role="final")
-                 if Config.from_json(m.config_json) == close]
-    assert stored.status is Status.WRONG_RESULT and stored.reason == by_config[close].reason
+                 if Config.from_json(m.config_json) == CLOSE]
+    assert stored.status is Status.WRONG_RESULT and stored.reason == by_config[CLOSE].reason
     wrong_error = bound_fraction("near", scales[wrong_at - first])  # the worst of the sets it was checked on
     assert stored.errors["y"] / NEAR_RTOL == pytest.approx(wrong_error, abs=1e-3)
-    assert close not in [e.result.config for e in finalize(ctx, finalists=2, comparators=False).entries]
+    assert CLOSE not in [e.result.config for e in finalize(ctx, finalists=2, comparators=False).entries]
+
+
+def test_a_finalist_right_on_every_set_but_at_its_bound_is_not_published(  # type: ignore[no-untyped-def]
+    tmp_path, measurer: Measurer, near_template: str
+) -> None:
+    """A faster finalist that passes every set of the round (its FINAL_CHECK_SEEDS and the FINAL_NEAR_BOUND
+    extra ones) but within FINAL_NEAR_BOUND's headroom of its bound is WRONG_RESULT (the reason says how near),
+    so the round publishes a config that keeps the headroom; `tuner verify`'s checks (the bounds themselves)
+    would pass it."""
+    from tests.fixtures.fault_templates import NearBoundVectorScale, bound_fraction
+    from tuner.driver.study import FINAL_CHECK_SEEDS, FINAL_NEAR_BOUND, VERIFY_NEAR_BOUND
+
+    assert FINAL_NEAR_BOUND.headroom < 1 and VERIFY_NEAR_BOUND.headroom == 1
+    shape, first = Shape(n=256), 1_000_003
+    more = FINAL_CHECK_SEEDS + FINAL_NEAR_BOUND.extra_seeds
+    scales = {s: float(NearBoundVectorScale().make_inputs(shape, "cpu", s + first)["a"]) for s in range(600)}
+
+    def near(s: int) -> list[float]:  # the near config's error over the round's sets, as fractions of its bound
+        return [bound_fraction("near", scales[s + k]) for k in range(more)]
+
+    seed = next(s for s in range(600 - more) if max(near(s)[:FINAL_CHECK_SEEDS]) >= 0.5
+                and FINAL_NEAR_BOUND.headroom + 0.003 <= max(near(s)) < 0.997)
+    store, _, final = _round_of_near_and_far(tmp_path, measurer, near_template, shape, seed)
+    by_config = {e.result.config: e.result for e in final.entries}
+    assert by_config[CLOSE].status is Status.WRONG_RESULT
+    reason = by_config[CLOSE].reason or ""
+    assert reason.startswith(f"inputs seeds {seed + first}-{seed + first + more - 1}: output 'y': ")
+    assert f"is {max(near(seed)):.3f} of its bound" in reason and "under 0.97 of it" in reason
+    assert by_config[FAR].status is Status.OK
+    assert final.published and final.winner is not None and final.winner.result.config != CLOSE
+    assert final.winner.result.status is Status.OK
+    best = store.get_best(template=near_template, shape_key=shape.key())
+    assert best is not None and best.config == final.winner.result.config.to_dict()
 
 
 def test_a_sampler_stuck_on_known_configs_gets_the_ones_the_study_lacks(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]

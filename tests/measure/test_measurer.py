@@ -283,6 +283,47 @@ def test_a_config_far_from_its_bound_is_checked_on_its_usual_input_sets_only(mea
     assert error_fraction(result) == pytest.approx(max(f[seed], f[seed + 1]), abs=1e-4)
 
 
+def test_a_config_that_passes_every_set_without_the_headroom_asked_is_wrong(measurer: Measurer) -> None:
+    """With a headroom under 1 (a final round's), a config that passed its set and the 8 extra ones but came
+    within that headroom of its bound on one of them is WRONG_RESULT all the same: the reason names the output,
+    how near it came and the seeds checked; its errors are the worst over all nine. One that kept the
+    headroom on all nine is OK, and so is the first with the bounds themselves (headroom 1.0)."""
+    near = Candidate(Config(mode="near", BLOCK=256))
+    f = {s: fraction("near", s) for s in range(400)}
+
+    def nine(s: int) -> list[float]:
+        return [f[s + k] for k in range(9)]
+
+    tight = next(s for s in range(390) if f[s] >= 0.5 and 0.975 <= max(nine(s)) < 0.997)
+    clear = next(s for s in range(390) if f[s] >= 0.5 and max(nine(s)) < 0.96)
+    asked = NearBoundChecks(margin=0.5, extra_seeds=8, headroom=0.97)
+
+    (short,) = measurer.measure_interleaved(NEAR_BOUND_REF, SHAPE, [near], seed=tight, near_bound=asked)
+    assert short.status is Status.WRONG_RESULT and short.summary is None
+    assert (short.reason or "").startswith(f"inputs seeds {tight}-{tight + 8}: output 'y': worst relative error ")
+    assert f"is {max(nine(tight)):.3f} of its bound 0.001; asked: under 0.97 of it" in (short.reason or "")
+    assert error_fraction(short) == pytest.approx(max(nine(tight)), abs=1e-3)
+    (bounds_only,) = measurer.measure_interleaved(NEAR_BOUND_REF, SHAPE, [near], seed=tight, near_bound=NEAR)
+    assert bounds_only.status is Status.OK and bounds_only.summary is not None
+    (kept,) = measurer.measure_interleaved(NEAR_BOUND_REF, SHAPE, [near], seed=clear, near_bound=asked)
+    assert kept.status is Status.OK and error_fraction(kept) == pytest.approx(max(nine(clear)), abs=1e-3)
+
+
+def test_the_headroom_looks_at_positive_bounds_in_their_order() -> None:
+    asked = NearBoundChecks(margin=0.5, extra_seeds=1, headroom=0.9)
+    bounds = {"exact": 0.0, "a": 1e-3, "b": 1e-2}
+    assert asked.short_of({"exact": 5.0, "a": 8.9e-4, "b": 8.9e-3}, bounds) is None
+    assert asked.short_of({"a": 9.2e-4, "b": 1e-2}, bounds) == ("a", 9.2e-4, 1e-3)
+    assert asked.short_of({"b": 9.5e-3}, bounds) == ("b", 9.5e-3, 1e-2)
+    assert NearBoundChecks(margin=0.5, extra_seeds=1).short_of({"a": 1.0}, bounds) is None  # the check's own
+
+
+@pytest.mark.parametrize("headroom", [0.0, -0.1, 1.01, math.nan])
+def test_the_headroom_is_validated(headroom: float) -> None:
+    with pytest.raises(UserInputError, match="headroom"):
+        NearBoundChecks(margin=0.5, extra_seeds=8, headroom=headroom)
+
+
 @pytest.mark.parametrize(("margin", "extra_seeds"), [(0.0, 8), (-0.5, 8), (1.5, 8), (math.nan, 8), (0.5, 0),
                                                      (0.5, -1)])
 def test_near_bound_checks_are_validated(margin: float, extra_seeds: int) -> None:

@@ -556,14 +556,14 @@ def test_a_verify_job_over_http_re_measures_the_comparators_in_its_first_process
 def test_a_best_near_its_error_bound_is_checked_on_more_input_sets_and_disproved(tmp_path: Path) -> None:
     """A config published close to its error bound (a round before the near-bound checks) passes the
     verification's own input set; the verification checks it on the extra sets a final round does
-    (FINAL_NEAR_BOUND), finds it wrong on one, and disproves it: the best is withdrawn (its round held no
+    (VERIFY_NEAR_BOUND), finds it wrong on one, and disproves it: the best is withdrawn (its round held no
     other config). Without those checks the one set passes it."""
     from tests.fixtures.fault_templates import NEAR_BOUND_REF, NearBoundVectorScale, bound_fraction
-    from tuner.driver.study import CONFIG_LABEL, FINAL_NEAR_BOUND, open_study, store_result
+    from tuner.driver.study import CONFIG_LABEL, VERIFY_NEAR_BOUND, open_study, store_result
     from tuner.frozen import Config
     from tuner.results import MeasureResult, SampleSummary, Status
 
-    name, extra = "fault_vector_scale_near", FINAL_NEAR_BOUND.extra_seeds
+    name, extra = "fault_vector_scale_near", VERIFY_NEAR_BOUND.extra_seeds
     near = {s: bound_fraction("near", float(NearBoundVectorScale().make_inputs(SHAPE, "cpu", s)["a"]))
             for s in range(300)}
     seed = next(s for s in range(300 - extra) if 0.5 <= near[s] < 0.998

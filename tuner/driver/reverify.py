@@ -7,8 +7,9 @@ most recent — and re-measures it together with the
 template's comparators in ``processes`` fresh measurement processes (a new :class:`~tuner.measure.Measurer`,
 hence a new worker process, each: nothing warm carries over but the compile caches on disk). Each process
 measures every candidate interleaved (the measurement contract: same flush, same samples) on its own fresh
-inputs, and a candidate near its error bounds there on more input sets, as in a final round
-(:data:`tuner.driver.study.FINAL_NEAR_BOUND`). Per process and candidate it keeps the median and the p20–p80
+inputs, and a candidate near its error bounds there on more input sets, as in a final round, against the
+bounds themselves (:data:`tuner.driver.study.VERIFY_NEAR_BOUND`: a final round asks more headroom of what it
+publishes). Per process and candidate it keeps the median and the p20–p80
 spread and the ratio to the figure the store holds for that candidate (the best's published median; a
 comparator's figure in the final round that published the best).
 
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tuner import registry
-from tuner.driver.study import COMPARATOR_PREFIX, FINAL_NEAR_BOUND, process_label
+from tuner.driver.study import COMPARATOR_PREFIX, VERIFY_NEAR_BOUND, process_label
 from tuner.errors import UserInputError
 from tuner.frozen import Config, Shape
 from tuner.keys import software_of
@@ -170,7 +171,7 @@ def verify_best(
     worker: str | None = None,
     measurer_factory: MeasurerFactory = Measurer,
     on_process: Callable[[ProcessFigures], None] | None = None,
-    near_bound: NearBoundChecks | None = FINAL_NEAR_BOUND,
+    near_bound: NearBoundChecks | None = VERIFY_NEAR_BOUND,
 ) -> Verification:
     """Re-measure the published best of (template, shape) in ``processes`` fresh processes and record the
     verification (see the module doc). ``comparator_processes`` (default: every process) limits the comparators

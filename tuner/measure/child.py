@@ -157,7 +157,8 @@ def prepare(
 ) -> Runnable | MeasureResult:
     """Build and verify one candidate; a MeasureResult when it fails, else a Runnable. A comparator whose
     contract differs from the template's is built, checked and timed on its contract's shape. A gated
-    candidate near its bounds on the ``check_seeds`` sets is checked on more (``options.near_bound``)."""
+    candidate near its bounds on the ``check_seeds`` sets is checked on more (``options.near_bound``), and fails
+    when its worst error over every set checked leaves less than that option's headroom under a bound."""
     config = candidate.result_config()
     if candidate.comparator is not None:
         shape = _comparator(template, candidate.comparator).contract_shape(shape)
@@ -174,6 +175,16 @@ def prepare(
         if extra.near(checks.worst, bounds):
             first = seed + options.check_seeds
             failure = checks.on(range(first, first + extra.extra_seeds))
+        # the headroom is asked of what a round may publish: configs, not comparators
+        short = None if failure is not None or candidate.comparator is not None else extra.short_of(
+            checks.worst, bounds)
+        if short is not None:
+            name, error, bound = short
+            failure = MeasureResult(
+                Status.WRONG_RESULT, config, errors=dict(checks.worst), timer=backend.timer, phases=checks.phases(),
+                reason=f"inputs seeds {seed}-{seed + checks.runs - 1}: output {name!r}: worst relative error "
+                       f"{error:.3g} is {error / bound:.3f} of its bound {bound:g}; asked: under {extra.headroom:g} "
+                       "of it (a config at its bound on these inputs fails on others)")
     if failure is not None:
         return failure
     assert checks.case is not None  # check_seeds >= 1

@@ -24,21 +24,44 @@ class NearBoundChecks:
     to ``extra_seeds`` more sets (the seeds that follow), stopping at the first that fails it (WRONG_RESULT,
     that seed in the reason), before it is timed. A candidate further from its bounds pays nothing. Only a
     gated candidate is checked again (a config; a comparator unless ungated): an ungated one's verdict
-    decides nothing. Immutable; raises UserInputError unless ``0 < margin <= 1`` and ``extra_seeds >= 1``.
+    decides nothing.
+
+    ``headroom`` (default 1.0: the bounds themselves) is the share of each output's bound that a config's
+    worst error over every set it was checked on must stay under (comparators, never published, are not
+    asked it): one that passed every set with
+    some output at ``headroom`` × its bound or more is WRONG_RESULT all the same (the reason says which output
+    and how near). A final round asks it of what it may publish: a config at its bound on these sets fails on
+    others (:data:`tuner.driver.study.FINAL_NEAR_BOUND`). Immutable; raises UserInputError unless
+    ``0 < margin <= 1``, ``0 < headroom <= 1`` and ``extra_seeds >= 1``.
     """
 
     margin: float
     extra_seeds: int
+    headroom: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 < self.margin <= 1:  # NaN fails too
             raise UserInputError(f"the near-bound margin must be in (0, 1], got {self.margin}")
         if self.extra_seeds < 1:
             raise UserInputError(f"extra_seeds must be >= 1, got {self.extra_seeds}")
+        if not 0 < self.headroom <= 1:
+            raise UserInputError(f"the headroom must be in (0, 1], got {self.headroom}")
 
     def near(self, errors: Mapping[str, float], bounds: Mapping[str, float]) -> bool:
         """Whether some output's error is at ``margin`` × its (positive) bound or more."""
         return any(bound > 0 and errors.get(name, 0.0) >= self.margin * bound for name, bound in bounds.items())
+
+    def short_of(self, errors: Mapping[str, float], bounds: Mapping[str, float]) -> tuple[str, float, float] | None:
+        """The first output (in ``bounds``' order) whose error is at ``headroom`` × its positive bound or more,
+        as (name, error, bound); None when every output keeps that headroom (always, with ``headroom`` 1.0:
+        an error at its bound or past it failed the check itself)."""
+        if self.headroom >= 1:
+            return None
+        for name, bound in bounds.items():
+            error = errors.get(name, 0.0)
+            if bound > 0 and error >= self.headroom * bound:
+                return name, error, bound
+        return None
 
 
 @dataclass(frozen=True)
