@@ -8,11 +8,13 @@ times as long in every process after the first; ``steady_spin`` keeps its speed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from tests.fixtures.drift_templates import (
     FLAKY_REF,
     STEADY_REF,
 )
+from tests.fixtures.fault_templates import NEAR_BOUND_REF, NearBoundVectorScale, bound_fraction
 from tests.fixtures.processes import ROOT, env
 from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
 from tuner import db, registry
@@ -40,6 +43,7 @@ from tuner.driver.reverify import (
     verify_best,
     verify_served,
 )
+from tuner.driver.study import FINAL_NEAR_BOUND, VERIFY_NEAR_BOUND
 from tuner.driver.tuning import tune_shapes
 from tuner.errors import UserInputError
 from tuner.frozen import Shape
@@ -553,37 +557,71 @@ def test_a_verify_job_over_http_re_measures_the_comparators_in_its_first_process
     assert all(c["status"] == "OK" for p in record.figures for c in p["candidates"])
 
 
+NEAR_NAME = "fault_vector_scale_near"
+
+
+@contextlib.contextmanager
+def _near_best_published(tmp_path: Path) -> Iterator[db.Store]:
+    """A store whose study of the near-bound template (tests.fixtures.fault_templates) has its ``near`` config
+    published from a final round of that config alone (a round before the near-bound checks), the template
+    registered meanwhile as ``fault_vector_scale_near``."""
+    from tuner.driver.study import CONFIG_LABEL, open_study, store_result
+    from tuner.frozen import Config
+    from tuner.results import MeasureResult, SampleSummary, Status
+
+    registry.register(NEAR_NAME, NEAR_BOUND_REF)
+    try:
+        store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+        with Measurer(CPU, OPTIONS) as measurer:
+            ctx = open_study(NEAR_NAME, SHAPE, store=store, measurer=measurer, sampler="random", seed=0, warm=False)
+        published = store_result(ctx, MeasureResult(Status.OK, Config(mode="near", BLOCK=64), SampleSummary.of([5.0])),
+                                 role="final", candidate=CONFIG_LABEL, round_id="before")
+        store.publish_best(study_id=ctx.study_id, measurement_id=published)
+        yield store
+    finally:
+        registry.unregister(NEAR_NAME)
+
+
+
+def _near_fractions(count: int) -> dict[int, float]:
+    """The near-bound template's ``near`` error on the inputs of each seed below ``count``, as fractions of its
+    bound."""
+    return {s: bound_fraction("near", float(NearBoundVectorScale().make_inputs(SHAPE, "cpu", s)["a"]))
+            for s in range(count)}
+
+
 def test_a_best_near_its_error_bound_is_checked_on_more_input_sets_and_disproved(tmp_path: Path) -> None:
     """A config published close to its error bound (a round before the near-bound checks) passes the
     verification's own input set; the verification checks it on the extra sets a final round does
     (VERIFY_NEAR_BOUND), finds it wrong on one, and disproves it: the best is withdrawn (its round held no
     other config). Without those checks the one set passes it."""
-    from tests.fixtures.fault_templates import NEAR_BOUND_REF, NearBoundVectorScale, bound_fraction
-    from tuner.driver.study import CONFIG_LABEL, VERIFY_NEAR_BOUND, open_study, store_result
-    from tuner.frozen import Config
-    from tuner.results import MeasureResult, SampleSummary, Status
-
-    name, extra = "fault_vector_scale_near", VERIFY_NEAR_BOUND.extra_seeds
-    near = {s: bound_fraction("near", float(NearBoundVectorScale().make_inputs(SHAPE, "cpu", s)["a"]))
-            for s in range(300)}
+    extra = VERIFY_NEAR_BOUND.extra_seeds
+    near = _near_fractions(300)
     seed = next(s for s in range(300 - extra) if 0.5 <= near[s] < 0.998
                 and any(near[s + k] > 1.002 for k in range(1, extra + 1)))
     wrong_at = next(s for s in range(seed + 1, seed + extra + 1) if near[s] >= 1)
-    registry.register(name, NEAR_BOUND_REF)
-    try:
-        store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
-        with Measurer(CPU, OPTIONS) as measurer:
-            ctx = open_study(name, SHAPE, store=store, measurer=measurer, sampler="random", seed=0, warm=False)
-        published = store_result(ctx, MeasureResult(Status.OK, Config(mode="near", BLOCK=64), SampleSummary.of([5.0])),
-                                 role="final", candidate=CONFIG_LABEL, round_id="before")
-        store.publish_best(study_id=ctx.study_id, measurement_id=published)
+    with _near_best_published(tmp_path) as store:
         options = MeasureOptions(n_samples=5, warmup=1, seed=seed)
-        one_set = verify_best(store, name, SHAPE, device=CPU, processes=1, options=options, comparators=False,
+        one_set = verify_best(store, NEAR_NAME, SHAPE, device=CPU, processes=1, options=options, comparators=False,
                               near_bound=None)
         assert one_set.verdict.wrong == 0 and not one_set.disproved
-        outcome = verify_best(store, name, SHAPE, device=CPU, processes=1, options=options, comparators=False)
+        outcome = verify_best(store, NEAR_NAME, SHAPE, device=CPU, processes=1, options=options, comparators=False)
         assert outcome.verdict.wrong == 1 and outcome.disproved and outcome.withdrawn
         assert (outcome.processes[0].best.reason or "").startswith(f"inputs seed {wrong_at}: ")
-        assert store.get_best(template=name, shape_key=SHAPE.key()) is None
-    finally:
-        registry.unregister(name)
+        assert store.get_best(template=NEAR_NAME, shape_key=SHAPE.key()) is None
+
+
+def test_a_best_within_a_final_rounds_headroom_of_its_bound_is_verified_against_the_bound(tmp_path: Path) -> None:
+    """`tuner verify` checks against the bounds themselves: a best right on every set it checks, though
+    within the headroom a final round asks of what it publishes (FINAL_NEAR_BOUND), is verified correct and
+    stays published."""
+    extra = VERIFY_NEAR_BOUND.extra_seeds
+    near = _near_fractions(400)
+    seed = next(s for s in range(400 - extra) if near[s] >= 0.5
+                and FINAL_NEAR_BOUND.headroom + 0.003 <= max(near[s + k] for k in range(extra + 1)) < 0.997)
+    with _near_best_published(tmp_path) as store:
+        options = MeasureOptions(n_samples=5, warmup=1, seed=seed)
+        outcome = verify_best(store, NEAR_NAME, SHAPE, device=CPU, processes=1, options=options, comparators=False)
+        assert outcome.verdict.wrong == 0 and not outcome.disproved
+        assert outcome.processes[0].best.status == "OK"
+        assert store.get_best(template=NEAR_NAME, shape_key=SHAPE.key()) is not None

@@ -26,11 +26,11 @@ class NearBoundChecks:
     gated candidate is checked again (a config; a comparator unless ungated): an ungated one's verdict
     decides nothing.
 
-    ``headroom`` (default 1.0: the bounds themselves) is the share of each output's bound that a config's
-    worst error over every set it was checked on must stay under (comparators, never published, are not
-    asked it): one that passed every set with
-    some output at ``headroom`` × its bound or more is WRONG_RESULT all the same (the reason says which output
-    and how near). A final round asks it of what it may publish: a config at its bound on these sets fails on
+    ``headroom`` (default 1.0: the bounds themselves, which an error may reach) is the share of each output's
+    bound that a config's worst error over every set it was checked on must stay under when it is below 1
+    (comparators, never published, are not asked it): one that passed every set with some output at
+    ``headroom`` × its bound or more is WRONG_RESULT all the same (the reason says which output and how
+    near). A final round asks it of what it may publish: a config at its bound on these sets fails on
     others (:data:`tuner.driver.study.FINAL_NEAR_BOUND`). Immutable; raises UserInputError unless
     ``0 < margin <= 1``, ``0 < headroom <= 1`` and ``extra_seeds >= 1``.
     """
@@ -53,8 +53,8 @@ class NearBoundChecks:
 
     def short_of(self, errors: Mapping[str, float], bounds: Mapping[str, float]) -> tuple[str, float, float] | None:
         """The first output (in ``bounds``' order) whose error is at ``headroom`` × its positive bound or more,
-        as (name, error, bound); None when every output keeps that headroom (always, with ``headroom`` 1.0:
-        an error at its bound or past it failed the check itself)."""
+        as (name, error, bound); None when every output keeps that headroom, and always with ``headroom`` 1.0
+        (the check itself failed an error past its bound and passes one exactly at it)."""
         if self.headroom >= 1:
             return None
         for name, bound in bounds.items():

@@ -99,7 +99,8 @@ def served_entries(
 
 def disproved_in(store: TuningStore, study_id: int) -> set[Config]:
     """Configs a final round or a verification of the study found wrong (WRONG_RESULT on their inputs): right
-    on their trial's inputs and wrong on others, at or over an error bound. Final rounds leave them out, a
+    on their trial's inputs and wrong on others, over an error bound, or, in a final round, within the headroom
+    it asks under one (:data:`tuner.driver.study.FINAL_NEAR_BOUND`). Final rounds leave them out, a
     verification replaces a published one (:func:`tuner.driver.reverify.verify_best`), the report and the
     pages do not show one as the best (:func:`round_winner`). A crash or a build error is left out: it may be
     the host's, not the config's; so is a verification on another device name than the study's (another
