@@ -564,6 +564,20 @@ def _round_of_near_and_far(
     return store, ctx, finalize(ctx, finalists=2, comparators=False)
 
 
+ROUND_SEED = 1_000_003  # a final round's input sets start at the study's seed plus this (finalize)
+
+
+def _round_fractions(mode: str, shape: Shape, count: int) -> list[list[float]]:
+    """For each study seed below ``count``: the near-bound template's ``mode`` error on every input set a final
+    round checks (FINAL_CHECK_SEEDS, then FINAL_NEAR_BOUND's extra ones), as fractions of its bound."""
+    from tests.fixtures.fault_templates import input_fraction
+    from tuner.driver.study import FINAL_CHECK_SEEDS, FINAL_NEAR_BOUND
+
+    sets = FINAL_CHECK_SEEDS + FINAL_NEAR_BOUND.extra_seeds
+    each = [input_fraction(mode, shape, s + ROUND_SEED) for s in range(count + sets)]
+    return [each[s:s + sets] for s in range(count)]
+
+
 def test_a_finalist_near_its_bound_is_checked_on_more_input_sets_and_not_published(  # type: ignore[no-untyped-def]
     tmp_path, measurer: Measurer, near_template: str
 ) -> None:
@@ -571,35 +585,30 @@ def test_a_finalist_near_its_bound_is_checked_on_more_input_sets_and_not_publish
     fails one of the FINAL_NEAR_BOUND extra sets: WRONG_RESULT naming that seed, not published, disproved for
     later rounds; ``far`` is checked on the round's sets only (its errors are their worst, though an extra set
     would show a larger one) and the round publishes."""
-    from tests.fixtures.fault_templates import NEAR_RTOL, NearBoundVectorScale, bound_fraction
-    from tuner.driver.study import FINAL_CHECK_SEEDS, FINAL_NEAR_BOUND
+    from tests.fixtures.fault_templates import NEAR_RTOL
+    from tuner.driver.study import FINAL_CHECK_SEEDS
 
-    shape, first = Shape(n=256), 1_000_003
-    usual, more = FINAL_CHECK_SEEDS, FINAL_CHECK_SEEDS + FINAL_NEAR_BOUND.extra_seeds
-    scales = {s: float(NearBoundVectorScale().make_inputs(shape, "cpu", s + first)["a"]) for s in range(600)}
-
-    def near(s: int) -> list[float]:  # the near config's error over the round's sets, as fractions of its bound
-        return [bound_fraction("near", scales[s + k]) for k in range(more)]
-
-    seed = next(s for s in range(600 - more) if 0.5 <= max(near(s)[:usual]) < 0.998
-                and any(x > 1.002 for x in near(s)[usual:]))
-    wrong_at = seed + first + next(k for k, x in enumerate(near(seed)) if x >= 1)
+    shape, first, usual = Shape(n=256), ROUND_SEED, FINAL_CHECK_SEEDS
+    near, far = _round_fractions("near", shape, 600), _round_fractions("far", shape, 600)
+    seed = next(s for s in range(600) if 0.5 <= max(near[s][:usual]) < 0.998
+                and any(x > 1.002 for x in near[s][usual:]))
+    wrong_at = seed + first + next(k for k, x in enumerate(near[seed]) if x >= 1)
     store, ctx, final = _round_of_near_and_far(tmp_path, measurer, near_template, shape, seed)
     by_config = {e.result.config: e.result for e in final.entries}
     assert by_config[CLOSE].status is Status.WRONG_RESULT
     assert (by_config[CLOSE].reason or "").startswith(f"inputs seed {wrong_at}: ")
     assert wrong_at >= seed + first + usual  # an extra set: the round's own passed
     assert by_config[FAR].status is Status.OK
-    far_usual = max(bound_fraction("far", scales[seed + k]) for k in range(usual))
+    far_usual = max(far[seed][:usual])
     assert by_config[FAR].errors["y"] / NEAR_RTOL == pytest.approx(far_usual, abs=1e-4)
-    assert max(bound_fraction("far", scales[seed + k]) for k in range(usual, more)) > far_usual + 1e-3
+    assert max(far[seed][usual:]) > far_usual + 1e-3
     assert final.published and final.winner is not None and final.winner.result.config != CLOSE
     best = store.get_best(template=near_template, shape_key=shape.key())
     assert best is not None and best.config != CLOSE.to_dict()
     (stored,) = [m for m in store.list_measurements(study_id=ctx.study_id, role="final")
                  if Config.from_json(m.config_json) == CLOSE]
     assert stored.status is Status.WRONG_RESULT and stored.reason == by_config[CLOSE].reason
-    wrong_error = bound_fraction("near", scales[wrong_at - first])  # the worst of the sets it was checked on
+    wrong_error = near[seed][wrong_at - first - seed]  # the worst of the sets it was checked on
     assert stored.errors["y"] / NEAR_RTOL == pytest.approx(wrong_error, abs=1e-3)
     assert CLOSE not in [e.result.config for e in finalize(ctx, finalists=2, comparators=False).entries]
 
@@ -611,19 +620,14 @@ def test_a_finalist_right_on_every_set_but_at_its_bound_is_not_published(  # typ
     extra ones) but within FINAL_NEAR_BOUND's headroom of its bound is WRONG_RESULT (the reason says how near),
     so the round publishes a config that keeps the headroom; `tuner verify`'s checks (the bounds themselves)
     would pass it."""
-    from tests.fixtures.fault_templates import NearBoundVectorScale, bound_fraction
     from tuner.driver.study import FINAL_CHECK_SEEDS, FINAL_NEAR_BOUND, VERIFY_NEAR_BOUND
 
     assert FINAL_NEAR_BOUND.headroom < 1 and VERIFY_NEAR_BOUND.headroom == 1
-    shape, first = Shape(n=256), 1_000_003
+    shape, first = Shape(n=256), ROUND_SEED
     more = FINAL_CHECK_SEEDS + FINAL_NEAR_BOUND.extra_seeds
-    scales = {s: float(NearBoundVectorScale().make_inputs(shape, "cpu", s + first)["a"]) for s in range(600)}
-
-    def near(s: int) -> list[float]:  # the near config's error over the round's sets, as fractions of its bound
-        return [bound_fraction("near", scales[s + k]) for k in range(more)]
-
-    seed = next(s for s in range(600 - more) if max(near(s)[:FINAL_CHECK_SEEDS]) >= 0.5
-                and FINAL_NEAR_BOUND.headroom + 0.003 <= max(near(s)) < 0.997)
+    near = _round_fractions("near", shape, 600)
+    seed = next(s for s in range(600) if max(near[s][:FINAL_CHECK_SEEDS]) >= 0.5
+                and FINAL_NEAR_BOUND.headroom + 0.003 <= max(near[s]) < 0.997)
     store, _, final = _round_of_near_and_far(tmp_path, measurer, near_template, shape, seed)
     by_config = {e.result.config: e.result for e in final.entries}
     assert by_config[CLOSE].status is Status.WRONG_RESULT

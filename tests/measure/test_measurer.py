@@ -20,8 +20,7 @@ from tests.fixtures.fault_templates import (
     NEAR_BOUND_REF,
     NEAR_RTOL,
     REF,
-    NearBoundVectorScale,
-    bound_fraction,
+    input_fraction,
 )
 from tuner import registry
 from tuner.errors import MeasureSetupError, UserInputError
@@ -233,7 +232,7 @@ NEAR = NearBoundChecks(margin=0.5, extra_seeds=8)
 
 def fraction(mode: str, seed: int) -> float:
     """The error of the near-bound template's ``mode`` on the inputs of ``seed``, as a fraction of its bound."""
-    return bound_fraction(mode, float(NearBoundVectorScale().make_inputs(SHAPE, "cpu", seed)["a"]))
+    return input_fraction(mode, SHAPE, seed)
 
 
 def error_fraction(result: MeasureResult) -> float:

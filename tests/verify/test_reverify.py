@@ -30,7 +30,7 @@ from tests.fixtures.drift_templates import (
     FLAKY_REF,
     STEADY_REF,
 )
-from tests.fixtures.fault_templates import NEAR_BOUND_REF, NearBoundVectorScale, bound_fraction
+from tests.fixtures.fault_templates import NEAR_BOUND_REF, input_fraction
 from tests.fixtures.processes import ROOT, env
 from tests.fixtures.servers import SUBMIT, TOKENS, auth, publish, thread_server
 from tuner import db, registry
@@ -582,12 +582,10 @@ def _near_best_published(tmp_path: Path) -> Iterator[db.Store]:
         registry.unregister(NEAR_NAME)
 
 
-
 def _near_fractions(count: int) -> dict[int, float]:
     """The near-bound template's ``near`` error on the inputs of each seed below ``count``, as fractions of its
     bound."""
-    return {s: bound_fraction("near", float(NearBoundVectorScale().make_inputs(SHAPE, "cpu", s)["a"]))
-            for s in range(count)}
+    return {s: input_fraction("near", SHAPE, s) for s in range(count)}
 
 
 def test_a_best_near_its_error_bound_is_checked_on_more_input_sets_and_disproved(tmp_path: Path) -> None:

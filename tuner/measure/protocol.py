@@ -49,19 +49,25 @@ class NearBoundChecks:
 
     def near(self, errors: Mapping[str, float], bounds: Mapping[str, float]) -> bool:
         """Whether some output's error is at ``margin`` × its (positive) bound or more."""
-        return any(bound > 0 and errors.get(name, 0.0) >= self.margin * bound for name, bound in bounds.items())
+        return _first_at(errors, bounds, self.margin) is not None
 
     def short_of(self, errors: Mapping[str, float], bounds: Mapping[str, float]) -> tuple[str, float, float] | None:
         """The first output (in ``bounds``' order) whose error is at ``headroom`` × its positive bound or more,
         as (name, error, bound); None when every output keeps that headroom, and always with ``headroom`` 1.0
         (the check itself failed an error past its bound and passes one exactly at it)."""
-        if self.headroom >= 1:
-            return None
-        for name, bound in bounds.items():
-            error = errors.get(name, 0.0)
-            if bound > 0 and error >= self.headroom * bound:
-                return name, error, bound
-        return None
+        return None if self.headroom >= 1 else _first_at(errors, bounds, self.headroom)
+
+
+def _first_at(
+    errors: Mapping[str, float], bounds: Mapping[str, float], share: float
+) -> tuple[str, float, float] | None:
+    """The first output (in ``bounds``' order) with a positive bound whose error (0 when ``errors`` lacks it) is
+    at ``share`` × that bound or more, as (name, error, bound); None when there is none."""
+    for name, bound in bounds.items():
+        error = errors.get(name, 0.0)
+        if bound > 0 and error >= share * bound:
+            return name, error, bound
+    return None
 
 
 @dataclass(frozen=True)
