@@ -138,8 +138,12 @@ def _check(workload: str, overrides: str, mma: str = "sync", walk: str | None = 
     return row
 
 
-def _time(workload: str, overrides: str, samples: int) -> dict[str, float]:
-    """Median device time per kernel name (µs) and of the per-sample totals ('total')."""
+def _time(workload: str, overrides: str, samples: int, keep: dict | None = None, seed: int = 2,
+          pad_mib: int = 0) -> dict[str, float]:
+    """Median device time per kernel name (µs) and of the per-sample totals ('total'); ``keep``, when given,
+    receives every sample (per kernel name and 'total', in sample order) for a look at the distribution.
+    ``seed``: the inputs' seed; ``pad_mib``: that many MiB allocated (and kept) before the inputs, which moves
+    every buffer of the timed call to other addresses (a look at layout effects)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -148,10 +152,12 @@ def _time(workload: str, overrides: str, samples: int) -> dict[str, float]:
     template = registry.get(TEMPLATE_NAME)
     shape = template.workload(workload)
     kernel = build_candidate(template, shape, overrides)
-    inputs = template.make_inputs(shape, "cuda", 2)
+    pad = torch.empty(pad_mib * 2**20, dtype=torch.uint8, device="cuda") if pad_mib else None
+    inputs = template.make_inputs(shape, "cuda", seed)
     outputs = template.allocate_outputs(shape, inputs)
     kernel(inputs, outputs)
     torch.cuda.synchronize()
+    del pad  # the caching allocator keeps the block: the buffers above stay where they are
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
     per_kernel: dict[str, list[float]] = defaultdict(list)
     totals = []
@@ -174,6 +180,37 @@ def _time(workload: str, overrides: str, samples: int) -> dict[str, float]:
             totals.append(sum(sums.values()))
     out = {k: statistics.median(v) for k, v in per_kernel.items()}
     out["total"] = statistics.median(totals)
+    if keep is not None:
+        keep.update({k: list(v) for k, v in per_kernel.items()}, total=totals)
+    return out
+
+
+def _time_protocol(workload: str, overrides: str, samples: int, seed: int = 0,
+                   case: bool = False) -> dict[str, float]:
+    """The same medians as :func:`_time`, timed as the tuner times a candidate: its CUDA backend's
+    ``time_by_kernel`` (10 warm-up calls, then every sample back to back in one profiler session, the L2
+    flushed before each; the contract's timer), with the inputs of ``seed``; ``case``: inputs, reference and
+    poisoned outputs made as the measuring process makes them (``child.fresh_case``), the reference kept."""
+    import torch
+
+    from tuner import registry
+    from tuner.measure.child import fresh_case, kernel_medians
+    from tuner.measure.devices.cuda import backend_from_env
+
+    template = registry.get(TEMPLATE_NAME)
+    shape = template.workload(workload)
+    kernel = build_candidate(template, shape, overrides)
+    backend = backend_from_env(0)
+    if case:
+        inputs, _reference, outputs = fresh_case(template, shape, backend, seed)
+    else:
+        inputs = template.make_inputs(shape, "cuda", seed)
+        outputs = template.allocate_outputs(shape, inputs)
+    kernel(inputs, outputs)
+    torch.cuda.synchronize()
+    timing = backend.time_by_kernel([lambda: kernel(inputs, outputs)], n_samples=samples, warmup=10)
+    out = {k[:40]: v for k, v in kernel_medians(timing.kernels[0]).items()}
+    out["total"] = statistics.median(timing.samples[0])
     return out
 
 
@@ -185,6 +222,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=400.0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[2],
+                    help="time each passing candidate once per inputs seed (a look at data effects)")
+    ap.add_argument("--pad-mib", type=int, nargs="+", default=[0],
+                    help="and once per padding allocated before its inputs (a look at address effects)")
+    ap.add_argument("--protocol", action="store_true",
+                    help="also time each candidate as the tuner does (its backend's time_by_kernel)")
+    ap.add_argument("--per-sample", action="store_true",
+                    help="keep every sample's per-kernel times in the JSON rows ('samples'), not only medians")
     ap.add_argument("--mma", choices=("sync", "wgmma"), default="sync",
                     help="wgmma: allow Triton's Hopper wgmma path in the template's kernels (an experiment)")
     ap.add_argument("--walk-launch", default=None,
@@ -210,7 +255,20 @@ def main() -> None:
     for row in rows:
         if row["status"] == "ok" or row["status"].startswith("wrong"):  # a wrong result is timed too
             try:
-                row["us"] = _time(row["workload"], row["config"], args.samples)
+                keep: dict | None = {} if args.per_sample else None
+                variants = [(s, p) for s in args.seeds for p in args.pad_mib]
+                row["us"] = _time(row["workload"], row["config"], args.samples, keep, *variants[0])
+                if keep is not None:
+                    row["samples"] = keep
+                if args.protocol:
+                    row.setdefault("variants", {}).update({
+                        "tuner protocol, seed 0": _time_protocol(row["workload"], row["config"], args.samples),
+                        "same, fresh_case": _time_protocol(row["workload"], row["config"], args.samples,
+                                                           case=True)})
+                if len(variants) > 1:  # the same candidate on other inputs / at other addresses
+                    row.setdefault("variants", {}).update({
+                        f"seed={s} pad_mib={p}": _time(row["workload"], row["config"], args.samples, None, s, p)
+                        for s, p in variants})
             except Exception as exc:
                 row["status"] = f"timing failed: {type(exc).__name__}: {exc}"[:200]
     if args.json:
@@ -225,6 +283,9 @@ def main() -> None:
             print(f"{row['workload']:18s} {row['config']:58.58s} {total:10.1f}  {parts} maxerr={worst:.1e}")
         else:
             print(f"{row['workload']:18s} {row['config']:58.58s} {'-':>10s}  {row['status'][:100]}")
+        for name, us in row.get("variants", {}).items():
+            parts = " ".join(f"{k.split('_kernel')[0][-14:]}={v:.0f}" for k, v in us.items() if k != "total")
+            print(f"{'':18s} {name:>58s} {us['total']:10.1f}  {parts}")
 
 
 if __name__ == "__main__":

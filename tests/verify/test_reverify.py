@@ -37,6 +37,7 @@ from tuner import db, registry
 from tuner.api.settings import ApiSettings
 from tuner.driver.reverify import (
     BEST_LABEL,
+    CandidateFigures,
     _disprove,
     _published_best,
     disproval_text,
@@ -46,12 +47,13 @@ from tuner.driver.reverify import (
 from tuner.driver.study import FINAL_NEAR_BOUND, VERIFY_NEAR_BOUND
 from tuner.driver.tuning import tune_shapes
 from tuner.errors import UserInputError
-from tuner.frozen import Shape
+from tuner.frozen import Config, Shape
 from tuner.keys import Fingerprint, software_of
 from tuner.lookup import Requester, choose, requester_software, verification_note
 from tuner.measure.devices.base import DeviceSpec
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.report.markdown import collect, render_markdown, render_verifications
+from tuner.results import MeasureResult, SampleSummary, Status
 from tuner.service.worker import Worker, WorkerOptions
 from tuner.store import Disproval, NewMeasurement
 from tuner.store.entries import disproved_in, published_entries
@@ -123,6 +125,19 @@ def test_a_steady_template_is_within_tolerance(tmp_path: Path) -> None:
     assert "⚠" not in render_markdown(report)
     text = render_verifications([report])
     assert "| steady_spin | n=64 |" in text and "| ok (±50%) |" in text and "not yet re-measured" not in text
+
+
+def test_a_processs_figures_keep_the_kernel_split_that_names_what_drifted() -> None:
+    # CUPTI results carry per-kernel medians (the CPU backend's carry none): a verification keeps them per
+    # process, so a drifting total says which kernel moved (2026-12-04: one of six MIMO kernels).
+    timed = MeasureResult(Status.OK, Config(scale=1), SampleSummary.of([10.0, 11.0, 12.0]),
+                          kernels={"walk": 4.0, "values": 7.0})
+    figures = CandidateFigures.of(BEST_LABEL, timed, stored_us=10.0)
+    assert figures.to_dict()["kernels"] == {"walk": 4.0, "values": 7.0}
+    assert figures.ratio == pytest.approx(1.1)
+    untimed = CandidateFigures.of(BEST_LABEL, MeasureResult(Status.OK, Config(scale=1),
+                                                            SampleSummary.of([10.0])), 10.0)
+    assert "kernels" not in untimed.to_dict()  # figures of backends without a split stay as they were
 
 
 def test_comparators_can_be_limited_to_the_first_processes(tmp_path: Path) -> None:

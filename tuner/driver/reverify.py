@@ -34,8 +34,8 @@ measurer, StoreError from the store. Not thread-safe (one device, one verificati
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from tuner import registry
@@ -68,6 +68,9 @@ class CandidateFigures:
     p80_us: float | None
     stored_us: float | None
     reason: str | None = None
+    # device activity name -> median µs per sample in this process (OK results): which kernel moved, when the
+    # total drifts from the stored figure (the stored measurement keeps the same split in its kernels_json)
+    kernels: Mapping[str, float] = field(default_factory=dict, hash=False)
 
     @property
     def ratio(self) -> float | None:
@@ -77,15 +80,19 @@ class CandidateFigures:
         return self.median_us / self.stored_us
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "status": self.status, "median_us": self.median_us, "p20_us": self.p20_us,
-                "p80_us": self.p80_us, "stored_us": self.stored_us, "reason": self.reason}
+        out: dict[str, Any] = {"label": self.label, "status": self.status, "median_us": self.median_us,
+                               "p20_us": self.p20_us, "p80_us": self.p80_us, "stored_us": self.stored_us,
+                               "reason": self.reason}
+        if self.kernels:
+            out["kernels"] = dict(self.kernels)
+        return out
 
     @classmethod
     def of(cls, label: str, result: MeasureResult, stored_us: float | None) -> CandidateFigures:
         s = result.summary
         reason = (result.reason or "").splitlines()[0][:200] if result.reason else None
         return cls(label, result.status.value, result.median_us, s.p20_us if s else None, s.p80_us if s else None,
-                   stored_us, reason)
+                   stored_us, reason, dict(result.kernels))
 
 
 @dataclass(frozen=True)
