@@ -46,6 +46,11 @@
 #   rm -rf /tmp/site && mkdir -p /tmp/site && tar -xJf .gpum/site.tar.xz -C /tmp/site &&
 #   tar -xJf .gpux/x.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD TRITON_INTERPRET=0 &&
 #   bash benchmarks/h200/verify_session.sh mimo $OUT
+# What travels to the GPU machine (tracked files plus the carried bundles, ~39 MB) must stay under 64 MiB,
+# counted as disk blocks (2026-12-04: 65.5 MiB by this count was refused, 62.8 MiB went):
+#   { git ls-files -z; printf '%s\0' .gpum/site.tar.xz .gpux/x.tar.xz; } | du -c --files0-from=- | tail -1
+# (KiB; the limit is 65536).
+# Commit raw profiler reports (.ncu-rep) nowhere in the tree: their details pages and metrics are enough.
 set -uo pipefail
 PHASE=${1:?phase}; OUT=${2:?outdir}
 cd "$(dirname "$0")/../.."
