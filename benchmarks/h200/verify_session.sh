@@ -155,9 +155,11 @@ for _ in range(5): k(inputs, out)
 torch.cuda.synchronize(); t3 = time.perf_counter()
 print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1:.1f}s, 5 more calls {t3-t2:.1f}s')"
     ls "$TILELANG_CACHE_DIR" | wc -l | sed 's/^/tilelang cache entries: /' | tee -a "$W/cache_probe.log"
-    LEFT=${VERIFY_TIMEOUT:-$(left)}
-    if (( LEFT < 120 )); then  # `timeout 0` would not limit it, a negative one fails: skip, and say so
-      echo "== verify_mimo skipped: ${LEFT}s left of BUDGET=${BUDGET:-570}" | tee "$W/verify_mimo.log"
+    # VERIFY_TIMEOUT, when given, is the verify's limit as asked (at least 1 s); else what is left of the
+    # BUDGET, when that is 120 s or more (less would be cut before its first shape is done).
+    LEFT=${VERIFY_TIMEOUT:-$(left)}; FLOOR=120; [[ -n ${VERIFY_TIMEOUT:-} ]] && FLOOR=1
+    if (( LEFT < FLOOR )); then  # `timeout 0` would not limit it, a negative one fails: skip, and say so
+      echo "== verify_mimo skipped: ${LEFT}s left of BUDGET=${BUDGET:-570} (at least ${FLOOR}s needed)" | tee "$W/verify_mimo.log"
     else
       step verify_mimo "$LEFT" $TUNER verify mamba3_mimo_bwd "${SELECT[@]}" --processes "${PROCESSES:-5}" --samples 30 \
         ${COMPARATOR_PROCESSES:+--comparator-processes $COMPARATOR_PROCESSES} $([[ ${COMPARATORS:-1} == 0 ]] && echo --no-comparators) \

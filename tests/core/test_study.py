@@ -641,6 +641,36 @@ def test_a_finalist_right_on_every_set_but_at_its_bound_is_not_published(  # typ
     assert best is not None and best.config == final.winner.result.config.to_dict()
 
 
+def test_a_trial_within_the_final_rounds_headroom_of_its_bound_fails_and_is_no_finalist(  # type: ignore[no-untyped-def]
+    tmp_path, measurer: Measurer, near_template: str
+) -> None:
+    """A trial whose config passes its one input set within FINAL_NEAR_BOUND's headroom of the bound is
+    WRONG_RESULT (TRIAL_NEAR_BOUND): stored so, FAIL in the study (the sampler learns the region is no use),
+    and never a finalist, so the round's places go to configs it can publish."""
+    from tests.fixtures.fault_templates import input_fraction
+    from tuner.driver.study import TRIAL_NEAR_BOUND
+
+    shape = Shape(n=256)
+    seed = next(s for s in range(600) if TRIAL_NEAR_BOUND.headroom + 0.003 <= input_fraction("near", shape, s + 1)
+                < 0.997)
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(near_template, shape, store=store, measurer=measurer, sampler="random", seed=seed)
+    for config in (CLOSE, FAR):  # trials 1 and 2, after the default (trial 0)
+        ctx.study.enqueue_trial(config.to_dict())
+    records = {r.config: r for r in run_trials(ctx, CountBudget(3))}
+    close = records[CLOSE]
+    assert close.number == 1 and close.status is Status.WRONG_RESULT
+    assert (close.reason or "").startswith(f"inputs seed {seed + 1}: output 'y': ")
+    assert "asked: under 0.97 of it" in (close.reason or "")
+    assert records[FAR].status is Status.OK
+    assert ctx.study.trials[close.number].state is optuna.trial.TrialState.FAIL
+    (stored,) = [m for m in store.list_measurements(study_id=ctx.study_id, role="trial")
+                 if Config.from_json(m.config_json) == CLOSE]
+    assert stored.status is Status.WRONG_RESULT and stored.reason == close.reason
+    final = finalize(ctx, finalists=2, comparators=False)
+    assert CLOSE not in [e.result.config for e in final.entries] and final.published
+
+
 def test_a_sampler_stuck_on_known_configs_gets_the_ones_the_study_lacks(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
     """A sampler that proposes one config for ever (Optuna's PartialFixedSampler over every parameter): after
     LOOK_AFTER_SKIPS known proposals in a row the loop queues a valid config the study lacks, so the budget is

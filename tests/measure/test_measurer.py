@@ -316,6 +316,26 @@ def test_a_config_that_passes_every_set_without_the_headroom_asked_is_wrong(meas
     assert error_fraction(library) == pytest.approx(max(nine(tight)), abs=1e-3)
 
 
+def test_a_trial_asks_the_final_rounds_headroom_on_its_one_input_set(measurer: Measurer) -> None:
+    """TRIAL_NEAR_BOUND: a config within the final round's headroom of its bound on the trial's set is
+    WRONG_RESULT (the round could not publish it; the reason names the one seed); one under the headroom, near
+    as it may be, is OK and is checked on no other set (its error is that set's, though the next is worse)."""
+    from tuner.driver.study import FINAL_NEAR_BOUND, TRIAL_NEAR_BOUND
+
+    assert TRIAL_NEAR_BOUND.headroom == FINAL_NEAR_BOUND.headroom < 1 and TRIAL_NEAR_BOUND.extra_seeds == 0
+    near = Candidate(Config(mode="near", BLOCK=256))
+    f = {s: fraction("near", s) for s in range(400)}
+    tight = next(s for s in range(399) if TRIAL_NEAR_BOUND.headroom + 0.003 <= f[s] < 0.997)
+    clear = next(s for s in range(399) if 0.5 <= f[s] < TRIAL_NEAR_BOUND.headroom - 0.01 and f[s + 1] > f[s] + 0.01)
+    short = measurer.measure(NEAR_BOUND_REF, SHAPE, near, seed=tight, near_bound=TRIAL_NEAR_BOUND)
+    assert short.status is Status.WRONG_RESULT and short.summary is None
+    assert (short.reason or "").startswith(f"inputs seed {tight}: output 'y': worst relative error ")
+    assert re.search(r"is 0\.9[789]\d of its bound 0\.001; asked: under 0\.97 of it", short.reason or "")
+    kept = measurer.measure(NEAR_BOUND_REF, SHAPE, near, seed=clear, near_bound=TRIAL_NEAR_BOUND)
+    assert kept.status is Status.OK and kept.summary is not None
+    assert error_fraction(kept) == pytest.approx(f[clear], abs=1e-3)  # its own set only
+
+
 def test_the_headroom_looks_at_positive_bounds_in_their_order() -> None:
     asked = NearBoundChecks(margin=0.5, extra_seeds=1, headroom=0.9)
     bounds = {"exact": 0.0, "a": 1e-3, "b": 1e-2}
@@ -334,14 +354,16 @@ def test_the_headroom_is_validated(headroom: float) -> None:
 @pytest.mark.parametrize(("margin", "extra_seeds"), [(0.0, 8), (-0.5, 8), (1.5, 8), (math.nan, 8), (0.5, 0),
                                                      (0.5, -1)])
 def test_near_bound_checks_are_validated(margin: float, extra_seeds: int) -> None:
+    # (0.5, 0): no extra set and the bounds themselves (headroom 1.0) would ask nothing
     with pytest.raises(UserInputError):
         NearBoundChecks(margin=margin, extra_seeds=extra_seeds)
+    assert NearBoundChecks(margin=0.97, extra_seeds=0, headroom=0.97).extra_seeds == 0  # the headroom alone
 
 
 def test_near_bound_checks_are_immutable_options() -> None:
     checks = NearBoundChecks(margin=1.0, extra_seeds=1)
     options = MeasureOptions(near_bound=checks)
-    assert MeasureOptions().near_bound is None  # trials: one input set decides
+    assert MeasureOptions().near_bound is None  # unless asked (a trial asks TRIAL_NEAR_BOUND's headroom)
     with pytest.raises(dataclasses.FrozenInstanceError):
         checks.margin = 0.1  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -438,6 +438,14 @@ FINAL_NEAR_BOUND = NearBoundChecks(margin=0.5, extra_seeds=8, headroom=0.97)
 # `tuner verify` checks a best against its bounds themselves: it answers whether the config is right on
 # fresh inputs, not whether a round would publish it again.
 VERIFY_NEAR_BOUND = NearBoundChecks(margin=0.5, extra_seeds=8)
+# A trial asks the final round's headroom on its one input set, and no more sets: a config at 0.97 of a bound
+# there could not be published (the round would refuse it), so it is WRONG_RESULT as a trial too. The sampler
+# then learns that the region is no use, and such a config never takes a finalist's place from one the round
+# can publish. On the H200 (2026-12-04, twenty-third session) N128 P128's round spent one of its three finalists
+# on a tf32 config it then refused; in the MIMO store's version-4 studies tf32 trials sat at 0.875–1.0 of a
+# bound on their one set, 71 of 170 at 0.97 or more (lowp3 and bf16: under 0.5; R8's served tf32 best: 0.906).
+TRIAL_NEAR_BOUND = NearBoundChecks(margin=FINAL_NEAR_BOUND.headroom, extra_seeds=0,
+                                   headroom=FINAL_NEAR_BOUND.headroom)
 
 
 def finalize(

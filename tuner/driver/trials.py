@@ -3,8 +3,10 @@
 Per trial: reserve a budget slot → ``ask`` → ``space.suggest`` → ``space.check`` (a violation is stored as
 INVALID and the trial pruned: no compile) → a config another worker is measuring right now, or one this
 study already measured, is not measured again (the trial reuses the stored value, ``duplicate_of``) →
-measure in the isolated pool → store the measurement and spend the slot in one transaction → ``tell``
-(value = median device time; failures FAIL with ``status`` and ``reason`` user attributes).
+measure in the isolated pool (a config that passes its input set within the final round's headroom of an
+error bound is WRONG_RESULT: :data:`tuner.driver.study.TRIAL_NEAR_BOUND`) → store the measurement and spend
+the slot in one transaction → ``tell`` (value = median device time; failures FAIL with ``status`` and
+``reason`` user attributes).
 
 With ``batch`` > 1 and a compile pool, up to ``batch`` trials are asked at once, their configs compiled in
 parallel across the host's cores, then measured one after another (the measurer's builds then load from
@@ -29,7 +31,14 @@ from optuna.trial import TrialState
 from tuner.driver import optuna_access
 from tuner.driver.budget import TrialBudget
 from tuner.driver.samplers import exhausted, finite_list
-from tuner.driver.study import CONFIG_LABEL, StudyContext, prebuild, settled_params, store_result
+from tuner.driver.study import (
+    CONFIG_LABEL,
+    TRIAL_NEAR_BOUND,
+    StudyContext,
+    prebuild,
+    settled_params,
+    store_result,
+)
 from tuner.errors import SlotLostError
 from tuner.frozen import Config, Scalar
 from tuner.measure.compile_cache import CompilePool
@@ -243,7 +252,8 @@ def _measure(
     measuring_from = time.perf_counter()
     try:
         result = given if given is not None else ctx.measurer.measure(
-            ctx.template_ref, ctx.shape, Candidate(config=p.config), seed=ctx.seed_base + trial.number
+            ctx.template_ref, ctx.shape, Candidate(config=p.config), seed=ctx.seed_base + trial.number,
+            near_bound=TRIAL_NEAR_BOUND,
         )
         measurement_id = persist(lambda: _store_trial(ctx, budget, p, result))
     except BaseException as exc:

@@ -180,9 +180,10 @@ def prepare(
             checks.worst, bounds)
         if short is not None:
             name, error, bound = short
+            sets = f"seeds {seed}-{seed + checks.runs - 1}" if checks.runs > 1 else f"seed {seed}"
             failure = MeasureResult(
                 Status.WRONG_RESULT, config, errors=dict(checks.worst), timer=backend.timer, phases=checks.phases(),
-                reason=f"inputs seeds {seed}-{seed + checks.runs - 1}: output {name!r}: worst relative error "
+                reason=f"inputs {sets}: output {name!r}: worst relative error "
                        f"{error:.3g} is {error / bound:.3f} of its bound {bound:g}; asked: under {extra.headroom:g} "
                        "of it (a config at its bound on these inputs fails on others)")
     if failure is not None:

@@ -58,9 +58,10 @@ class Measuring(Protocol):
         ...
 
     def measure(
-        self, template_ref: str, shape: Shape, candidate: Candidate, *, seed: int | None = None
+        self, template_ref: str, shape: Shape, candidate: Candidate, *, seed: int | None = None,
+        near_bound: NearBoundChecks | None = None,
     ) -> MeasureResult:
-        """One candidate on fresh inputs from ``seed``."""
+        """One candidate on fresh inputs from ``seed`` (``near_bound``: as :meth:`measure_interleaved`)."""
         ...
 
     def measure_interleaved(

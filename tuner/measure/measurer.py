@@ -119,10 +119,12 @@ class Measurer:
             return self._fingerprint
 
     def measure(
-        self, template_ref: str, shape: Shape, candidate: Candidate, *, seed: int | None = None
+        self, template_ref: str, shape: Shape, candidate: Candidate, *, seed: int | None = None,
+        near_bound: NearBoundChecks | None = None,
     ) -> MeasureResult:
-        """Build, verify and time one candidate on fresh inputs from ``seed`` (default: options.seed)."""
-        return self.measure_interleaved(template_ref, shape, [candidate], seed=seed)[0]
+        """Build, verify and time one candidate on fresh inputs from ``seed`` (default: options.seed);
+        ``near_bound``: as :meth:`measure_interleaved`."""
+        return self.measure_interleaved(template_ref, shape, [candidate], seed=seed, near_bound=near_bound)[0]
 
     def measure_interleaved(
         self, template_ref: str, shape: Shape, candidates: Sequence[Candidate], *, seed: int | None = None,

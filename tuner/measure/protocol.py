@@ -22,9 +22,10 @@ class NearBoundChecks:
     A candidate that passed its ``check_seeds`` input sets with some output's worst relative error at
     ``margin`` × its bound or more (an output bounded by 0 never counts: it matched exactly) is checked on up
     to ``extra_seeds`` more sets (the seeds that follow), stopping at the first that fails it (WRONG_RESULT,
-    that seed in the reason), before it is timed. A candidate further from its bounds pays nothing. Only a
-    gated candidate is checked again (a config; a comparator unless ungated): an ungated one's verdict
-    decides nothing.
+    that seed in the reason), before it is timed; ``extra_seeds`` 0 checks no more sets and asks only the
+    headroom (a trial's single set: :data:`tuner.driver.study.TRIAL_NEAR_BOUND`). A candidate further from
+    its bounds pays nothing. Only a gated candidate is checked again (a config; a comparator unless
+    ungated): an ungated one's verdict decides nothing.
 
     ``headroom`` (default 1.0: the bounds themselves, which an error may reach) is the share of each output's
     bound that a config's worst error over every set it was checked on must stay under when it is below 1
@@ -32,7 +33,8 @@ class NearBoundChecks:
     ``headroom`` × its bound or more is WRONG_RESULT all the same (the reason says which output and how
     near). A final round asks it of what it may publish: a config at its bound on these sets fails on
     others (:data:`tuner.driver.study.FINAL_NEAR_BOUND`). Immutable; raises UserInputError unless
-    ``0 < margin <= 1``, ``0 < headroom <= 1`` and ``extra_seeds >= 1``.
+    ``0 < margin <= 1``, ``0 < headroom <= 1``, ``extra_seeds >= 0``, and ``headroom < 1`` when
+    ``extra_seeds`` is 0 (that would ask nothing).
     """
 
     margin: float
@@ -42,10 +44,12 @@ class NearBoundChecks:
     def __post_init__(self) -> None:
         if not 0 < self.margin <= 1:  # NaN fails too
             raise UserInputError(f"the near-bound margin must be in (0, 1], got {self.margin}")
-        if self.extra_seeds < 1:
-            raise UserInputError(f"extra_seeds must be >= 1, got {self.extra_seeds}")
+        if self.extra_seeds < 0:
+            raise UserInputError(f"extra_seeds must be >= 0, got {self.extra_seeds}")
         if not 0 < self.headroom <= 1:
             raise UserInputError(f"the headroom must be in (0, 1], got {self.headroom}")
+        if self.extra_seeds == 0 and self.headroom >= 1:
+            raise UserInputError("near-bound checks with no extra input set and no headroom ask nothing")
 
     def near(self, errors: Mapping[str, float], bounds: Mapping[str, float]) -> bool:
         """Whether some output's error is at ``margin`` × its (positive) bound or more."""
@@ -78,7 +82,8 @@ class MeasureOptions:
     and timing of one candidate (``n × timeout_s`` for ``n`` candidates measured interleaved); ``seed`` is the
     default seed of the inputs; ``check_seeds`` is how many fresh input sets (seed, seed+1, …) each candidate
     is verified on; ``near_bound``, when set, checks a candidate that came near its error bounds on them on
-    more sets (:class:`NearBoundChecks`; None: none, as in a trial, where one set is checked and speed matters).
+    more sets (:class:`NearBoundChecks`; None: none; a trial asks the headroom alone, on its one set:
+    :data:`tuner.driver.study.TRIAL_NEAR_BOUND`).
     """
 
     n_samples: int = 100

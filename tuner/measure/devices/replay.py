@@ -189,9 +189,10 @@ class ReplayMeasurer:
                        info={**fp.info, "replay_of": self.record.source})
 
     def measure(
-        self, template_ref: str, shape: Shape, candidate: Candidate, *, seed: int | None = None
+        self, template_ref: str, shape: Shape, candidate: Candidate, *, seed: int | None = None,
+        near_bound: NearBoundChecks | None = None,
     ) -> MeasureResult:
-        return self.measure_interleaved(template_ref, shape, [candidate], seed=seed)[0]
+        return self.measure_interleaved(template_ref, shape, [candidate], seed=seed, near_bound=near_bound)[0]
 
     def last_call_times(self) -> None:
         """None: a replay measures nothing, its calls' time is the record's lookup."""
