@@ -142,8 +142,9 @@ def _time(workload: str, overrides: str, samples: int, keep: dict | None = None,
           pad_mib: int = 0) -> dict[str, float]:
     """Median device time per kernel name (µs) and of the per-sample totals ('total'); ``keep``, when given,
     receives every sample (per kernel name and 'total', in sample order) for a look at the distribution.
-    ``seed``: the inputs' seed; ``pad_mib``: that many MiB allocated (and kept) before the inputs, which moves
-    every buffer of the timed call to other addresses (a look at layout effects)."""
+    ``seed``: the inputs' seed; ``pad_mib``: that many MiB allocated before the inputs (the caching allocator
+    emptied first, so that earlier calls' blocks do not decide where they land) and freed after the first call,
+    which moves the inputs, outputs and first scratch to other addresses (a look at layout effects)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -152,12 +153,13 @@ def _time(workload: str, overrides: str, samples: int, keep: dict | None = None,
     template = registry.get(TEMPLATE_NAME)
     shape = template.workload(workload)
     kernel = build_candidate(template, shape, overrides)
+    torch.cuda.empty_cache()
     pad = torch.empty(pad_mib * 2**20, dtype=torch.uint8, device="cuda") if pad_mib else None
     inputs = template.make_inputs(shape, "cuda", seed)
     outputs = template.allocate_outputs(shape, inputs)
     kernel(inputs, outputs)
     torch.cuda.synchronize()
-    del pad  # the caching allocator keeps the block: the buffers above stay where they are
+    del pad  # the inputs and outputs above stay where they are
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
     per_kernel: dict[str, list[float]] = defaultdict(list)
     totals = []
@@ -187,10 +189,11 @@ def _time(workload: str, overrides: str, samples: int, keep: dict | None = None,
 
 def _time_protocol(workload: str, overrides: str, samples: int, seed: int = 0,
                    case: bool = False) -> dict[str, float]:
-    """The same medians as :func:`_time`, timed as the tuner times a candidate: its CUDA backend's
-    ``time_by_kernel`` (10 warm-up calls, then every sample back to back in one profiler session, the L2
-    flushed before each; the contract's timer), with the inputs of ``seed``; ``case``: inputs, reference and
-    poisoned outputs made as the measuring process makes them (``child.fresh_case``), the reference kept."""
+    """Medians as :func:`_time`'s, timed as the tuner times a candidate: its CUDA backend's ``time_by_kernel``
+    (10 warm-up calls, then every sample back to back in one profiler session, the contract's flush of twice
+    the L2 before each; memcpy and memset activities counted beside kernels), with the inputs of ``seed``;
+    ``case``: inputs, reference and poisoned outputs made as the measuring process makes them
+    (``child.fresh_case``), the reference kept."""
     import torch
 
     from tuner import registry
@@ -209,7 +212,10 @@ def _time_protocol(workload: str, overrides: str, samples: int, seed: int = 0,
     kernel(inputs, outputs)
     torch.cuda.synchronize()
     timing = backend.time_by_kernel([lambda: kernel(inputs, outputs)], n_samples=samples, warmup=10)
-    out = {k[:40]: v for k, v in kernel_medians(timing.kernels[0]).items()}
+    out: dict[str, float] = defaultdict(float)
+    for name, us in kernel_medians(timing.kernels[0]).items():
+        out[name[:40]] += us  # names cut as _time cuts them, summed where two share their first 40 characters
+    out = dict(out)
     out["total"] = statistics.median(timing.samples[0])
     return out
 
@@ -262,10 +268,12 @@ def main() -> None:
                     row["samples"] = keep
                 if args.protocol:
                     row.setdefault("variants", {}).update({
-                        "tuner protocol, seed 0": _time_protocol(row["workload"], row["config"], args.samples),
-                        "same, fresh_case": _time_protocol(row["workload"], row["config"], args.samples,
-                                                           case=True)})
-                if len(variants) > 1:  # the same candidate on other inputs / at other addresses
+                        f"tuner protocol, seed {args.seeds[0]}": _time_protocol(
+                            row["workload"], row["config"], args.samples, args.seeds[0]),
+                        f"same, fresh_case, seed {args.seeds[0]}": _time_protocol(
+                            row["workload"], row["config"], args.samples, args.seeds[0], case=True)})
+                if len(variants) > 1:  # the same candidate on other inputs / at other addresses (the first
+                    # variant again, after the others' allocations: the row's own figure came first)
                     row.setdefault("variants", {}).update({
                         f"seed={s} pad_mib={p}": _time(row["workload"], row["config"], args.samples, None, s, p)
                         for s, p in variants})

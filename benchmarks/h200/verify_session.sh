@@ -17,7 +17,10 @@
 #                    `tuner verify` re-measures bests of the current template version only: a shape served
 #                    from a carried version (MIMO version 4 carries 3) has none until a final round publishes.
 #                    A disproved best's stand-in is verified in turn (STAND_INS, default 3; each as long as the
-#                    first: 2026-12-03, eighteenth session, two such stand-ins took a device call each)
+#                    first: 2026-12-03, eighteenth session, two such stand-ins took a device call each).
+#                    The verify's time limit: VERIFY_TIMEOUT seconds when given (keep it inside the device
+#                    call, or the store's copy to OUTDIR after it is lost), else what is left of BUDGET when
+#                    that is at least 120 s (else it is skipped, and says so)
 #   mimo-sweep OUTDIR (bundle --tilelang mamba) issue 16's sweeps in the committed MIMO store: after warming the
 #                    compile caches (TileLang, the default and seeds of WARM_WORKLOADS, default the sweep's;
 #                    COMPARATOR_ONLY=1: TileLang alone; WARM=0 skips that on a warm machine and, on a fresh one with an empty
@@ -159,7 +162,8 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
     # BUDGET, when that is 120 s or more (less would be cut before its first shape is done).
     LEFT=${VERIFY_TIMEOUT:-$(left)}; FLOOR=120; [[ -n ${VERIFY_TIMEOUT:-} ]] && FLOOR=1
     if (( LEFT < FLOOR )); then  # `timeout 0` would not limit it, a negative one fails: skip, and say so
-      echo "== verify_mimo skipped: ${LEFT}s left of BUDGET=${BUDGET:-570} (at least ${FLOOR}s needed)" | tee "$W/verify_mimo.log"
+      FROM="left of BUDGET=${BUDGET:-570}"; [[ -n ${VERIFY_TIMEOUT:-} ]] && FROM="VERIFY_TIMEOUT"
+      echo "== verify_mimo skipped: a limit of ${LEFT}s ($FROM; at least ${FLOOR}s needed)" | tee "$W/verify_mimo.log"
     else
       step verify_mimo "$LEFT" $TUNER verify mamba3_mimo_bwd "${SELECT[@]}" --processes "${PROCESSES:-5}" --samples 30 \
         ${COMPARATOR_PROCESSES:+--comparator-processes $COMPARATOR_PROCESSES} $([[ ${COMPARATORS:-1} == 0 ]] && echo --no-comparators) \

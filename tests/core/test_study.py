@@ -645,7 +645,7 @@ def test_a_trial_within_the_final_rounds_headroom_of_its_bound_fails_and_is_no_f
     tmp_path, measurer: Measurer, near_template: str
 ) -> None:
     """A trial whose config passes its one input set within FINAL_NEAR_BOUND's headroom of the bound is
-    WRONG_RESULT (TRIAL_NEAR_BOUND): stored so, FAIL in the study (the sampler learns the region is no use),
+    WRONG_RESULT (TRIAL_NEAR_BOUND): stored so, FAIL in the study (no longer a fast config to the sampler),
     and never a finalist, so the round's places go to configs it can publish."""
     from tests.fixtures.fault_templates import input_fraction
     from tuner.driver.study import TRIAL_NEAR_BOUND
@@ -669,6 +669,25 @@ def test_a_trial_within_the_final_rounds_headroom_of_its_bound_fails_and_is_no_f
     assert stored.status is Status.WRONG_RESULT and stored.reason == close.reason
     final = finalize(ctx, finalists=2, comparators=False)
     assert CLOSE not in [e.result.config for e in final.entries] and final.published
+
+
+def test_finalists_pass_over_ok_trials_stored_before_the_trial_headroom_that_lack_it(  # type: ignore[no-untyped-def]
+    tmp_path, measurer: Measurer, near_template: str
+) -> None:
+    """A trial stored OK before trials asked TRIAL_NEAR_BOUND's headroom, at 0.98 of its bound, is no finalist
+    (the round would refuse it); one at 0.96 still is, in speed order."""
+    from tests.fixtures.fault_templates import NEAR_RTOL
+    from tuner.driver.study import CONFIG_LABEL, store_result, top_configs
+    from tuner.results import MeasureResult, SampleSummary
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(near_template, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=0)
+    kept = Config(mode="near", BLOCK=128)
+    for number, (config, fraction) in enumerate([(CLOSE, 0.98), (kept, 0.96), (FAR, 0.1)]):
+        store_result(ctx, MeasureResult(Status.OK, config, SampleSummary.of([1.0 + number]),
+                                        errors={"y": fraction * NEAR_RTOL}),
+                     role="trial", candidate=CONFIG_LABEL, trial_number=number)
+    assert top_configs(ctx, 3) == [kept, FAR]
 
 
 def test_a_sampler_stuck_on_known_configs_gets_the_ones_the_study_lacks(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]

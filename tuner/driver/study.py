@@ -387,16 +387,18 @@ def disproved_configs(ctx: StudyContext) -> set[Config]:
 
 def top_configs(ctx: StudyContext, k: int, disproved: Collection[Config] | None = None) -> list[Config]:
     """The k fastest distinct OK configs measured in this study's trials (all workers, all runs), leaving out
-    ``disproved`` (default: the :func:`disproved_configs`): the next fastest take their places instead of
-    failing again."""
+    ``disproved`` (default: the :func:`disproved_configs`) and trials stored OK before trials asked
+    :data:`TRIAL_NEAR_BOUND`'s headroom that did not keep it (their stored errors say so): the next fastest
+    take their places instead of failing again."""
     disproved = disproved_configs(ctx) if disproved is None else disproved
     rows = ctx.store.list_measurements(study_id=ctx.study_id, role="trial", status=Status.OK, order="median_us")
+    bounds = {spec.name: spec.rtol for spec in ctx.template.output_specs(ctx.shape)}
     seen: list[Config] = []
     for row in rows:
         if len(seen) == k:
             break
         config = Config.from_json(row.config_json)
-        if config not in seen and config not in disproved:
+        if config not in seen and config not in disproved and TRIAL_NEAR_BOUND.short_of(row.errors, bounds) is None:
             seen.append(config)
     return seen
 
@@ -439,9 +441,11 @@ FINAL_NEAR_BOUND = NearBoundChecks(margin=0.5, extra_seeds=8, headroom=0.97)
 # fresh inputs, not whether a round would publish it again.
 VERIFY_NEAR_BOUND = NearBoundChecks(margin=0.5, extra_seeds=8)
 # A trial asks the final round's headroom on its one input set, and no more sets: a config at 0.97 of a bound
-# there could not be published (the round would refuse it), so it is WRONG_RESULT as a trial too. The sampler
-# then learns that the region is no use, and such a config never takes a finalist's place from one the round
-# can publish. On the H200 (2026-12-04, twenty-third session) N128 P128's round spent one of its three finalists
+# there would very likely be refused by the round (errors move by up to 2.7% of a bound between sets, so this is
+# a little stricter than the round), so it is WRONG_RESULT as a trial too: it no longer counts as a fast config
+# for the sampler (Optuna's samplers pass over failed trials) and never takes a finalist's place from one the
+# round can publish (top_configs also passes over OK trials stored before this rule that lack the headroom).
+# On the H200 (2026-12-04, twenty-third session) N128 P128's round spent one of its three finalists
 # on a tf32 config it then refused; in the MIMO store's version-4 studies tf32 trials sat at 0.875–1.0 of a
 # bound on their one set, 71 of 170 at 0.97 or more (lowp3 and bf16: under 0.5; R8's served tf32 best: 0.906).
 TRIAL_NEAR_BOUND = NearBoundChecks(margin=FINAL_NEAR_BOUND.headroom, extra_seeds=0,

@@ -9,9 +9,11 @@ ones are timed together, interleaved, in one ``backend.time`` call.
 Per candidate: build (exception → COMPILE_ERROR); for each check seed, fresh inputs, reference, outputs
 poisoned, one run (exception at the first launch → COMPILE_ERROR if the template calls it a compile error,
 else RUNTIME_ERROR), comparison (→ WRONG_RESULT); then, with ``near_bound`` in the options, a candidate whose
-worst error came near its bound is checked the same way on more input sets. Errors of the template itself (it
-does not import, its inputs or reference raise) are not candidate failures: the request answers
-:class:`Failed`.
+worst error came near its bound is checked the same way on more input sets (none with ``extra_seeds`` 0), and a
+config whose worst error over every set checked is short of the option's headroom under a bound is
+WRONG_RESULT (a trial's single set: ``TRIAL_NEAR_BOUND``; a final round's: ``FINAL_NEAR_BOUND``). Errors of
+the template itself (it does not import, its inputs or reference raise) are not candidate failures: the
+request answers :class:`Failed`.
 """
 
 from __future__ import annotations

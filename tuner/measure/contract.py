@@ -71,7 +71,8 @@ class Measuring(Protocol):
         """Each candidate, timed in one interleaved round; one result per candidate, in order. Each is
         verified on ``check_seeds`` input sets (``seed``, ``seed + 1``, …; default: the options' count)
         before it is timed, and one near its error bounds there on ``near_bound``'s extra sets (the seeds
-        that follow; default: the options')."""
+        that follow; default: the options'); a config short of ``near_bound``'s headroom under a bound over
+        the sets checked is WRONG_RESULT (:class:`~tuner.measure.protocol.NearBoundChecks`)."""
         ...
 
     def last_call_times(self) -> CallTimes | None:

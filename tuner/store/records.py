@@ -529,7 +529,8 @@ class VerificationRecord:
     @property
     def figures(self) -> list[dict[str, Any]]:
         """Per process: ``{"process": i, "candidates": [{"label", "status", "median_us", "p20_us", "p80_us",
-        "stored_us", "reason"}, …]}``."""
+        "stored_us", "reason"[, "kernels"]}, …]}`` (``kernels``: device activity name -> median µs, where the
+        backend tells kernels apart: CUPTI; verifications since 2026-12-04)."""
         return list(json.loads(self.figures_json))
 
     @property

@@ -205,7 +205,9 @@ class ReplayMeasurer:
         """One result per candidate, in order: the recorded outcome, its samples drawn afresh
         (seeded by ``seed``, the shape and the candidate); ``INVALID`` with ``not recorded: …`` for a
         candidate the record lacks. ``template_ref`` is not imported (the record names the template);
-        ``check_seeds`` and ``near_bound`` change nothing (the record holds one verdict per config)."""
+        ``check_seeds`` and ``near_bound`` change nothing (the record holds one verdict per config): a record
+        made before trials asked ``TRIAL_NEAR_BOUND``'s headroom (2026-12-04) replays a near-bound config as
+        OK where a live trial now finds it WRONG_RESULT."""
         del check_seeds, near_bound
         chosen = self.options.seed if seed is None else seed
         results = []
