@@ -126,7 +126,8 @@ def test_two_workers_end_a_tpe_search_out_of_configs_and_go_on_to_the_next_task(
         r.join(timeout=60)
     assert ended, "the workers kept claiming a task whose search had no config left"
     job = _job(store, job_id)
-    assert job.state == "done", job
+    # each task's state and error in full (the job's repr is cut short in pytest's report)
+    assert job.state == "done", [(t.label, t.state, t.error, t.trials_done, t.trials_target) for t in job.tasks]
     for task in job.tasks:
         assert task.state == "done" and task.trials_target == task.trials_done == task.trials_reserved
         assert task.study_id is not None
