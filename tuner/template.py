@@ -189,6 +189,11 @@ class KernelTemplate(abc.ABC):
         """
         return self.outputs
 
+    def error_bounds(self, shape: Shape) -> dict[str, float]:
+        """Each output's error bound (``rtol``) for ``shape``, in :meth:`output_specs` order: what the near-bound
+        checks compare a candidate's errors with."""
+        return {spec.name: spec.rtol for spec in self.output_specs(shape)}
+
     @abc.abstractmethod
     def allocate_outputs(self, shape: Shape, inputs: Tensors) -> dict[str, torch.Tensor]:
         """Uninitialised output tensors in the kernel's output dtypes, on the inputs' device."""

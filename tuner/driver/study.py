@@ -392,7 +392,7 @@ def top_configs(ctx: StudyContext, k: int, disproved: Collection[Config] | None 
     take their places instead of failing again."""
     disproved = disproved_configs(ctx) if disproved is None else disproved
     rows = ctx.store.list_measurements(study_id=ctx.study_id, role="trial", status=Status.OK, order="median_us")
-    bounds = {spec.name: spec.rtol for spec in ctx.template.output_specs(ctx.shape)}
+    bounds = ctx.template.error_bounds(ctx.shape)
     seen: list[Config] = []
     for row in rows:
         if len(seen) == k:

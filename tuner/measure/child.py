@@ -173,7 +173,7 @@ def prepare(
     failure = checks.on(range(seed, seed + options.check_seeds))
     extra = options.near_bound
     if failure is None and extra is not None and checks.gated:
-        bounds = {spec.name: spec.rtol for spec in template.output_specs(shape)}
+        bounds = template.error_bounds(shape)
         if extra.near(checks.worst, bounds):
             first = seed + options.check_seeds
             failure = checks.on(range(first, first + extra.extra_seeds))
