@@ -105,12 +105,12 @@ step() {  # name timeout command...: run, log to $W/name.log, print the log's su
 }
 case $PHASE in
   cumsum)
-    step tune_tilelang 200 $TUNER tune mamba2_chunk_cumsum_tilelang --all-workloads --trials "${TRIALS:-6}" \
+    step tune_tilelang "${TUNE_TIMEOUT:-200}" $TUNER tune mamba2_chunk_cumsum_tilelang --all-workloads --trials "${TRIALS:-6}" \
       --samples 100 --finalists 3 --device cuda --seed 5 --db "$CUMSUM_DB"
     step tune_tilelang_fp32 200 $TUNER tune mamba2_chunk_cumsum_tilelang "${FP32[@]}" --trials "${FP32_TRIALS:-16}" \
       --samples 100 --finalists 3 --device cuda --seed 5 --db "$CUMSUM_DB"
-    step tune_triton 120 $TUNER tune mamba2_chunk_cumsum --all-workloads --trials "${TRITON_TRIALS:-2}" \
-      --samples 100 --finalists 2 --device cuda --seed 5 --db "$CUMSUM_DB"
+    [[ ${TRITON_TRIALS:-2} == 0 ]] || step tune_triton 120 $TUNER tune mamba2_chunk_cumsum --all-workloads \
+      --trials "${TRITON_TRIALS:-2}" --samples 100 --finalists 2 --device cuda --seed 5 --db "$CUMSUM_DB"
     cp "$H/chunk_cumsum.db" "$OUT/"
     ;;
   verify)

@@ -16,6 +16,12 @@ D. write ``dt_out`` (rounded to the output dtype) and ``dA_cumsum`` = partial + 
    ``staged``: the partial sums were staged in ``st[1]`` and all threads store along Q from shared memory;
    ``direct``: each thread kept its segment (values, partial sums) in registers and stores it itself.
 
+``scan`` = warp (CUDA) replaces B-D by one register-and-shuffle pass (``_warp_macro``): a row's segments are
+consecutive lanes of one warp, each lane owns 4 contiguous values of every piece of 4·segments values, the
+lanes' totals are scanned with ``__shfl_up_sync`` and each lane stores its own values (coalesced across the
+warp). The stage's barrier is the tile's only one. On the C target the same config runs B-D as the two-level
+scan with tree offsets and direct stores (the same sums, associated by segment instead of by piece).
+
 With ``persist`` > 1 a CTA loops over that many consecutive tiles (in ``sweep`` order, over a 1-D grid of
 ceil(tiles / persist) CTAs): phase A then reads a raw dt tile that a two-stage ``T.Pipelined`` loop copies
 into shared memory with cp.async while the previous tile is scanned and stored (whole tiles only:
@@ -168,7 +174,7 @@ def make_program(plan: CumsumPlan, *, cuda: bool = True) -> Any:
     (a cache hint, so the results are the same)."""
     import tilelang.language as T
 
-    body = _body_macro(plan, streaming=cuda and plan.load_cache == "streaming")
+    body = _body_macro(plan, streaming=cuda and plan.load_cache == "streaming", cuda=cuda)
     b, s, h, q = plan.B, plan.S, plan.H, plan.Q
     c = s // q
     if plan.has_bias:
@@ -199,14 +205,19 @@ def make_program(plan: CumsumPlan, *, cuda: bool = True) -> Any:
     return chunk_cumsum
 
 
-def _body_macro(p: CumsumPlan, *, streaming: bool = False) -> Any:
-    """The kernel body as a T.macro over the buffers (``dt_bias`` is None without a bias)."""
+def _body_macro(p: CumsumPlan, *, streaming: bool = False, cuda: bool = True) -> Any:
+    """The kernel body as a T.macro over the buffers (``dt_bias`` is None without a bias). ``cuda`` False:
+    the warp scan becomes the two-level scan with tree offsets and direct stores, which computes the same
+    sums in the same order with shared memory instead of shuffles (the C target has no threads)."""
     import tilelang.language as T
 
     bh_, r_, nseg, rq = p.block_h, p.rows, p.segments, p.rows * p.Q
     width_a = T.IntImm("int32", p.vec if p.layout == "qh" else 1)  # vectors where dt is contiguous
     at = _stage_index(p)
-    scan_and_store = _staged_macro(p, at) if p.store == "staged" else _direct_macro(p, at)
+    if p.scan == "warp":
+        scan_and_store = _warp_macro(p, at) if cuda else _direct_macro(p, at)
+    else:
+        scan_and_store = _staged_macro(p, at) if p.store == "staged" else _direct_macro(p, at)
 
     if p.persist > 1:
         return _persistent_body_macro(p, at, scan_and_store)
@@ -343,6 +354,65 @@ def _direct_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
                     )
 
     return direct
+
+
+def _warp_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
+    """Phases B-D of ``scan`` = warp (CUDA only): the ``segments`` threads of a (chunk, head) row are
+    consecutive lanes of one warp, and the row is scanned in pieces of ``segments`` x 4 values (``piece``),
+    lane l holding values 4l..4l+3 of each piece: every access of a warp is contiguous (float4 reads of the
+    hq stage, coalesced stores of 4 values per lane). Per piece each lane scans its 4 values in registers,
+    the lanes' totals are summed by log2(segments) Hillis-Steele rounds of warp shuffles, and the piece's
+    total (from the last lane) carries into the next piece. One barrier per tile (after the stage) instead
+    of one per phase and per tree round. The sums associate differently from the two-level scan (by piece,
+    then by lane), within fp32 rounding of it."""
+    import tilelang.language as T
+
+    bh_, nseg, seg, q_ = p.block_h, p.segments, p.seg_len, p.Q
+    w = min(4, seg)  # values per lane and piece
+    pieces, stride = seg // w, nseg * w
+    rounds = [1 << k for k in range(max(nseg - 1, 0).bit_length())]
+
+    @T.macro
+    def warp(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc):
+        tx = T.get_thread_binding()
+        vals = T.alloc_local((seg,), "float32")
+        part = T.alloc_local((seg,), "float32")
+        # the lane's sum of its piece; the inclusive scan over the lanes; a shuffled value (every lane
+        # shuffles, outside any branch: __shfl_*_sync with the full mask); the carry of the pieces before
+        run = T.alloc_local((4,), "float32")
+        sg = tx % nseg
+        h = (tx // nseg) % bh_
+        r = tx // (nseg * bh_)
+        a = _head_value(A, bh * bh_ + h, p.H, p.masked)
+        run[3] = 0.0
+        for k in T.unroll(pieces):
+            if p.layout == "hq":  # the lane's values are contiguous in the stage: vector loads
+                for i in T.vectorized(w):
+                    vals[k * w + i] = st[at(0, r * q_ + k * stride + sg * w + i, h)]
+            else:
+                for i in T.serial(w):
+                    vals[k * w + i] = st[at(0, r * q_ + k * stride + sg * w + i, h)]
+            run[0] = 0.0
+            for i in T.serial(w):  # B: the lane's 4 values, in registers
+                run[0] += vals[k * w + i] * a
+                part[k * w + i] = run[0]
+            run[1] = run[0]
+            for d in rounds:  # C: inclusive scan of the lanes' sums
+                run[2] = T.shfl_up(run[1], d, nseg)
+                run[1] = run[1] + T.if_then_else(sg >= d, run[2], T.float32(0.0))
+            run[2] = T.shfl_up(run[1], 1, nseg)
+            run[0] = run[3] + T.if_then_else(sg > 0, run[2], T.float32(0.0))  # the lane's offset
+            for i in T.serial(w):
+                part[k * w + i] = part[k * w + i] + run[0]
+            run[2] = T.shfl_sync(run[1], nseg - 1, nseg)
+            run[3] = run[3] + run[2]  # the piece's total carries into the next
+        if not p.masked or bh * bh_ + h < p.H:  # D: coalesced stores, 4 values per lane and piece
+            for k in T.unroll(pieces):
+                for i in T.vectorized(w):
+                    dt_out[bb, bh * bh_ + h, bc * p.rows + r, k * stride + sg * w + i] = vals[k * w + i]
+                    dA_cumsum[bb, bh * bh_ + h, bc * p.rows + r, k * stride + sg * w + i] = part[k * w + i]
+
+    return warp
 
 
 def _offsets_macro(p: CumsumPlan) -> tuple[Any, Callable[..., Any]]:

@@ -18,14 +18,14 @@ import optuna
 import pytest
 
 from tests.fixtures.fault_templates import NO_MEMORY_REF, TUNABLE_REF
-from tests.fixtures.processes import start_worker, wait_for
+from tests.fixtures.processes import start_worker, stop_all, wait_for
 from tuner import db, registry
 from tuner.errors import StoreError
 from tuner.frozen import Shape
 from tuner.measure.devices.base import DeviceSpec
 from tuner.results import Status
 from tuner.service.worker import Worker, WorkerOptions
-from tuner.store.records import TaskAttemptRecord, waiting_reason
+from tuner.store.records import ACTIVE_JOB_STATES, TaskAttemptRecord, waiting_reason
 
 NAME = "fault_vector_scale_tunable"
 
@@ -200,11 +200,18 @@ def test_two_worker_processes_share_one_job_and_counts_add_up(postgres_sandbox, 
     # stall rule (200 invalid or duplicate proposals in a row) ended it at 23 under load (CI, 2026-12-02); the
     # trial loop now hands it a config the study lacks after 20 in a row
     target = 24
-    job_id = _submit(store, [Shape(n=32768)], trials=target, sampler="tpe")
-    first = start_worker(url, "--exit-when-idle", "--heartbeat", "0.5", "--lease", "10", log=tmp_path / "a.log")
-    wait_for(lambda: _job(store, job_id).trials_done >= 2, 180, "the first worker's first trials")
-    second = start_worker(url, "--exit-when-idle", "--heartbeat", "0.5", "--lease", "10", log=tmp_path / "b.log")
-    assert first.wait(timeout=600) == 0 and second.wait(timeout=600) == 0
+    # Both workers are in the queue before the job is: a second worker started once the first was at work
+    # came too late under load (CI, 2026-12-04: the first had measured all 24 before the second had imported
+    # torch). They poll every second, so the one that claims second joins the task within a trial or two.
+    workers = [start_worker(url, "--heartbeat", "0.5", "--lease", "10", log=tmp_path / f"{name}.log")
+               for name in ("a", "b")]
+    try:
+        wait_for(lambda: len(store.list_workers()) == 2, 180, "both workers to register")
+        job_id = _submit(store, [Shape(n=32768)], trials=target, sampler="tpe")
+        wait_for(lambda: _job(store, job_id).state not in ACTIVE_JOB_STATES, 600, "the job to end")
+    finally:
+        codes = stop_all(workers)
+    assert codes == [0, 0]
     job = _job(store, job_id)
     (task,) = job.tasks
     assert job.state == "done" and task.trials_done == task.trials_reserved == target

@@ -16,6 +16,7 @@ pytestmark = [
     ),
 ]
 TEMPLATE = Mamba2ChunkCumsumTileLang()
+WARP = {"scan": "warp", "prefix": "tree", "store": "direct"}
 
 CASES = [
     ("mamba2-2p7b-b2-s32k-dt-bias", {}),
@@ -35,6 +36,12 @@ CASES = [
     # version 5: dt read with __ldcs (evict-first lines), also vectorised and at 8 CTAs per SM
     ("mamba2-2p7b-b2-s32k-dt-bias", {"load_cache": "streaming"}),
     ("mamba2-1p3b-b8-s2k-dt-bias", {"load_cache": "streaming", "vec": 4, "pad": 4, "min_blocks": 8}),
+    # version 6: the warp scan (shuffles, one barrier per tile), hq with vector reads of the stage, qh, a
+    # 16-lane row (512 threads, 32 heads: masked on 48), and looping
+    ("mamba2-780m-b1-s4k", {**WARP, "layout": "hq", "pad": 4}),
+    ("mamba2-1p3b-b8-s2k-dt-bias", {**WARP, "block_h": 4, "threads": 128}),
+    ("mamba2-780m-b1-s4k-dt-bias", {**WARP, "block_h": 32, "threads": 512}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {**WARP, "persist": 5}),
 ]
 
 
@@ -52,5 +59,12 @@ def test_compiles_for_sm90(
     if shape["dtype"] == "bfloat16":
         assert "bfloat16" in source
     assert ("__ldcs(" in source) == (plan.load_cache == "streaming")
+    # the warp scan: the totals of a row's segments move by shuffles (log2(segments) rounds and one for the
+    # exclusive offset, within the row's lanes); the one-tile kernel's only barrier is after the stage
+    shuffles = f"__shfl_up_sync((uint)4294967295, run[1], 1, {plan.segments})"
+    assert (shuffles in source) == (plan.scan == "warp")
+    if plan.scan == "warp" and plan.persist == 1:
+        assert source.count("__syncthreads()") == 1
+        assert source.count("__shfl_up_sync") == plan.segments.bit_length()
     if plan.persist > 1:  # the raw tiles are copied asynchronously, two stages, plain sm_90 (no setmaxnreg)
         assert "cp_async_commit" in source and "cp_async_wait" in source and "reg_alloc" not in source

@@ -76,6 +76,13 @@ VARIANTS = [
     ("mamba2-2p7b-b2-s32k-dt-bias", {"persist": 4, "min_blocks": 5}),
     ("mamba2-2p7b-b2-s32k-dt-bias", {"load_cache": "streaming"}),
     ("mamba2-780m-b1-s4k-dt-bias", {"load_cache": "streaming", "block_h": 32, "threads": 512}),  # masked: 48
+    # the warp scan (shuffles): hq with vector reads, qh, 16-lane rows on masked heads, 16-value segments,
+    # looping
+    ("mamba2-780m-b1-s4k", {"scan": "warp", "store": "direct", "layout": "hq", "pad": 4}),
+    ("mamba2-1p3b-b8-s2k-dt-bias", {"scan": "warp", "store": "direct", "block_h": 4, "threads": 128}),
+    ("mamba2-780m-b1-s4k-dt-bias", {"scan": "warp", "store": "direct", "block_h": 32, "threads": 512}),
+    ("mamba2-1p3b-b8-s2k", {"scan": "warp", "store": "direct", "threads": 128, "layout": "hq", "pad": 4}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {"scan": "warp", "store": "direct", "persist": 5}),
 ]
 
 

@@ -45,6 +45,9 @@ def test_default_is_valid_everywhere() -> None:
         ({"scan": "serial", "prefix": "tree"}, "prefix == 'serial'"),
         ({"store": "direct", "scan": "serial", "prefix": "serial"}, "direct store"),
         ({"store": "direct", "layout": "hq", "vec": 4, "pad": 4}, "no access uses vec"),
+        ({"scan": "warp"}, "each thread stores its own segment"),
+        ({"scan": "warp", "store": "direct", "prefix": "serial"}, "tree's rounds"),
+        ({"scan": "warp", "store": "direct", "block_h": 2}, "in one warp"),
     ],
 )
 def test_invalid_combinations_are_rejected_before_compile(changes: dict, fragment: str) -> None:

@@ -91,6 +91,11 @@ VARIANTS = [
     ({"persist": 4, "min_blocks": 5, "block_h": 4, "threads": 128}, {"H": 16}),
     # streaming dt loads (version 5): a CUDA cache hint, plain loads on the C target; masked heads
     ({"load_cache": "streaming"}, {"H": 12, "has_bias": True}),
+    # the warp scan (version 6): on the C target the same sums through shared memory; masked heads, 16
+    # segments of 4 values, and looping
+    ({"scan": "warp", "store": "direct", "layout": "hq", "pad": 4}, {"H": 20, "has_bias": True}),
+    ({"scan": "warp", "store": "direct", "block_h": 16, "threads": 256}, {"H": 12, "dtype": "float32"}),
+    ({"scan": "warp", "store": "direct", "persist": 3, "block_h": 4, "threads": 128}, {"H": 16}),
 ]
 
 
