@@ -49,14 +49,13 @@
 #   rm -rf /tmp/site && mkdir -p /tmp/site && tar -xJf .gpum/site.tar.xz -C /tmp/site &&
 #   tar -xJf .gpux/x.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD TRITON_INTERPRET=0 &&
 #   bash benchmarks/h200/verify_session.sh mimo $OUT
-# What travels to the GPU machine (tracked files plus the carried bundles, ~39 MB) must stay under 64 MiB,
-# counted as disk blocks (2026-12-04: 65.5 MiB by this count was refused, 62.8 MiB went):
-#   { git ls-files -z; printf '%s\0' .gpum/site.tar.xz .gpux/x.tar.xz; } | du -c --files0-from=- | tail -1
-# (KiB; the limit is 65536). Since 2026-12-04 (twenty-fourth session) the tree alone is ~28.6 MiB and the
-# two stores ~17 MiB of it: a call carries the store it works on and leaves the other out of the working tree
-# for the call (mimo*: move benchmarks/h200/chunk_cumsum.db aside; cumsum, verify, unseen: move
-# mamba3_mimo_bwd.db aside; put it back before committing). With .gpu and .gpux and the MIMO store aside:
-# 62.6 MiB.
+# What travels to the GPU machine (tracked files plus the carried bundles) must stay under 64 MiB. Count it in
+# bytes (2026-12-04: 63.1 MiB went, tree and .gpu and .gpux with the MIMO store aside):
+#   { git ls-files -z; printf '%s\0' .gpum/site.tar.xz .gpux/x.tar.xz; } | du -cb --files0-from=- | tail -1
+# The tree is ~27 MiB, 17 MiB of it the two stores, and .gpu (~43 MiB) or .gpum with .gpux adds the rest: a
+# call carries the store it works on and leaves the other out of the working tree for the call (mimo*: move
+# benchmarks/h200/chunk_cumsum.db aside; cumsum, verify, unseen: move mamba3_mimo_bwd.db aside), and it goes
+# back before a commit.
 # Commit raw profiler reports (.ncu-rep) nowhere in the tree: their details pages and metrics are enough.
 set -uo pipefail
 PHASE=${1:?phase}; OUT=${2:?outdir}
