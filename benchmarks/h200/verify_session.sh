@@ -52,6 +52,7 @@
 # What travels to the GPU machine (tracked files plus the carried bundles) must stay under 64 MiB. Count it in
 # bytes (2026-12-04: 63.1 MiB went, tree and .gpu and .gpux with the MIMO store aside):
 #   { git ls-files -z; printf '%s\0' .gpum/site.tar.xz .gpux/x.tar.xz; } | du -cb --files0-from=- | tail -1
+# (.gpu/site.tar.xz instead of .gpum's for the cumsum, verify and unseen phases)
 # The tree is ~27 MiB, 17 MiB of it the two stores, and .gpu (~43 MiB) or .gpum with .gpux adds the rest: a
 # call carries the store it works on and leaves the other out of the working tree for the call (mimo*: move
 # benchmarks/h200/chunk_cumsum.db aside; cumsum, verify, unseen: move mamba3_mimo_bwd.db aside), and it goes

@@ -208,7 +208,8 @@ def make_program(plan: CumsumPlan, *, cuda: bool = True) -> Any:
 def _body_macro(p: CumsumPlan, *, streaming: bool = False, cuda: bool = True) -> Any:
     """The kernel body as a T.macro over the buffers (``dt_bias`` is None without a bias). ``cuda`` False:
     the warp scan becomes the two-level scan with tree offsets and direct stores, which computes the same
-    sums in the same order with shared memory instead of shuffles (the C target has no threads)."""
+    sums with shared memory instead of shuffles, associated by segment instead of by piece (the C target has
+    no threads)."""
     import tilelang.language as T
 
     bh_, r_, nseg, rq = p.block_h, p.rows, p.segments, p.rows * p.Q
@@ -359,8 +360,9 @@ def _direct_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
 def _warp_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
     """Phases B-D of ``scan`` = warp (CUDA only): the ``segments`` threads of a (chunk, head) row are
     consecutive lanes of one warp, and the row is scanned in pieces of ``segments`` x 4 values (``piece``),
-    lane l holding values 4l..4l+3 of each piece: every access of a warp is contiguous (float4 reads of the
-    hq stage, coalesced stores of 4 values per lane). Per piece each lane scans its 4 values in registers,
+    lane l holding values 4l..4l+3 of each piece: every access of a warp is contiguous (coalesced stores of 4
+    values per lane; float4 reads of the hq stage where its padded rows keep 16-byte alignment, pad 0, 4 or 8,
+    and scalar reads otherwise). Per piece each lane scans its 4 values in registers,
     the lanes' totals are summed by log2(segments) Hillis-Steele rounds of warp shuffles, and the piece's
     total (from the last lane) carries into the next piece. One barrier per tile (after the stage) instead
     of one per phase and per tree round. The sums associate differently from the two-level scan (by piece,
@@ -370,6 +372,7 @@ def _warp_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
     bh_, nseg, seg, q_ = p.block_h, p.segments, p.seg_len, p.Q
     w = min(4, seg)  # values per lane and piece
     pieces, stride = seg // w, nseg * w
+    assert seg % w == 0, f"segments of {seg} values in pieces of {w}"  # Q and segments are powers of two, seg >= 2
     rounds = [1 << k for k in range(max(nseg - 1, 0).bit_length())]
 
     @T.macro

@@ -690,6 +690,38 @@ def test_finalists_pass_over_ok_trials_stored_before_the_trial_headroom_that_lac
     assert top_configs(ctx, 3) == [kept, FAR]
 
 
+def test_a_duplicate_of_an_ok_trial_stored_before_the_trial_headroom_that_lacks_it_is_wrong_result(  # type: ignore[no-untyped-def]
+    tmp_path, measurer: Measurer, near_template: str
+) -> None:
+    """A trial proposing a config the study stored OK before trials asked TRIAL_NEAR_BOUND's headroom, at 0.98
+    of its bound, reuses that row as WRONG_RESULT (FAIL in the study, the reason says why) and measures
+    nothing; one at 0.96 is reused as OK. The stored rows are left as they were measured."""
+    from tests.fixtures.fault_templates import NEAR_RTOL
+    from tuner.driver.study import CONFIG_LABEL, store_result
+    from tuner.results import MeasureResult, SampleSummary
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(near_template, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=0)
+    kept = Config(mode="near", BLOCK=128)
+    for number, (config, fraction) in enumerate([(CLOSE, 0.98), (kept, 0.96)], start=100):
+        store_result(ctx, MeasureResult(Status.OK, config, SampleSummary.of([1.0]),
+                                        errors={"y": fraction * NEAR_RTOL}),
+                     role="trial", candidate=CONFIG_LABEL, trial_number=number)
+    for config in (CLOSE, kept, FAR):  # trials 1-3, after the default (trial 0)
+        ctx.study.enqueue_trial(config.to_dict())
+    records = {r.config: r for r in run_trials(ctx, CountBudget(2))}  # the default and FAR are measured
+    close, again = records[CLOSE], records[kept]
+    assert close.duplicate_of == 100 and close.status is Status.WRONG_RESULT and not close.measured
+    assert (close.reason or "").startswith("stored OK in trial 100 before trials asked the headroom: output 'y': ")
+    assert "is 0.980 of its bound 0.001; asked: under 0.97 of it" in (close.reason or "")
+    assert ctx.study.trials[close.number].state is optuna.trial.TrialState.FAIL
+    assert again.duplicate_of == 101 and again.status is Status.OK
+    assert ctx.study.trials[again.number].state is optuna.trial.TrialState.COMPLETE
+    rows = store.list_measurements(study_id=ctx.study_id, role="trial")
+    assert [r.status for r in rows if r.trial_number in (100, 101)] == [Status.OK, Status.OK]
+    assert records[FAR].measured and len([r for r in rows if Config.from_json(r.config_json) == CLOSE]) == 1
+
+
 def test_a_sampler_stuck_on_known_configs_gets_the_ones_the_study_lacks(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
     """A sampler that proposes one config for ever (Optuna's PartialFixedSampler over every parameter): after
     LOOK_AFTER_SKIPS known proposals in a row the loop queues a valid config the study lacks, so the budget is

@@ -248,11 +248,18 @@ def test_an_interrupted_batch_kills_its_builds(tmp_path, monkeypatch) -> None:  
     pid_file = tmp_path / "child.pid"
     monkeypatch.setenv("TUNER_TEST_CHILD_PID", str(pid_file))
     main = threading.main_thread().ident or 0
-    # once the hung build has started its compiler (a fixed 3 s fired before that on a loaded CI host)
-    interrupted = _when_started(pid_file, 1, not_before_s=1.0, act=lambda: signal.pthread_kill(main, signal.SIGINT))
-    with pytest.raises(KeyboardInterrupt), CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
-        pool.compile(SlowCompileVectorScale(), [Config(mode="compile_hang_child", BLOCK=16)], Shape(n=64),
-                     timeout_s=600)
+    # Ctrl-C as an interactive Python gets it: a test run started in the background by a shell without job
+    # control inherits SIGINT ignored, and Python then installs no handler (this test hung in such a run)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        # once the hung build has started its compiler (a fixed 3 s fired before that on a loaded CI host)
+        interrupted = _when_started(pid_file, 1, not_before_s=1.0,
+                                    act=lambda: signal.pthread_kill(main, signal.SIGINT))
+        with pytest.raises(KeyboardInterrupt), CompilePool(2, CompileCache(tmp_path / "cache")) as pool:
+            pool.compile(SlowCompileVectorScale(), [Config(mode="compile_hang_child", BLOCK=16)], Shape(n=64),
+                         timeout_s=600)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - interrupted[0] < 60
     _assert_all_gone(pid_file, 1)  # the build's own child process (a compiler) went with it
 

@@ -97,3 +97,23 @@ def test_variants(workload: str, changes: dict) -> None:
 def test_runs_on_the_current_stream() -> None:
     shape = TEMPLATE.workload("mamba2-2p7b-b2-s32k-dt-bias")
     _run_and_check(TEMPLATE.space().default, shape, seed=9, stream=torch.cuda.Stream())
+
+
+# The warp scan's other lane layouts, on shapes off the workloads: two chunks per CTA (rows 2), 2-value
+# segments (Q = 64 over 32 lanes: pieces of 2 values per lane), 8- and 4-lane rows (several rows per warp:
+# shuffles of width 8 and 4), masked heads, fp32 and bf16 outputs.
+WARP_SHAPES = [
+    ({"rows": 2, "layout": "hq", "pad": 4, "threads": 512}, {"B": 2, "S": 4096, "H": 24, "has_bias": True}),
+    ({"layout": "hq", "pad": 4}, {"B": 2, "S": 2048, "H": 20, "Q": 64, "dtype": "float32"}),
+    ({"block_h": 8, "threads": 64}, {"B": 1, "S": 2048, "H": 12, "Q": 128, "dtype": "bfloat16"}),
+    ({"block_h": 16, "threads": 64, "layout": "hq", "pad": 8}, {"B": 3, "S": 1024, "H": 40, "Q": 64}),
+]
+
+
+@pytest.mark.parametrize(("changes", "dims"), WARP_SHAPES)
+def test_warp_scan_lane_layouts(changes: dict, dims: dict) -> None:
+    base = {"B": 1, "S": 2048, "H": 16, "Q": 256, "has_bias": False, "dtype": "float16", "softplus": True}
+    shape = TEMPLATE.make_shape({**base, **dims})
+    config = TEMPLATE.space().default.replace(scan="warp", store="direct", **changes)
+    assert TEMPLATE.space().check(config, shape) is None, TEMPLATE.space().check(config, shape)
+    _run_and_check(config, shape, seed=3)

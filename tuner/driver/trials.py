@@ -2,7 +2,8 @@
 
 Per trial: reserve a budget slot → ``ask`` → ``space.suggest`` → ``space.check`` (a violation is stored as
 INVALID and the trial pruned: no compile) → a config another worker is measuring right now, or one this
-study already measured, is not measured again (the trial reuses the stored value, ``duplicate_of``) →
+study already measured, is not measured again (the trial reuses the stored value, ``duplicate_of``; an OK
+value stored before trials asked the headroom below, whose errors lack it, is reused as WRONG_RESULT) →
 measure in the isolated pool (a config that passes its input set within the final round's headroom of an
 error bound is WRONG_RESULT: :data:`tuner.driver.study.TRIAL_NEAR_BOUND`) → store the measurement and spend
 the slot in one transaction → ``tell`` (value = median device time; failures FAIL with ``status`` and
@@ -15,6 +16,7 @@ the compile cache): the way slow-compiling backends (TileLang) are swept.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -237,7 +239,7 @@ def _propose(ctx: StudyContext, token: object) -> TrialRecord | _Pending:
     previous = _previous_measurement(ctx, config)
     if previous is not None:
         trial.set_user_attr("duplicate_of", previous.trial_number)
-        result = _result_of(previous)
+        result = _duplicate_result(ctx, previous)
         _tell(ctx, trial, result, previous.id)
         return _record(trial.number, result, previous.trial_number, started)
     ctx.in_flight.add(optuna_access.trial_id(trial))
@@ -398,6 +400,22 @@ def _previous_measurement(ctx: StudyContext, config: Config) -> MeasurementRecor
     was written under an earlier, stricter version of its constraints and says nothing about its speed."""
     rows = ctx.store.list_measurements(study_id=ctx.study_id, role="trial", config_json=config.to_json())
     return next((r for r in rows if not is_space_rejection(r.status, r.reason)), None)
+
+
+def _duplicate_result(ctx: StudyContext, row: MeasurementRecord) -> MeasureResult:
+    """What a duplicate trial of ``row``'s config reports: the stored outcome (:func:`_result_of`), except for
+    an OK row stored before trials asked :data:`TRIAL_NEAR_BOUND`'s headroom whose errors lack it, which is
+    WRONG_RESULT, as a trial of its config is now (the stored row itself is left as it was measured)."""
+    result = _result_of(row)
+    short = TRIAL_NEAR_BOUND.short_of(result.errors, ctx.template.error_bounds(ctx.shape)) if result.ok else None
+    if short is None:
+        return result
+    name, error, bound = short
+    return dataclasses.replace(
+        result, status=Status.WRONG_RESULT, summary=None,
+        reason=f"stored OK in trial {row.trial_number} before trials asked the headroom: output {name!r}: worst "
+               f"relative error {error:.3g} is {error / bound:.3f} of its bound {bound:g}; asked: under "
+               f"{TRIAL_NEAR_BOUND.headroom:g} of it")
 
 
 def _result_of(row: MeasurementRecord) -> MeasureResult:
