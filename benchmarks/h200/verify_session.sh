@@ -7,8 +7,10 @@
 #                    each, continuing the committed store benchmarks/h200/chunk_cumsum.db: every comparator
 #                    line as users call mamba_ssm, its contract variants and the elementwise ceiling), and the
 #                    TileLang template on mamba_ssm's contract (fp32 dt_out) for the five shapes
-#   verify   OUTDIR  `tuner verify` of the served chunk-cumsum bests (TileLang) on the five workloads, 5 fresh
-#                    processes each, then exhaustive subspaces (issue 17) as far as EXH_TIMEOUT allows
+#   verify   OUTDIR  `tuner verify` of the served chunk-cumsum bests (TileLang) on the five workloads
+#                    (VERIFY_WORKLOADS: those named), PROCESSES (5) fresh processes each, within VERIFY_TIMEOUT
+#                    (300 s; about 75 s per workload at 3 processes with every comparator line, 2026-12-04), then
+#                    exhaustive subspaces (issue 17) as far as EXH_TIMEOUT allows (EXHAUSTIVE=0: none)
 #   mimo     OUTDIR  `tuner verify` of the MIMO backward bests (bundle --tilelang mamba) on WORKLOADS
 #                    (default: all 11; VERIFY_WORKLOADS narrows the verify), PROCESSES (5) fresh processes each (COMPARATORS=0: the
 #                    bests alone, a fresh machine without the comparators' minutes of TileLang builds; else the comparator in the first COMPARATOR_PROCESSES,
@@ -118,9 +120,12 @@ case $PHASE in
     cp "$H/chunk_cumsum.db" "$OUT/"
     ;;
   verify)
-    step verify_cumsum 300 $TUNER verify mamba2_chunk_cumsum_tilelang --all-workloads --processes 5 --samples 100 \
-      --device cuda --db "$CUMSUM_DB" --json
+    SELECT=(--all-workloads)
+    if [[ -n ${VERIFY_WORKLOADS:-} ]]; then SELECT=(); for w in $VERIFY_WORKLOADS; do SELECT+=(-w "$w"); done; fi
+    step verify_cumsum "${VERIFY_TIMEOUT:-300}" $TUNER verify mamba2_chunk_cumsum_tilelang "${SELECT[@]}" \
+      --processes "${PROCESSES:-5}" --samples 100 --device cuda --db "$CUMSUM_DB" --json
     cp "$H/chunk_cumsum.db" "$OUT/"
+    if [[ ${EXHAUSTIVE:-1} != 0 ]]; then
     # Issue 17: exhaustive subspaces (resumable; a sweep cut short is a uniform sample of its subspace).
     EXH_DB="sqlite:///$PWD/$H/exhaustive_chunk_cumsum.db"
     TL_ONLY=(--only scan=twolevel --only prefix=tree --only store=staged --only pad=1 --only vec=1 --only layout=qh
@@ -135,6 +140,7 @@ case $PHASE in
       -w mamba2-1p3b-b8-s2k-dt-bias -w mamba2-2p7b-b2-s32k-dt-bias --exhaustive "${TR_ONLY[@]}" --samples 100 \
       --device cuda --no-comparators --db "$EXH_DB"
     cp "$H/exhaustive_chunk_cumsum.db" "$OUT/"
+    fi
     ;;
   mimo)
     SELECT=(); for w in ${VERIFY_WORKLOADS:-${WORKLOADS:-}}; do SELECT+=(-w "$w"); done
