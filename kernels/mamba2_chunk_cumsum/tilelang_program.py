@@ -374,6 +374,7 @@ def _warp_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
     pieces, stride = seg // w, nseg * w
     assert seg % w == 0, f"segments of {seg} values in pieces of {w}"  # Q and segments are powers of two, seg >= 2
     rounds = [1 << k for k in range(max(nseg - 1, 0).bit_length())]
+    read = T.vectorized if p.layout == "hq" else T.serial  # hq: the lane's values are contiguous in the stage
 
     @T.macro
     def warp(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc):
@@ -389,12 +390,8 @@ def _warp_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
         a = _head_value(A, bh * bh_ + h, p.H, p.masked)
         run[3] = 0.0
         for k in T.unroll(pieces):
-            if p.layout == "hq":  # the lane's values are contiguous in the stage: vector loads
-                for i in T.vectorized(w):
-                    vals[k * w + i] = st[at(0, r * q_ + k * stride + sg * w + i, h)]
-            else:
-                for i in T.serial(w):
-                    vals[k * w + i] = st[at(0, r * q_ + k * stride + sg * w + i, h)]
+            for i in read(w):
+                vals[k * w + i] = st[at(0, r * q_ + k * stride + sg * w + i, h)]
             run[0] = 0.0
             for i in T.serial(w):  # B: the lane's 4 values, in registers
                 run[0] += vals[k * w + i] * a

@@ -15,6 +15,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 TEMPLATE = Mamba2ChunkCumsumTileLang()
+WARP = {"scan": "warp", "store": "direct"}
 
 
 @pytest.fixture(autouse=True)
@@ -78,11 +79,11 @@ VARIANTS = [
     ("mamba2-780m-b1-s4k-dt-bias", {"load_cache": "streaming", "block_h": 32, "threads": 512}),  # masked: 48
     # the warp scan (shuffles): hq with vector reads, qh, 16-lane rows on masked heads, 16-value segments,
     # looping
-    ("mamba2-780m-b1-s4k", {"scan": "warp", "store": "direct", "layout": "hq", "pad": 4}),
-    ("mamba2-1p3b-b8-s2k-dt-bias", {"scan": "warp", "store": "direct", "block_h": 4, "threads": 128}),
-    ("mamba2-780m-b1-s4k-dt-bias", {"scan": "warp", "store": "direct", "block_h": 32, "threads": 512}),
-    ("mamba2-1p3b-b8-s2k", {"scan": "warp", "store": "direct", "threads": 128, "layout": "hq", "pad": 4}),
-    ("mamba2-2p7b-b2-s32k-dt-bias", {"scan": "warp", "store": "direct", "persist": 5}),
+    ("mamba2-780m-b1-s4k", {**WARP, "layout": "hq", "pad": 4}),
+    ("mamba2-1p3b-b8-s2k-dt-bias", {**WARP, "block_h": 4, "threads": 128}),
+    ("mamba2-780m-b1-s4k-dt-bias", {**WARP, "block_h": 32, "threads": 512}),
+    ("mamba2-1p3b-b8-s2k", {**WARP, "threads": 128, "layout": "hq", "pad": 4}),
+    ("mamba2-2p7b-b2-s32k-dt-bias", {**WARP, "persist": 5}),
 ]
 
 
@@ -114,6 +115,6 @@ WARP_SHAPES = [
 def test_warp_scan_lane_layouts(changes: dict, dims: dict) -> None:
     base = {"B": 1, "S": 2048, "H": 16, "Q": 256, "has_bias": False, "dtype": "float16", "softplus": True}
     shape = TEMPLATE.make_shape({**base, **dims})
-    config = TEMPLATE.space().default.replace(scan="warp", store="direct", **changes)
+    config = TEMPLATE.space().default.replace(**WARP, **changes)
     assert TEMPLATE.space().check(config, shape) is None, TEMPLATE.space().check(config, shape)
     _run_and_check(config, shape, seed=3)

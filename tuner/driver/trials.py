@@ -407,15 +407,11 @@ def _duplicate_result(ctx: StudyContext, row: MeasurementRecord) -> MeasureResul
     an OK row stored before trials asked :data:`TRIAL_NEAR_BOUND`'s headroom whose errors lack it, which is
     WRONG_RESULT, as a trial of its config is now (the stored row itself is left as it was measured)."""
     result = _result_of(row)
-    short = TRIAL_NEAR_BOUND.short_of(result.errors, ctx.template.error_bounds(ctx.shape)) if result.ok else None
+    short = TRIAL_NEAR_BOUND.why_short(result.errors, ctx.template.error_bounds(ctx.shape)) if result.ok else None
     if short is None:
         return result
-    name, error, bound = short
-    return dataclasses.replace(
-        result, status=Status.WRONG_RESULT, summary=None,
-        reason=f"stored OK in trial {row.trial_number} before trials asked the headroom: output {name!r}: worst "
-               f"relative error {error:.3g} is {error / bound:.3f} of its bound {bound:g}; asked: under "
-               f"{TRIAL_NEAR_BOUND.headroom:g} of it")
+    reason = f"stored OK in trial {row.trial_number} before trials asked the headroom: {short}"
+    return dataclasses.replace(result, status=Status.WRONG_RESULT, summary=None, reason=reason)
 
 
 def _result_of(row: MeasurementRecord) -> MeasureResult:

@@ -178,16 +178,13 @@ def prepare(
             first = seed + options.check_seeds
             failure = checks.on(range(first, first + extra.extra_seeds))
         # the headroom is asked of what a round may publish: configs, not comparators
-        short = None if failure is not None or candidate.comparator is not None else extra.short_of(
+        short = None if failure is not None or candidate.comparator is not None else extra.why_short(
             checks.worst, bounds)
         if short is not None:
-            name, error, bound = short
             sets = f"seeds {seed}-{seed + checks.runs - 1}" if checks.runs > 1 else f"seed {seed}"
             failure = MeasureResult(
                 Status.WRONG_RESULT, config, errors=dict(checks.worst), timer=backend.timer, phases=checks.phases(),
-                reason=f"inputs {sets}: output {name!r}: worst relative error "
-                       f"{error:.3g} is {error / bound:.3f} of its bound {bound:g}; asked: under {extra.headroom:g} "
-                       "of it (a config at its bound on these inputs fails on others)")
+                reason=f"inputs {sets}: {short} (a config at its bound on these inputs fails on others)")
     if failure is not None:
         return failure
     assert checks.case is not None  # check_seeds >= 1

@@ -61,6 +61,16 @@ class NearBoundChecks:
         (the check itself failed an error past its bound and passes one exactly at it)."""
         return None if self.headroom >= 1 else _first_at(errors, bounds, self.headroom)
 
+    def why_short(self, errors: Mapping[str, float], bounds: Mapping[str, float]) -> str | None:
+        """:meth:`short_of` said in words (the output, its error, the share of its bound it reached and the
+        headroom asked), as WRONG_RESULT reasons give it; None when every output keeps the headroom."""
+        short = self.short_of(errors, bounds)
+        if short is None:
+            return None
+        name, error, bound = short
+        return (f"output {name!r}: worst relative error {error:.3g} is {error / bound:.3f} of its bound {bound:g}; "
+                f"asked: under {self.headroom:g} of it")
+
 
 def _first_at(
     errors: Mapping[str, float], bounds: Mapping[str, float], share: float
