@@ -17,7 +17,10 @@ of N interleaved samples (the tuner's CUDA backend):
             copy       torch's device copy of bytes_moved/2 bytes (reads + writes = the operator's minimum
                        bytes, 10*B*S*H): what the memory system gives a plain copy of the same bytes
 
-usage: python benchmarks/l2_flush_effect.py [--samples 100] [--config JSON ...] [--json OUT]
+usage: python benchmarks/l2_flush_effect.py [--samples 100] [--config JSON ...] [--shape B=..,S=.. ...]
+       [--flush zero ...] [--jobs 16] [--json OUT]
+``--shape`` (repeatable) measures those shapes instead of the five workloads; ``--flush`` (repeatable) only
+those flushes.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +79,14 @@ def _lines(template: Any, shape: Any, configs: dict[str, Any]) -> dict[str, Call
     return launchers
 
 
-def measure(samples: int, overrides: list[str]) -> list[dict[str, Any]]:
+def _precompile(pair: tuple[Any, Any]) -> None:
+    from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import Mamba2ChunkCumsumTileLang
+
+    Mamba2ChunkCumsumTileLang().precompile(*pair)
+
+
+def measure(samples: int, overrides: list[str], shapes: Sequence[str] = (),
+            flushes: Sequence[str] = FLUSHES, jobs: int = 1) -> list[dict[str, Any]]:
     from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import Mamba2ChunkCumsumTileLang
     from tuner.measure.devices.cuda import CudaBackend
 
@@ -86,20 +96,30 @@ def measure(samples: int, overrides: list[str]) -> list[dict[str, Any]]:
     configs = {
         f"tilelang {o}": space.validate_config({**space.default.to_dict(), **json.loads(o)}) for o in overrides
     }
-    flushes = _flushes(backend)
+    from tuner.shapes import select_shapes
+
+    flush_fns = _flushes(backend)
     rows = []
-    for workload in template.workloads:
-        shape = template.workload(workload.name)
+    selected = select_shapes(template, shapes=shapes) if shapes else [
+        (w.name, template.workload(w.name)) for w in template.workloads]
+    if jobs > 1:  # the TileLang builds in parallel processes, into its on-disk cache that _lines then loads
+        import concurrent.futures
+        import multiprocessing
+
+        pairs = [(config, shape) for _, shape in selected for config in configs.values()]
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_precompile, pairs))
+    for label, shape in selected:
         launchers = _lines(template, shape, configs)
         names = list(launchers)
-        for flush in FLUSHES:
-            backend.flush_l2 = flushes[flush]  # type: ignore[method-assign]
+        for flush in flushes:
+            backend.flush_l2 = flush_fns[flush]  # type: ignore[method-assign]
             timing = backend.time([launchers[n] for n in names], n_samples=samples, warmup=10)
             medians = {n: statistics.median(s) for n, s in zip(names, timing, strict=True)}
             fixed = {n: t for n, t in medians.items() if n.startswith("mamba_ssm")}
             best_fixed = min(fixed, key=fixed.__getitem__) if fixed else None
             rows.append({
-                "workload": workload.name, "bytes": template.bytes_moved(shape), "flush": flush,
+                "workload": label, "bytes": template.bytes_moved(shape), "flush": flush,
                 "tilelang_us": {n: medians[n] for n in configs}, "copy_us": medians["copy"],
                 "mamba_ssm_us": fixed[best_fixed] if best_fixed else None, "mamba_ssm_line": best_fixed,
                 "all_us": medians,
@@ -133,9 +153,13 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--config", action="append", default=[], help="JSON overrides of the TileLang "
                         "template's default config (repeat for several; default: one, the default config)")
+    parser.add_argument("--shape", action="append", default=[], help="an explicit shape, e.g. B=2,S=32768,"
+                        "H=80,has_bias=true,dtype=float32 (repeat for several; default: the five workloads)")
+    parser.add_argument("--flush", action="append", choices=FLUSHES, default=[], help="only this flush (repeat)")
+    parser.add_argument("--jobs", type=int, default=1, help="compile the configs in this many processes first")
     parser.add_argument("--json", help="write the rows here as well")
     args = parser.parse_args()
-    rows = measure(args.samples, args.config or ["{}"])
+    rows = measure(args.samples, args.config or ["{}"], args.shape, args.flush or list(FLUSHES), args.jobs)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print(table(rows))

@@ -41,6 +41,9 @@
 #                    of each kernel after a warm-up call) of the served best of each of PROFILE_WORKLOADS (default
 #                    the two shapes nearest 1x: N128 P64 R8 and R1), kernel by kernel; a table of duration, DRAM
 #                    and L2 throughput, occupancy, registers, eligible warps and the top stall reason per kernel
+#   cumsum-profile OUTDIR issue 16's chunk-cumsum profiles: Nsight Compute (`--set full`) of the served best
+#                    (TileLang), mamba_ssm's wrapper as users call it and the elementwise kernel of the same bytes
+#                    (PROFILE_LINES) on each of PROFILE_SHAPES (default: 2p7b in fp16 and in fp32), same tables
 #   unseen   OUTDIR  issue 16's shapes nobody tuned (benchmarks/unseen_shapes.py): tune its "tune" part in the
 #                    committed chunk-cumsum store, then measure every shape's served config against mamba_ssm
 #                    as users call it; and issue 18's single-GPU run of `tuner serve --workers auto`
@@ -108,6 +111,41 @@ step() {  # name timeout command...: run, log to $W/name.log, print the log's su
   echo "== $name ($(date -u +%H:%M:%S))"
   timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$?" >> "$W/$name.log"
   grep -E "measured trials|best config for|drift|valid configs|cache probe|rc=|error|Error" "$W/$name.log" | cut -c1-220 | tail -14
+}
+# profile NAME run_config.py-args...: Nsight Compute (`--set full`) of one warm call (run_config.py calls twice:
+# the first compiles and is skipped, the second is profiled), kernel by kernel; the report's details page and
+# a table of duration, DRAM and L2 throughput, occupancy, registers, eligible warps, tensor pipe and grid.
+profile() {
+  local name=$1; shift
+  local ncu; ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1)
+  [[ -n $ncu ]] || { echo "error: ncu not found" >&2; return 2; }
+  echo "== profile $name: $* ($(date -u +%H:%M:%S))"
+  timeout "${PROFILE_TIMEOUT:-240}" "$ncu" --clock-control none --target-processes all --set full \
+    --kernel-name regex:. --replay-mode kernel --nvtx --nvtx-include "profiled/" -o "$W/$name" \
+    python3 benchmarks/run_config.py "$@" --iters 2 --nvtx-last profiled > "$W/ncu_run_$name.log" 2>&1
+  echo "rc=$?" >> "$W/ncu_run_$name.log"; tail -4 "$W/ncu_run_$name.log"
+  "$ncu" --import "$W/$name.ncu-rep" --page raw --csv --metrics \
+        gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,smsp__warps_eligible.avg.per_cycle_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,launch__grid_size \
+    > "$W/profile_$name.csv" 2>&1
+  "$ncu" --import "$W/$name.ncu-rep" --page details > "$W/profile_$name.txt" 2>&1
+  python3 "$H/ncu_summary.py" "$W/profile_$name.txt" --min-us "${PROFILE_MIN_US:-50}"
+  python3 - "$W/profile_$name.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+if head is None:
+    print("".join(open(sys.argv[1]).read().splitlines(True)[-5:])); sys.exit()
+cols = rows[head]; units = rows[head + 1]
+want = ["Kernel Name", "gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+        "lts__throughput.avg.pct_of_peak_sustained_elapsed", "sm__warps_active.avg.pct_of_peak_sustained_active",
+        "launch__registers_per_thread", "smsp__warps_eligible.avg.per_cycle_active",
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "launch__grid_size"]
+names = dict(zip(want, ["kernel", "time", "dram%", "l2%", "occupancy%", "regs", "eligible/cycle", "tensor%", "grid"]))
+idx = [cols.index(c) for c in want if c in cols]  # a metric this ncu does not report is left out, header too
+print(" | ".join(names[c] for c in want if c in cols))
+for r in rows[head + 2:]:
+    print(" | ".join(r[i][:40] for i in idx))
+PY
 }
 case $PHASE in
   cumsum)
@@ -260,51 +298,21 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
     fi
     ;;
   mimo-profile)
-    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1)
-    [[ -n $NCU ]] || { echo "error: ncu not found" >&2; exit 2; }
     for w in ${PROFILE_WORKLOADS:-mimo-n128-p64-r8 mimo-n128-p64-r1}; do
-      CONFIG=$(python3 - "$w" "sqlite:///$MIMO_STORE" <<'PY'
-import sys
-from tuner import db, registry
-from tuner.frozen import Config
-from tuner.store.entries import served_entries
-t = registry.get("mamba3_mimo_bwd")
-key = t.workload(sys.argv[1]).key()  # what the lookup serves: this version's best, else a carried one's
-served = [e for r, e in served_entries(db.Store.open(sys.argv[2]), template=t.name, version=t.version,
-                                       carries=t.spec.carries, device_kind="cuda") if r.shape_key == key]
-print(Config(dict(served[-1].config)).to_json() if served else "")
-PY
-)
-      [[ -n $CONFIG ]] || { echo "no best for $w"; continue; }
-      echo "== profile $w $CONFIG ($(date -u +%H:%M:%S))"
-      # run_config.py calls the kernel twice: the first call compiles (and is skipped), the second is profiled
-      timeout "${PROFILE_TIMEOUT:-240}" "$NCU" --clock-control none --target-processes all --set full \
-        --kernel-name regex:. --replay-mode kernel \
-        --nvtx --nvtx-include "profiled/" -o "$W/mimo_$w" python3 benchmarks/run_config.py mamba3_mimo_bwd \
-        --workload "$w" --config "$CONFIG" --iters 2 --nvtx-last profiled > "$W/ncu_run_$w.log" 2>&1
-      echo "rc=$?" >> "$W/ncu_run_$w.log"; tail -3 "$W/ncu_run_$w.log"
-      "$NCU" --import "$W/mimo_$w.ncu-rep" --page raw --csv --metrics \
-        gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,smsp__warps_eligible.avg.per_cycle_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,launch__grid_size \
-        > "$W/profile_$w.csv" 2>&1
-      "$NCU" --import "$W/mimo_$w.ncu-rep" --page details > "$W/profile_$w.txt" 2>&1
-      python3 "$H/ncu_summary.py" "$W/profile_$w.txt"
-      python3 - "$W/profile_$w.csv" <<'PY'
-import csv, sys
-rows = list(csv.reader(open(sys.argv[1])))
-head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
-if head is None:
-    print("".join(open(sys.argv[1]).read().splitlines(True)[-5:])); sys.exit()
-cols = rows[head]; units = rows[head + 1]
-want = ["Kernel Name", "gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-        "lts__throughput.avg.pct_of_peak_sustained_elapsed", "sm__warps_active.avg.pct_of_peak_sustained_active",
-        "launch__registers_per_thread", "smsp__warps_eligible.avg.per_cycle_active",
-        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active", "launch__grid_size"]
-names = dict(zip(want, ["kernel", "time", "dram%", "l2%", "occupancy%", "regs", "eligible/cycle", "tensor%", "grid"]))
-idx = [cols.index(c) for c in want if c in cols]  # a metric this ncu does not report is left out, header too
-print(" | ".join(names[c] for c in want if c in cols))
-for r in rows[head + 2:]:
-    print(" | ".join(r[i][:40] for i in idx))
-PY
+      profile "mimo_$w" mamba3_mimo_bwd --workload "$w" --served "sqlite:///$MIMO_STORE"
+    done
+    ;;
+  cumsum-profile)
+    # The chunk cumsum's served best beside mamba_ssm as users call it and the elementwise kernel of its bytes,
+    # on each of PROFILE_SHAPES (default: 2p7b, the row furthest from the copy, in fp16 and on mamba_ssm's fp32
+    # contract); PROFILE_LINES names the comparator lines (default: the wrapper and the 1024-thread ceiling).
+    export PROFILE_MIN_US=${PROFILE_MIN_US:-0.5}  # the kernels run 2-20 us
+    for s in ${PROFILE_SHAPES:-B=2,S=32768,H=80,has_bias=true,dtype=float16 B=2,S=32768,H=80,has_bias=true,dtype=float32}; do
+      tag=$(echo "$s" | tr -cd '[:alnum:]=' | tr '=' '-')
+      profile "cumsum_${tag}_best" mamba2_chunk_cumsum_tilelang --shape "$s" --served "$CUMSUM_DB"
+      for line in ${PROFILE_LINES:-mamba_ssm-wrapper ceiling-block1024}; do
+        profile "cumsum_${tag}_$line" mamba2_chunk_cumsum_tilelang --shape "$s" --comparator "$line"
+      done
     done
     ;;
   unseen)

@@ -28,18 +28,36 @@ def test_table_compares_with_the_fastest_template_config() -> None:
     assert cells[5:] == ["20.00 (mamba_ssm-bh8)", "16.80", "1.05", "1.25x"]  # ratios to 16.0, the fastest
 
 
-@pytest.mark.gpu
-@pytest.mark.slow
-def test_measures_every_workload_under_every_flush(tmp_path: Path) -> None:
+def _measure(tmp_path: Path, *args: str) -> list[dict]:
+    """Run the script on the GPU with ``args`` (5 samples) and return its JSON rows; skipped without CUDA."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     out = tmp_path / "rows.json"
     run = subprocess.run(
-        [sys.executable, "benchmarks/l2_flush_effect.py", "--samples", "5", "--json", str(out)],
+        [sys.executable, "benchmarks/l2_flush_effect.py", "--samples", "5", "--json", str(out), *args],
         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600,
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    rows = json.loads(out.read_text())
+    rows: list[dict] = json.loads(out.read_text())
+    return rows
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_measures_every_workload_under_every_flush(tmp_path: Path) -> None:
+    rows = _measure(tmp_path)
     assert [r["flush"] for r in rows[:3]] == list(FLUSHES) and len(rows) == 5 * len(FLUSHES)
     assert all(r["copy_us"] > 0 and min(r["tilelang_us"].values()) > 0 for r in rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_measures_the_shapes_and_flushes_asked_with_parallel_builds(tmp_path: Path) -> None:
+    shapes = ["B=1,S=4096,H=48,has_bias=true,dtype=float16", "B=1,S=2048,H=24,has_bias=false,dtype=float32"]
+    rows = _measure(tmp_path, "--flush", "zero", "--jobs", "2", "--config", "{}", "--config", '{"min_blocks":8}',
+                    *[a for s in shapes for a in ("--shape", s)])
+    assert [r["workload"] for r in rows] == ["mamba2-780m-b1-s4k-dt-bias",  # a workload's shape keeps its name
+                                             "B=1,H=24,Q=256,S=2048,dtype=float32,has_bias=false,softplus=true"]
+    assert [r["flush"] for r in rows] == ["zero", "zero"]
+    assert all(len(r["tilelang_us"]) == 2 and min(r["tilelang_us"].values()) > 0 for r in rows)
