@@ -48,7 +48,7 @@ def _flushes(backend: Any) -> dict[str, Callable[[], None]]:
     return {"zero": contract, "clean": clean, "none": lambda: None}
 
 
-def _lines(template: Any, shape: Any, configs: dict[str, Any]) -> dict[str, Callable[[], None]]:
+def _lines(template: Any, shape: Any, configs: dict[str, Any], label: str) -> dict[str, Callable[[], None]]:
     """name -> zero-argument launcher, each on its own poisoned outputs, checked once against the
     reference (a wrong kernel is not timed)."""
     import torch
@@ -70,19 +70,13 @@ def _lines(template: Any, shape: Any, configs: dict[str, Any]) -> dict[str, Call
         torch.cuda.synchronize()
         verdict = check_outputs(outputs, reference, template.output_specs(shape))
         if not verdict.ok:
-            raise SystemExit(f"{name} on {template.workload_name(shape)}: {verdict.failure}")
+            raise SystemExit(f"{name} on {label}: {verdict.failure}")
         launchers[name] = (lambda k, o: lambda: k(inputs, o))(kernel, outputs)
     half = template.bytes_moved(shape) // 2
     src = torch.rand(half // 4, device="cuda")
     dst = torch.empty_like(src)
     launchers["copy"] = lambda: dst.copy_(src)
     return launchers
-
-
-def _precompile(pair: tuple[Any, Any]) -> None:
-    from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import Mamba2ChunkCumsumTileLang
-
-    Mamba2ChunkCumsumTileLang().precompile(*pair)
 
 
 def measure(samples: int, overrides: list[str], shapes: Sequence[str] = (),
@@ -102,15 +96,15 @@ def measure(samples: int, overrides: list[str], shapes: Sequence[str] = (),
     rows = []
     selected = select_shapes(template, shapes=shapes) if shapes else [
         (w.name, template.workload(w.name)) for w in template.workloads]
-    if jobs > 1:  # the TileLang builds in parallel processes, into its on-disk cache that _lines then loads
-        import concurrent.futures
-        import multiprocessing
+    if jobs > 1:  # the TileLang builds in parallel processes, into the compile cache that _lines then loads from
+        from tuner.measure.compile_cache import precompile
 
-        pairs = [(config, shape) for _, shape in selected for config in configs.values()]
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            list(pool.map(_precompile, pairs))
+        for label, shape in selected:
+            for config, error in precompile(template, configs.values(), shape, workers=jobs).items():
+                if error is not None:
+                    raise SystemExit(f"{config.to_json()} on {label}: {error}")
     for label, shape in selected:
-        launchers = _lines(template, shape, configs)
+        launchers = _lines(template, shape, configs, label)
         names = list(launchers)
         for flush in flushes:
             backend.flush_l2 = flush_fns[flush]  # type: ignore[method-assign]
@@ -159,7 +153,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="compile the configs in this many processes first")
     parser.add_argument("--json", help="write the rows here as well")
     args = parser.parse_args()
-    rows = measure(args.samples, args.config or ["{}"], args.shape, args.flush or list(FLUSHES), args.jobs)
+    flushes = list(dict.fromkeys(args.flush)) or list(FLUSHES)  # each asked once, in the order asked
+    rows = measure(args.samples, args.config or ["{}"], args.shape, flushes, args.jobs)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print(table(rows))

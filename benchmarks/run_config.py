@@ -21,17 +21,16 @@ from typing import Any
 
 
 def _served_config(template: Any, shape: Any, url: str, device_kind: str) -> Any:
+    """The config ``tuner best`` answers for exactly ``shape`` (the lookup's choice among the shape's entries)."""
     from tuner import db
-    from tuner.frozen import Config
-    from tuner.store.entries import served_entries
+    from tuner.store.entries import exact_answer
 
-    key = shape.key()
-    served = [e for r, e in served_entries(db.Store.open(url), template=template.name, version=template.version,
-                                           carries=template.spec.carries, device_kind=device_kind)
-              if r.shape_key == key]
-    if not served:
-        raise SystemExit(f"error: {url} serves no config of {template.name} for {key} ({device_kind})")
-    return Config(dict(served[-1].config))
+    space = template.space()
+    answer = exact_answer(db.Store.open(url), template=template.name, version=template.version,
+                          carries=template.spec.carries, space=space, shape=shape, device_kind=device_kind)
+    if answer is None:
+        raise SystemExit(f"error: {url} serves no config of {template.name} for {shape.key()} ({device_kind})")
+    return space.validate_config(dict(answer.config))
 
 
 def main() -> None:
@@ -48,6 +47,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--nvtx-last", default=None, help="NVTX range around the last iteration (CUDA)")
     args = ap.parse_args()
+    if args.iters < 1:
+        ap.error("--iters must be at least 1")
 
     import torch
 
@@ -73,7 +74,7 @@ def main() -> None:
     else:
         space = template.space()
         if args.served:
-            config = _served_config(template, shape, args.served, "cuda" if args.device == "cuda" else args.device)
+            config = _served_config(template, shape, args.served, args.device.split(":")[0])
         else:
             config = space.validate_config({**space.default.to_dict(), **json.loads(args.config)})
         if not space.is_valid(config, shape):

@@ -112,24 +112,27 @@ step() {  # name timeout command...: run, log to $W/name.log, print the log's su
   timeout "$limit" "$@" > "$W/$name.log" 2>&1; echo "rc=$?" >> "$W/$name.log"
   grep -E "measured trials|best config for|drift|valid configs|cache probe|rc=|error|Error" "$W/$name.log" | cut -c1-220 | tail -14
 }
-# profile NAME run_config.py-args...: Nsight Compute (`--set full`) of one warm call (run_config.py calls twice:
-# the first compiles and is skipped, the second is profiled), kernel by kernel; the report's details page and
-# a table of duration, DRAM and L2 throughput, occupancy, registers, eligible warps, tensor pipe and grid.
+# profile REPORT STEM run_config.py-args...: Nsight Compute (`--set full`) of one warm call (run_config.py calls
+# twice: the first compiles and is skipped, the second is profiled), kernel by kernel, into $W/REPORT.ncu-rep;
+# its details page (profile_STEM.txt), a table of duration, DRAM and L2 throughput, occupancy, registers,
+# eligible warps, tensor pipe and grid (profile_STEM.csv), the run's log (ncu_run_STEM.log). A run that left no
+# report (no served config for the shape: run_config.py says so in the log) is skipped with a line.
 profile() {
-  local name=$1; shift
+  local report=$1 stem=$2; shift 2
   local ncu; ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1)
-  [[ -n $ncu ]] || { echo "error: ncu not found" >&2; return 2; }
-  echo "== profile $name: $* ($(date -u +%H:%M:%S))"
+  [[ -n $ncu ]] || { echo "error: ncu not found" >&2; exit 2; }
+  echo "== profile $stem: $* ($(date -u +%H:%M:%S))"
   timeout "${PROFILE_TIMEOUT:-240}" "$ncu" --clock-control none --target-processes all --set full \
-    --kernel-name regex:. --replay-mode kernel --nvtx --nvtx-include "profiled/" -o "$W/$name" \
-    python3 benchmarks/run_config.py "$@" --iters 2 --nvtx-last profiled > "$W/ncu_run_$name.log" 2>&1
-  echo "rc=$?" >> "$W/ncu_run_$name.log"; tail -4 "$W/ncu_run_$name.log"
-  "$ncu" --import "$W/$name.ncu-rep" --page raw --csv --metrics \
+    --kernel-name regex:. --replay-mode kernel --nvtx --nvtx-include "profiled/" -o "$W/$report" \
+    python3 benchmarks/run_config.py "$@" --iters 2 --nvtx-last profiled > "$W/ncu_run_$stem.log" 2>&1
+  echo "rc=$?" >> "$W/ncu_run_$stem.log"; tail -4 "$W/ncu_run_$stem.log"
+  [[ -f $W/$report.ncu-rep ]] || { echo "no profile of $stem (ncu_run_$stem.log says why)"; return 0; }
+  "$ncu" --import "$W/$report.ncu-rep" --page raw --csv --metrics \
         gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,smsp__warps_eligible.avg.per_cycle_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,launch__grid_size \
-    > "$W/profile_$name.csv" 2>&1
-  "$ncu" --import "$W/$name.ncu-rep" --page details > "$W/profile_$name.txt" 2>&1
-  python3 "$H/ncu_summary.py" "$W/profile_$name.txt" --min-us "${PROFILE_MIN_US:-50}"
-  python3 - "$W/profile_$name.csv" <<'PY'
+    > "$W/profile_$stem.csv" 2>&1
+  "$ncu" --import "$W/$report.ncu-rep" --page details > "$W/profile_$stem.txt" 2>&1
+  python3 "$H/ncu_summary.py" "$W/profile_$stem.txt" --min-us "${PROFILE_MIN_US:-50}"
+  python3 - "$W/profile_$stem.csv" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
 head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
@@ -299,19 +302,21 @@ print(f'cache probe $FIRST: imports+inputs {t1-t0:.1f}s, build+first call {t2-t1
     ;;
   mimo-profile)
     for w in ${PROFILE_WORKLOADS:-mimo-n128-p64-r8 mimo-n128-p64-r1}; do
-      profile "mimo_$w" mamba3_mimo_bwd --workload "$w" --served "sqlite:///$MIMO_STORE"
+      profile "mimo_$w" "$w" mamba3_mimo_bwd --workload "$w" --served "sqlite:///$MIMO_STORE"
     done
     ;;
   cumsum-profile)
     # The chunk cumsum's served best beside mamba_ssm as users call it and the elementwise kernel of its bytes,
     # on each of PROFILE_SHAPES (default: 2p7b, the row furthest from the copy, in fp16 and on mamba_ssm's fp32
-    # contract); PROFILE_LINES names the comparator lines (default: the wrapper and the 1024-thread ceiling).
+    # contract); PROFILE_LINES names the comparator lines (default: the wrapper and the 1024-thread ceiling). A
+    # comparator runs on its own contract: mamba_ssm's wrapper writes fp32 outputs whatever the shape's dtype,
+    # and autotunes in each process (its BLOCK_SIZE_H can differ between two profiles: the grid says which).
     export PROFILE_MIN_US=${PROFILE_MIN_US:-0.5}  # the kernels run 2-20 us
     for s in ${PROFILE_SHAPES:-B=2,S=32768,H=80,has_bias=true,dtype=float16 B=2,S=32768,H=80,has_bias=true,dtype=float32}; do
       tag=$(echo "$s" | tr -cd '[:alnum:]=' | tr '=' '-')
-      profile "cumsum_${tag}_best" mamba2_chunk_cumsum_tilelang --shape "$s" --served "$CUMSUM_DB"
+      profile "cumsum_${tag}_best" "cumsum_${tag}_best" mamba2_chunk_cumsum_tilelang --shape "$s" --served "$CUMSUM_DB"
       for line in ${PROFILE_LINES:-mamba_ssm-wrapper ceiling-block1024}; do
-        profile "cumsum_${tag}_$line" mamba2_chunk_cumsum_tilelang --shape "$s" --comparator "$line"
+        profile "cumsum_${tag}_$line" "cumsum_${tag}_$line" mamba2_chunk_cumsum_tilelang --shape "$s" --comparator "$line"
       done
     done
     ;;

@@ -14,7 +14,8 @@ from tuner import db
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "TUNER_TEMPLATES": f"fault_vector_scale_tunable={TUNABLE_REF},"
-       f"fault_vector_scale_contracts={CONTRACTS_REF}", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+       f"fault_vector_scale_contracts={CONTRACTS_REF}", "PYTHONPATH": str(ROOT), "COLUMNS": "200",
+       "TRITON_INTERPRET": "1"}  # --device cpu runs Triton kernels under the interpreter, also on a GPU host
 TUNABLE = "fault_vector_scale_tunable"
 
 
@@ -54,6 +55,26 @@ def test_a_comparator_runs_on_its_contract_and_a_wrapper_is_checked_on_what_it_r
     assert "y: relative L2 error 0.00e+00" in ran.stdout
     wrapper = _run("fault_vector_scale_contracts", "--shape", "n=64", "--comparator", "wrapper", "--device", "cpu")
     assert wrapper.returncode == 0 and "y: relative L2 error 0.00e+00" in wrapper.stdout, wrapper.stdout
+    # what the wrapper returns is what is checked (the buffers it was handed stay unwritten)
+    wrong = _run("fault_vector_scale_contracts", "--shape", "n=64", "--comparator", "wrapper-wrong", "--device", "cpu")
+    assert wrong.returncode == 0, wrong.stderr[-2000:]
+    (line,) = [x for x in wrong.stdout.splitlines() if x.startswith("y: relative L2 error ")]
+    assert float(line.removeprefix("y: relative L2 error ")) > 0.1, line
+
+
+def test_served_is_what_tuner_best_answers_after_a_second_round(tmp_path: Path) -> None:
+    """A study tuned twice (the second round republishes): --served runs the config `tuner best` answers."""
+    url = db.sqlite_url(tmp_path / "t.db")
+    for seed in ("1", "2"):
+        tuned = _run("tune", TUNABLE, "--shape", "n=64", "--trials", "2", "--seed", seed, "--device", "cpu",
+                     "--no-comparators", "--db", url, module=True)
+        assert tuned.returncode == 0, tuned.stderr[-2000:]
+    best = _run("best", TUNABLE, "--shape", "n=64", "--db", url, "--json", module=True)
+    assert best.returncode == 0, best.stderr[-2000:]
+    ran = _run(TUNABLE, "--shape", "n=64", "--served", url, "--device", "cpu", "--iters", "1")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    first = ran.stdout.splitlines()[0]
+    assert json.loads(first.removeprefix("config ").removesuffix(" on n=64")) == json.loads(best.stdout)["config"]
 
 
 def test_an_unknown_comparator_names_the_template_s_lines() -> None:

@@ -339,16 +339,11 @@ def best(
     template version's own best, else a carried version's (its config completed, ``measured_version`` saying
     which; repaired where the current constraints reject it). No nearest shape: `GET /v1/best` and the
     runtime client serve a nearest shape's best, or the default."""
-    from tuner.lookup import choose
-    from tuner.store.entries import served_entries
+    from tuner.store.entries import exact_answer
 
     t, the_shape = _one_shape(template, workload, shape)
-    space = t.space()
-    here = [e for r, e in served_entries(_store(db_url), template=t.name, version=t.version, carries=t.carries,
-                                         device_kind=device, admits=space.in_domain)
-            if r.shape_key == the_shape.key()]
-    answer = choose(the_shape.to_dict(), here, default=None, valid=space.constraint_check, domains=space.domains,
-                    version=t.version) if here else None
+    answer = exact_answer(_store(db_url), template=t.name, version=t.version, carries=t.carries, space=t.space(),
+                          shape=the_shape, device_kind=device)
     if answer is None or answer.entry is None:
         raise UserInputError(f"no best config stored for {t.name} at {the_shape.key()}"
                              + (f" on {device}" if device else "") + "; run `tuner tune` first (this command "

@@ -11,14 +11,18 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tuner.frozen import Config
 from tuner.keys import software_of
-from tuner.lookup import Entry, verification_summary
+from tuner.lookup import Answer, Entry, choose, verification_summary
 from tuner.results import COMPARATOR_PREFIX, Status
 from tuner.spec import CarriedVersion
 from tuner.store import BestRecord, TuningStore, VerificationRecord
+
+if TYPE_CHECKING:
+    from tuner.frozen import Shape
+    from tuner.space import SearchSpace
 
 
 def as_entry(
@@ -96,6 +100,25 @@ def served_entries(
         covered |= taken
     return served
 
+
+
+def exact_answer(
+    store: TuningStore, *, template: str, version: str, carries: Sequence[CarriedVersion], space: SearchSpace,
+    shape: Shape, device_kind: str | None = None,
+) -> Answer | None:
+    """The config served for exactly ``shape`` (``tuner best``; ``GET /v1/best`` when the shape has an entry of
+    its own): among :func:`served_entries` of that shape (configs outside ``space``'s domains left out), the
+    lookup's choice (the requester's device first, this version before a carried one, a config the current
+    constraints reject repaired). None when the store serves nothing for the shape itself (no nearest shape, no
+    default). Raises StoreError."""
+    key = shape.key()
+    here = [e for r, e in served_entries(store, template=template, version=version, carries=carries,
+                                         device_kind=device_kind, admits=space.in_domain) if r.shape_key == key]
+    if not here:
+        return None
+    answer = choose(shape.to_dict(), here, default=None, valid=space.constraint_check, domains=space.domains,
+                    version=version)
+    return answer if answer is not None and answer.entry is not None else None
 
 def disproved_in(store: TuningStore, study_id: int) -> set[Config]:
     """Configs a final round or a verification of the study found wrong (WRONG_RESULT on their inputs): right
