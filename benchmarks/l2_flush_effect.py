@@ -83,6 +83,7 @@ def measure(samples: int, overrides: list[str], shapes: Sequence[str] = (),
             flushes: Sequence[str] = FLUSHES, jobs: int = 1) -> list[dict[str, Any]]:
     from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import Mamba2ChunkCumsumTileLang
     from tuner.measure.devices.cuda import CudaBackend
+    from tuner.shapes import select_shapes
 
     backend = CudaBackend(0)
     template = Mamba2ChunkCumsumTileLang()
@@ -90,12 +91,9 @@ def measure(samples: int, overrides: list[str], shapes: Sequence[str] = (),
     configs = {
         f"tilelang {o}": space.validate_config({**space.default.to_dict(), **json.loads(o)}) for o in overrides
     }
-    from tuner.shapes import select_shapes
-
     flush_fns = _flushes(backend)
     rows = []
-    selected = select_shapes(template, shapes=shapes) if shapes else [
-        (w.name, template.workload(w.name)) for w in template.workloads]
+    selected = select_shapes(template, shapes=shapes, all_workloads=not shapes)  # (label, shape) pairs
     if jobs > 1:  # the TileLang builds in parallel processes, into the compile cache that _lines then loads from
         from tuner.measure.compile_cache import precompile
 

@@ -101,7 +101,6 @@ def served_entries(
     return served
 
 
-
 def exact_answer(
     store: TuningStore, *, template: str, version: str, carries: Sequence[CarriedVersion], space: SearchSpace,
     shape: Shape, device_kind: str | None = None,
@@ -119,6 +118,7 @@ def exact_answer(
     answer = choose(shape.to_dict(), here, default=None, valid=space.constraint_check, domains=space.domains,
                     version=version)
     return answer if answer is not None and answer.entry is not None else None
+
 
 def disproved_in(store: TuningStore, study_id: int) -> set[Config]:
     """Configs a final round or a verification of the study found wrong (WRONG_RESULT on their inputs): right
