@@ -23,10 +23,11 @@ changing the state size N never changed the best config while the head dim P and
 entries it chooses from, the warm starts over the neighbours' bests, so server, client and driver agree.
 
 ``max_distance``: the lookup serves no entry farther than this; the template's default is served instead
-(the warm starts still order every neighbour). Shapes with different dim names, or with a dim that is not
-comparable, are at an infinite distance: no config is served across them. :data:`DEFAULT_DISTANCE` is the
-one the lookup uses; it was chosen with ``tuner regret`` over the committed H200 stores
-(``benchmarks/regret.md`` holds the figures and the command). Pure Python; instances are immutable and
+(the warm starts still order every neighbour). The default distance has none: the lookup's gain gate asks
+more of a farther entry instead (:func:`tuner.lookup.required_gain`). Shapes with different dim names, or
+with a dim that is not comparable, are at an infinite distance: no config is served across them.
+:data:`DEFAULT_DISTANCE` is the one the lookup uses; it was chosen with ``tuner regret`` over the committed
+H200 stores (``benchmarks/regret.md`` holds the figures and the command). Pure Python; instances are immutable and
 thread-safe.
 """
 
@@ -160,8 +161,9 @@ def _is_int(value: Any) -> bool:
 
 # The distances `benchmarks/regret.py` compares; the first is the one used before the regret measurement
 # (any dtype or flag difference not comparable). The default is the one with the lowest p90, then median,
-# nearest-shape regret on the committed H200 stores (benchmarks/regret.md, which also shows how its
-# max_distance was chosen).
+# nearest-shape regret on the committed H200 stores (benchmarks/regret.md). Before 2026-12-04's change it was the
+# "max3" variant; since the lookup's gain gate grows with distance (tuner.lookup.GAIN_DISTANCE) the cap
+# costs more than it saves (regret.md, "The chosen distance's two settings, varied").
 MAX_DISTANCE = 3.0
 CANDIDATES: tuple[ShapeDistance, ...] = (
     ShapeDistance("log2"),
@@ -174,7 +176,7 @@ CANDIDATES: tuple[ShapeDistance, ...] = (
     ShapeDistance("learnt+dtype+flags", dtype_cost=1.0, flag_cost=1.0, learn=True),
     ShapeDistance("learnt+dtype+flags max3", dtype_cost=1.0, flag_cost=1.0, learn=True, max_distance=MAX_DISTANCE),
 )
-DEFAULT_DISTANCE = CANDIDATES[-1]
+DEFAULT_DISTANCE = CANDIDATES[-2]  # "learnt+dtype+flags"
 
 
 def candidate(name: str) -> ShapeDistance:

@@ -11,7 +11,9 @@ Libraries the template's backend does not use are not compared (a Triton templat
 
 Order: entries of the requester's device name first, then those of its software, then the nearest shape
 (:mod:`tuner.distance`, its weights fitted over the entries), then the most recently published; entries
-farther than the distance's ``max_distance`` are not used. An answer is ``exact`` only when the shape is
+farther than the distance's ``max_distance`` are not used (the default distance has none), and another
+shape's entry is used only if its config beat the template's default on its own shape by enough for its
+distance (the *gain gate*, :func:`required_gain`). An answer is ``exact`` only when the shape is
 the entry's and nothing compared differs; otherwise ``nearest``, with every difference listed
 (:class:`Difference`: shape dims, device name, template version, software). A nearest entry is used only if
 its config satisfies the template's constraints for the *requested* shape.
@@ -46,8 +48,18 @@ Match = Literal["exact", "nearest", "default"]
 # Another shape's entry is served only if its config beat the default on its own shape by this much (in the
 # final round that published it): a tuned config within noise of the default there is no evidence for the
 # requested shape, and served elsewhere it lost up to 21% to the default on the H200 stores (benchmarks/
-# regret.md, "gain gate"), where the default lost nothing. An entry with no default figure is served as before.
+# regret.md, "gain gate"), where the default lost nothing.
 MIN_GAIN = 0.05
+# Beyond this distance the gain asked of an entry grows with it: MIN_GAIN × distance / GAIN_DISTANCE (at
+# distance 4, 10%; at 8, 20%). A config's edge over the default fades with distance, so a far entry must carry
+# more of it. This replaced a hard cap at distance 3 (2026-12-04): under the chunk cumsum's version 6, whose
+# default loses 5–28% on every tuned shape, the cap served the default at +14% and +11% where the entry beyond
+# it lost 0–3.5%; the Triton template's 2p7b entry, 4.7 away with a 6.4% gain, still goes unserved (+31.5% there).
+# Any value from 1.5 to 3 gives the same leave-one-out figures (benchmarks/regret.md, "The gain gate, varied").
+GAIN_DISTANCE = 2.0
+# An entry with no default figure (an older store or export file) carries no gain to weigh: it is served up to
+# this distance, as every entry was before the scaled gate, and not beyond.
+UNPROVEN_DISTANCE = 3.0
 
 # Software fields that are compared whatever the backend; a backend's own library (``triton``, ``tilelang``)
 # is compared for templates of that backend only.
@@ -392,12 +404,15 @@ def choose(
     distance: ShapeDistance = DEFAULT_DISTANCE,
     domains: Sequence[Domain] | None = None,
     min_gain: float = MIN_GAIN,
+    gain_distance: float = GAIN_DISTANCE,
     version: str | None = None,
 ) -> Answer | None:
     """Pick the config for ``shape`` among ``entries`` (already filtered to one template and device kind).
 
-    Another shape's entry whose config beat the default on its own shape by less than ``min_gain``
-    (:attr:`Entry.gain`; :data:`MIN_GAIN`) is skipped, with a note: the default is then the better bet.
+    Another shape's entry whose config beat the default on its own shape by less than :func:`required_gain`
+    at its distance (``min_gain`` up to ``gain_distance``, more beyond: :data:`MIN_GAIN`,
+    :data:`GAIN_DISTANCE`; :attr:`Entry.gain`) is skipped, with a note: the default is then the better bet; so
+    is one without a default figure farther than :data:`UNPROVEN_DISTANCE`.
 
     ``valid(config, shape)`` checks a config against the template's constraints for the requested shape;
     ``domains``: the parameters' domains, to repair an entry's invalid config (None: such entries are
@@ -434,10 +449,17 @@ def choose(
             continue
         config: Mapping[str, Any] = e.config
         gain = e.gain
-        if d > 0 and default is not None and dict(config) != dict(default) and gain is not None and gain < min_gain:
-            notes.append(f"skipped the entry for {_key(e.shape)}: its config ran only {100 * gain:+.1f}% faster "
-                         f"than the default there (< {100 * min_gain:g}%: no evidence it helps another shape)")
-            continue
+        if d > 0 and default is not None and dict(config) != dict(default):
+            needed = required_gain(d, min_gain, gain_distance)
+            if gain is not None and gain < needed:
+                notes.append(f"skipped the entry for {_key(e.shape)}: its config ran only {100 * gain:+.1f}% faster "
+                             f"than the default there (< {100 * needed:.3g}% asked at distance {d:.3g}: no evidence "
+                             "it helps this shape)")
+                continue
+            if gain is None and d > UNPROVEN_DISTANCE:
+                notes.append(f"skipped the entry for {_key(e.shape)}: {d:.3g} away and no default figure to say "
+                             f"what its config gained there (served up to {UNPROVEN_DISTANCE:g} without one)")
+                continue
         changes: tuple[ConfigChange, ...] = ()
         if valid is not None and not valid(e.config, shape):
             repaired = repair_config(e.config, shape, domains, valid, budget=budget) if domains else None
@@ -455,10 +477,17 @@ def choose(
                       unchecked_fields(who), changes)
     if too_far:
         notes.append(f"{too_far} entr{'y' if too_far == 1 else 'ies'} farther than {distance.max_distance:g} "
-                     "not used: a config tuned that far away loses more than the default (benchmarks/regret.md)")
+                     f"not used (the distance {distance.name!r} serves nothing beyond it)")
     if default is None:
         return None
     return Answer("default", dict(default), None, None, tuple(notes), (), unchecked_fields(who))
+
+
+def required_gain(distance: float, min_gain: float = MIN_GAIN, gain_distance: float = GAIN_DISTANCE) -> float:
+    """The least gain over the default (:attr:`Entry.gain`) an entry at ``distance`` from the requested shape
+    must have shown on its own shape to be served there: ``min_gain`` up to ``gain_distance``, then growing in
+    proportion to the distance (``gain_distance`` inf: ``min_gain`` everywhere). Pure."""
+    return min_gain * max(1.0, distance / gain_distance)
 
 
 def _key(shape: Mapping[str, Any]) -> str:

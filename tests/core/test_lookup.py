@@ -9,7 +9,10 @@ from tuner import registry
 from tuner.distance import DEFAULT_DISTANCE, ShapeDistance, learn_weights
 from tuner.frozen import Config, Shape
 from tuner.lookup import (
+    GAIN_DISTANCE,
+    MIN_GAIN,
     REPAIR_CHECKS,
+    UNPROVEN_DISTANCE,
     ConfigChange,
     Difference,
     Domain,
@@ -17,6 +20,7 @@ from tuner.lookup import (
     Requester,
     choose,
     repair_config,
+    required_gain,
     shape_distance,
 )
 
@@ -75,6 +79,41 @@ def test_another_shapes_config_that_barely_beat_its_default_there_is_not_served(
         assert a is not None and a.match == "nearest" and a.entry is kept
     assert Entry.from_dict(near.to_dict()) == near  # the export file's round trip
     assert Entry.from_dict({k: v for k, v in near.to_dict().items() if k != "default_us"}).gain is None
+
+
+def test_the_gain_asked_of_an_entry_grows_with_its_distance_and_an_entry_without_a_figure_stays_near() -> None:
+    """Beyond GAIN_DISTANCE (2) an entry must have gained MIN_GAIN × distance / 2 over the default on its own
+    shape: 7.5% at 3, 10% at 4, 15% at 6; nearer, MIN_GAIN. There is no cap on the distance itself (the default
+    distance has none), but an entry without a default figure is not served beyond UNPROVEN_DISTANCE (3)."""
+    assert (MIN_GAIN, GAIN_DISTANCE, UNPROVEN_DISTANCE) == (0.05, 2.0, 3.0)
+    assert [required_gain(d) for d in (0.0, 1.0, 2.0, 3.0, 4.0, 6.0)] == pytest.approx(
+        [0.05, 0.05, 0.05, 0.075, 0.10, 0.15])
+    assert required_gain(10.0, 0.05, math.inf) == 0.05  # gain_distance inf: the flat gate
+    default, here = {"BLOCK_H": 9}, {"S": 4096, "H": 48, "dtype": "float16"}
+
+    def at(doublings: int, config: int, default_us: float | None, published: str = "2026-01-01") -> Entry:
+        return Entry("t", "1", {"S": 4096 << doublings, "H": 48, "dtype": "float16"}, "cuda", "H200",
+                     {"BLOCK_H": config}, 1.0, published_at=published, default_us=default_us)
+
+    plain = ShapeDistance("plain")  # a doubling costs 1: the distances are the doublings
+    two_6, four_8, four_12, six_12 = at(2, 1, 1.06), at(4, 2, 1.08), at(4, 3, 1.12), at(6, 4, 1.12)
+    a = choose(here, [two_6], default=default, distance=plain)
+    assert a is not None and a.entry is two_6 and a.distance == 2.0  # 6% ≥ 5% at 2
+    a = choose(here, [four_8, four_12, six_12], default=default, distance=plain)
+    assert a is not None and a.entry is four_12 and a.config == {"BLOCK_H": 3}  # 12% ≥ 10% at 4; 8% is not
+    assert any("ran only +8.0% faster than the default there (< 10% asked at distance 4" in n for n in a.notes)
+    a = choose(here, [four_8, six_12], default=default, distance=plain)  # 12% < 15% at 6: the default
+    assert a is not None and a.match == "default" and a.config == default and len(a.notes) == 2
+    assert choose(here, [six_12], default=default, distance=plain, gain_distance=math.inf).entry is six_12
+    # Without a default figure: served at 3, not at 4 (the entry at 4 is more recent, but skipped, said so).
+    three_none, four_none = at(3, 5, None), at(4, 6, None, "2026-02-01")
+    a = choose(here, [four_none, three_none], default=default, distance=plain)
+    assert a is not None and a.entry is three_none
+    a = choose(here, [four_none], default=default, distance=plain)
+    assert a is not None and a.match == "default" and "no default figure" in a.notes[0]
+    # No template default: nothing to weigh against, every comparable entry is served however far.
+    a = choose(here, [four_8, four_none], default=None, distance=plain)
+    assert a is not None and a.match == "nearest"
 
 
 def test_nearest_skips_configs_invalid_for_the_requested_shape() -> None:
@@ -173,7 +212,7 @@ def test_the_size_term_counts_the_product_of_the_integer_dims() -> None:
     size = ShapeDistance("size", size_weight=1.0, dim_weight=0.0)
     assert size({"B": 2, "S": 1024}, {"B": 1, "S": 2048}) == 0.0  # the same number of elements
     assert size({"B": 2, "S": 1024}, {"B": 1, "S": 1024}) == 1.0
-    assert DEFAULT_DISTANCE.max_distance == 3.0 and DEFAULT_DISTANCE.learn
+    assert math.isinf(DEFAULT_DISTANCE.max_distance) and DEFAULT_DISTANCE.learn  # no cap: the gate scales
 
 
 # -- config repair, over the real Mamba3 MIMO backward search space -------------------------------------------
