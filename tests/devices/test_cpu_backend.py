@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from tuner.measure.devices.base import DeviceSpec, backend_class, resolve
+from tuner.measure.devices.base import DeviceSpec
 from tuner.measure.devices.cpu import CpuBackend
+from tuner.measure.devices.kinds import backend_class, resolve
 from tuner.results import SampleSummary, Timer
 
 

@@ -10,7 +10,8 @@ import torch
 
 from tests.fixtures.fake_torch_npu import kernel_durations_us, make_stand_in
 from tuner.errors import DeviceError
-from tuner.measure.devices.base import DeviceSpec, resolve
+from tuner.measure.devices.base import DeviceSpec
+from tuner.measure.devices.kinds import resolve
 from tuner.measure.devices.npu import NpuBackend
 from tuner.results import Timer
 

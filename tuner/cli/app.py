@@ -137,7 +137,8 @@ def tune(
     from tuner.driver.exhaustive import ExhaustivePlan, parse_only
     from tuner.driver.samplers import SAMPLERS
     from tuner.driver.tuning import tune_shapes
-    from tuner.measure.devices.base import DeviceSpec, resolve
+    from tuner.measure.devices.base import DeviceSpec
+    from tuner.measure.devices.kinds import resolve
     from tuner.measure.devices.replay import Record, ReplayMeasurer
     from tuner.measure.measurer import MeasureOptions, Measurer
     from tuner.report.markdown import collect, render_markdown
@@ -246,7 +247,8 @@ def verify(
     drift beyond the tolerance, wrong results, or no process measured it."""
     from tuner import registry
     from tuner.driver.reverify import verify_served
-    from tuner.measure.devices.base import DeviceSpec, resolve
+    from tuner.measure.devices.base import DeviceSpec
+    from tuner.measure.devices.kinds import resolve
     from tuner.measure.measurer import MeasureOptions
     from tuner.shapes import select_shapes
 
@@ -522,7 +524,8 @@ def regret(
 def _measure_regret(template: str, device: str | None, samples: int, reports: Any, shapes: Any) -> Any:
     """``tuner regret --measure``: the unmeasured rows measured on the local device (of kind ``device``)."""
     from tuner import registry
-    from tuner.measure.devices.base import DeviceSpec, resolve
+    from tuner.measure.devices.base import DeviceSpec
+    from tuner.measure.devices.kinds import resolve
     from tuner.measure.measurer import MeasureOptions, Measurer
     from tuner.service.regret import measure_unmeasured
 
@@ -556,7 +559,8 @@ def worker(
     import threading
 
     from tuner.db.retry import StoreHealth, durable
-    from tuner.measure.devices.base import DeviceSpec, resolve
+    from tuner.measure.devices.base import DeviceSpec
+    from tuner.measure.devices.kinds import resolve
     from tuner.service.worker import Worker, WorkerOptions, parse_backends
 
     if device not in ("auto", "cuda", "npu", "cpu"):

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 from tuner import errors, registry
 from tuner.errors import DeviceError, MeasureSetupError
 from tuner.frozen import Config, Shape
-from tuner.measure.devices.base import DeviceBackend, DeviceKind, backend_class
+from tuner.measure.devices.base import DeviceBackend, DeviceKind
+from tuner.measure.devices.kinds import backend_class
 from tuner.measure.pool import read_frame, write_frame
 from tuner.measure.protocol import (
     Candidate,

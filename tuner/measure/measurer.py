@@ -31,7 +31,8 @@ from tuner import errors, registry
 from tuner.errors import MeasureInterrupted, MeasureSetupError
 from tuner.frozen import Shape
 from tuner.measure.contract import CallTimes
-from tuner.measure.devices.base import DeviceSpec, Fingerprint, backend_class, resolve
+from tuner.measure.devices.base import DeviceSpec, Fingerprint
+from tuner.measure.devices.kinds import backend_class, resolve
 from tuner.measure.pool import WorkerDied, WorkerProcess, WorkerTimedOut
 from tuner.measure.protocol import (
     Candidate,

@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from tuner.errors import DeviceError
-from tuner.keys import KINDS, DeviceKind, Fingerprint
+from tuner.keys import DeviceKind, Fingerprint
 from tuner.results import Timer
 
 
@@ -97,32 +96,3 @@ class DeviceBackend(abc.ABC):
                 self.flush_l2()
                 fn()
         self.synchronize()
-
-
-def backend_class(kind: DeviceKind) -> type[DeviceBackend]:
-    """The backend class of a kind (imported lazily: the CUDA one imports torch.profiler)."""
-    if kind == "cuda":
-        from tuner.measure.devices.cuda import CudaBackend
-
-        return CudaBackend
-    if kind == "npu":
-        from tuner.measure.devices.npu import NpuBackend
-
-        return NpuBackend
-    if kind == "cpu":
-        from tuner.measure.devices.cpu import CpuBackend
-
-        return CpuBackend
-    raise DeviceError(f"unknown device kind {kind!r}; expected one of {', '.join(KINDS)} or auto")
-
-
-def resolve(spec: DeviceSpec) -> DeviceSpec:
-    """Turn ``auto`` into the best available kind (cuda > npu > cpu); DeviceError if the kind is absent."""
-    if spec.kind == "auto":
-        for kind in KINDS:
-            if backend_class(kind).available():
-                return DeviceSpec(kind, spec.index)
-        raise DeviceError("no device backend is available")
-    if not backend_class(spec.kind).available():
-        raise DeviceError(f"device kind {spec.kind!r} is not available on this host")
-    return spec
