@@ -32,12 +32,13 @@ from tuner.api.deps import READ_COOKIE, Reader, get_catalog, get_settings, get_s
 from tuner.api.errors import FieldError
 from tuner.api.routes.jobs import JobId
 from tuner.api.routes.studies import StudyId
-from tuner.api.schemas import MAX_ID
+from tuner.api.schemas import MAX_ID, DeviceKind
 from tuner.api.ui import views
 from tuner.api.ui.assets import PAGE_HEADERS, asset_url
 from tuner.results import reason_line
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+ASK_PREFIX = "shape."  # the template page's lookup form: one query parameter per dim
 router = APIRouter(include_in_schema=False)
 
 
@@ -119,9 +120,30 @@ def ui_root() -> Response:
 def template(
     request: Request, name: str, _: PageReader, store: StoreDep, catalog: CatalogDep,
     device: Annotated[str | None, Query(max_length=256, description="Device name (default: the first).")] = None,
+    kind: Annotated[DeviceKind | None, Query(description="The lookup form's device kind.")] = None,
 ) -> HTMLResponse:
+    """The template page; ``shape.<dim>=value`` parameters (the page's lookup form) ask ``GET /v1/best``'s
+    lookup for that shape on the page's device, and the page shows its answer (422 if the shape is rejected)."""
     best: BestService = request.app.state.best
-    return render(request, "template.html", views.template_page(store, catalog, best, name, device))
+    ask = _asked_dims(request.query_params.multi_items())
+    context = views.template_page(store, catalog, best, name, device, ask, kind)
+    return render(request, "template.html", context, 422 if context["ask"].error else 200)
+
+
+def _asked_dims(params: list[tuple[str, str]]) -> dict[str, str] | None:
+    """The dims the lookup form sent (``shape.B=1`` → ``{"B": "1"}``), None when it sent none; FieldError for
+    a dim given twice or an overlong value."""
+    found: dict[str, str] = {}
+    for key, value in params:
+        if not key.startswith(ASK_PREFIX):
+            continue
+        dim = key[len(ASK_PREFIX):]
+        if dim in found:
+            raise FieldError(f"shape dim {dim} is given twice", ("query", key))
+        if len(value) > 64 or len(found) >= 32:
+            raise FieldError("at most 32 dims of at most 64 characters each", ("query", key))
+        found[dim] = value
+    return found if found else None
 
 
 @router.get("/ui/studies/{study_id}", response_class=HTMLResponse)

@@ -13,19 +13,21 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from tuner import db
 from tuner.api import explore
 from tuner.api.best_service import BestRequest, BestService
 from tuner.api.catalog import Catalog, CatalogEntry
 from tuner.api.jobs_view import job_out, task_attempts
-from tuner.api.schemas import JobOut
+from tuner.api.schemas import BestOut, JobOut
 from tuner.api.ui import plots
 from tuner.db.explore import StudyOutcome
-from tuner.errors import NotFoundError, TunerError, UnknownTemplateError
+from tuner.errors import NotFoundError, TunerError, UnknownTemplateError, UserInputError
+from tuner.keys import KINDS
 from tuner.frozen import Config, Shape
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status
 from tuner.store.entries import disproved_by_study, disproved_in, round_winner
@@ -141,11 +143,13 @@ def _shape_row(entry: CatalogEntry, study: db.StudyRecord, outcome: StudyOutcome
 
 
 def template_page(store: db.Store, catalog: Catalog, best: BestService, name: str,
-                  device_name: str | None) -> dict[str, Any]:
+                  device_name: str | None, ask: Mapping[str, str] | None = None,
+                  ask_kind: str | None = None) -> dict[str, Any]:
     """One row per (shape, device) of the template: the latest final round of the study that shows the shape
     (:func:`tuner.store.records.current_studies`, as ``tuner report`` picks it; one aggregate read for all
     rows, :meth:`db.Store.study_outcomes`), a plot of best against every line, what ``GET /v1/best`` answers
-    per row, and every study of the template."""
+    per row, every study of the template, and the form that asks the lookup for any shape (:func:`ask_lookup`;
+    ``ask``: the dims the form sent, None when it was not sent; ``ask_kind``: its device kind)."""
     try:
         entry = catalog.get(name)
     except UnknownTemplateError as exc:
@@ -170,11 +174,82 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
     line_names = sorted({n for row in rows for n, us in row.lines.items() if us is not None}, key=plots.natural_key)
     figure = plots.lines_figure([{"workload": row.workload, "best_us": row.best_us,
                                   "default_us": row.default_us, "lines": row.lines} for row in rows])
+    kind = ask_kind or next((st.device_kind for st in latest), None) or KINDS[0]
+    example = json.loads(latest[0].shape_json) if latest else None
     return {
         "info": template_info(catalog, name), "entry": entry, "devices": devices, "device": device,
         "rows": rows, "line_names": line_names, "figure": figure,
         "studies": [explore.brief(catalog, s) for s in summaries if s.study.device_name == device],
+        "ask": ask_lookup(best, entry, kind, device, ask, example),
     }
+
+
+@dataclass(frozen=True)
+class AskField:
+    """One dim of the template page's lookup form: its name, kind (int, bool, str), the value shown, the
+    values it may take (None: any) and its doc."""
+
+    name: str
+    kind: str
+    value: str
+    choices: tuple[str, ...] | None
+    doc: str
+
+
+@dataclass(frozen=True)
+class Ask:
+    """The lookup form of the template page and, once sent, what ``GET /v1/best`` answers for its shape on the
+    page's device (``answer``, the same :class:`BestOut` as the API's; ``changed``: its config's changes from
+    the search space's default) or why it cannot (``error``: the API's 422 message). ``api_url``: the same
+    question as an API call. Immutable."""
+
+    fields: tuple[AskField, ...]
+    device_kind: str
+    device_name: str | None
+    kinds: tuple[str, ...] = KINDS
+    asked: bool = False
+    answer: BestOut | None = None
+    changed: dict[str, Any] = dataclasses.field(default_factory=dict)
+    error: str | None = None
+    api_url: str | None = None
+    source: str | None = None  # the shape the served config was measured for, as the form spells dims
+
+
+def ask_lookup(best: BestService, entry: CatalogEntry, device_kind: str, device_name: str | None,
+               raw: Mapping[str, str] | None, example: Mapping[str, Any] | None) -> Ask:
+    """The form's fields (the values sent, else ``example``'s, else each dim's default) and, when ``raw`` was
+    sent, the answer of the server's own lookup (:meth:`BestService.answer`, nothing queued for re-verification)
+    for the dims given (blank fields left out: the template fills its defaults, or says which dim is missing).
+    A shape the template rejects is an ``error``, not an exception; StoreError propagates (the page's 503)."""
+    shown = raw if raw is not None else {k: _form_value(v) for k, v in (example or {}).items()}
+    fields = tuple(AskField(d.name, d.kind, shown.get(d.name, _form_value(d.default)), d.choices, d.doc)
+                   for d in entry.spec.dims)
+    ask = Ask(fields, device_kind, device_name)
+    if raw is None:
+        return ask
+    given = {k: v.strip() for k, v in raw.items() if v.strip()}
+    shape_text = ",".join(f"{k}={v}" for k, v in given.items())
+    query = {"template": entry.name, "device": device_kind, "shape": shape_text,
+             **({"device_name": device_name} if device_name else {})}
+    api_url = "/v1/best?" + urlencode(query)
+    try:
+        answer = best.answer(BestRequest(entry.name, given, device_kind, device_name), report_foreign=False)
+    except UserInputError as exc:  # a shape the template rejects (the API's 422)
+        return dataclasses.replace(ask, asked=True, error=str(exc), api_url=api_url)
+    default = entry.space.default
+    changed = {k: v for k, v in answer.config.items() if default.get(k) != v}
+    source = (",".join(f"{k}={_form_value(v)}" for k, v in sorted(answer.source_shape.items()))
+              if answer.source_shape is not None else None)
+    return dataclasses.replace(ask, asked=True, answer=answer, changed=changed, api_url=api_url, source=source)
+
+
+def _form_value(value: Any) -> str:
+    """A dim's value as the form shows it (bools as the API spells them)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _match(best: BestService, template: str, shape: dict[str, Any], kind: str, device_name: str) -> str:

@@ -252,6 +252,27 @@ def test_template_compare_and_docs_pages_stay_local(served: Served) -> None:
     assert sent and not browser.foreign(sent, served.base)
 
 
+def test_the_template_pages_form_asks_the_lookup(served: Served) -> None:
+    """Typing a shape into the template page's form and pressing Ask shows what ``GET /v1/best`` serves for it
+    on the page's device; the page's link to that API call answers the same config."""
+    _open(served, f"/ui/templates/{NAME}", "template-ask-form")
+    d = served.driver
+    field = d.find_element("css selector", '#ask input[name="shape.n"]')
+    assert field.get_attribute("value") == "256"  # the first row's shape
+    field.clear()
+    field.send_keys("128")
+    d.find_element("css selector", "#ask button[type=submit]").click()
+    answer = _wait(lambda: d.find_elements("id", "ask-answer"), 30, "the lookup's answer")[0]
+    browser.screenshot(d, ARTIFACTS / "template-ask.png")
+    assert "n=128" in d.current_url.replace("%2E", ".").replace("shape.n=128", "n=128")
+    assert "nearest" in answer.find_element("css selector", ".match").text and "distance 1" in answer.text
+    api = d.find_element("css selector", '#ask a[href^="/v1/best?"]').get_attribute("href")
+    served_config = httpx.get(api, headers=auth(served.token), timeout=30).json()["config"]
+    shown = answer.find_elements("css selector", "tr")[-1].text  # "full config  BLOCK=…, mode=…"
+    assert all(f"{k}={v}" in shown for k, v in served_config.items()), (shown, served_config)
+    assert not [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+
+
 def test_optuna_dashboard_sees_metric_name_and_readable_attributes(served: Served) -> None:
     import optuna
 

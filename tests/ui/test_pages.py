@@ -87,6 +87,37 @@ def test_pages_render_the_store(served: tuple[str, StoredSweep, int]) -> None:
         assert "n=1024" in compare and "plot-ecdf" in compare
 
 
+def test_the_template_page_asks_the_lookup_as_the_api_does(served: tuple[str, StoredSweep, int]) -> None:
+    """The template page's form (``shape.<dim>=…``) shows what ``GET /v1/best`` serves for any shape on the
+    page's device: exact for a tuned shape, nearest with the repair the lookup made, the default on a kind
+    with no entry, the API's 422 message inline (the page still renders), and a link to the same API call,
+    whose answer is the page's. Unsent, the form holds the first row's shape (n=1024: rows go by shape key)."""
+    base = served[0]
+    page = f"/ui/templates/{NAME}"
+
+    def ask(query: str, status: int = 200) -> str:
+        r = httpx.get(f"{base}{page}?device=test-cpu&{query}", timeout=60)
+        assert r.status_code == status and r.headers["content-type"].startswith("text/html"), r.text[:300]
+        return html.unescape(r.text)
+
+    unsent = html.unescape(httpx.get(base + page, timeout=60).text)
+    assert 'name="shape.n" value="1024"' in unsent and 'id="ask-answer"' not in unsent
+    exact = ask("shape.n=256")
+    assert 'class="match m-exact">exact' in exact and "19.00 µs" in exact and "BLOCK=256" in exact
+    near = ask("shape.n=128&kind=cpu")
+    assert 'class="match m-nearest">nearest' in near and "distance 1" in near
+    assert "<code>BLOCK 256 → 128</code>" in near and "repaired the config of the entry for n=256" in near
+    api = re.search(r'href="(/v1/best\?[^"]+)"', near)
+    assert api is not None and "shape=n%3D128" in api.group(1) and "device_name=test-cpu" in api.group(1)
+    answer = httpx.get(base + api.group(1), timeout=60).json()
+    assert (answer["match"], answer["config"]) == ("nearest", {"mode": "ok", "BLOCK": 128})
+    assert ask("shape.n=64&kind=npu").count('class="match m-default">default') == 1  # nothing measured on npu
+    rejected = ask("shape.n=x", 422)
+    assert 'id="ask-error"' in rejected and "shape dim n: expected an integer, got 'x'" in rejected
+    assert 'id="shapes"' in rejected  # the rest of the page is there
+    assert "shape dim n is given twice" in ask("shape.n=1&shape.n=2", 422)
+
+
 def test_pages_show_what_tuner_verify_found_as_the_report_and_the_api_do(tmp_path: Path) -> None:
     """The template page marks each row's best with its study's latest verification (a flagged drift as the
     report's '⚠ drift +8.0% (verify)', else '✓ reproduced'), the study page its published best; the API's
