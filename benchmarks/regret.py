@@ -28,7 +28,7 @@ import db  # noqa: E402
 from tuner import registry  # noqa: E402
 from tuner.distance import CANDIDATES, DEFAULT_DISTANCE, ShapeDistance  # noqa: E402
 from tuner.errors import TunerError  # noqa: E402
-from tuner.lookup import GAIN_DISTANCE, MIN_GAIN, Domain, repair_config  # noqa: E402
+from tuner.lookup import MIN_GAIN, NEAR_DISTANCE, Domain, repair_config  # noqa: E402
 from tuner.service.regret import (  # noqa: E402
     RecordedShape,
     RegretReport,
@@ -71,13 +71,13 @@ def _pct(value: float | None) -> str:
 
 
 def evaluate(data: Data, distance: ShapeDistance, min_gain: float = MIN_GAIN,
-             gain_distance: float = GAIN_DISTANCE) -> list[tuple[str, RegretReport, bool]]:
+             near_distance: float = NEAR_DISTANCE) -> list[tuple[str, RegretReport, bool]]:
     """(store, report, is the registered version) per store and template version, under ``distance`` and
-    the lookup's gain gate (``min_gain``, growing beyond ``gain_distance``)."""
+    the lookup's gain gate (``min_gain``, growing beyond ``near_distance``)."""
     out = []
     for (store, _), (shapes, space_of, version) in sorted(data.items()):
         for report in regret_reports(shapes, space_of=space_of, distance=distance, min_gain=min_gain,
-                                     gain_distance=gain_distance):
+                                     near_distance=near_distance):
             out.append((store, report, report.template_version == version))
     return out
 
@@ -158,26 +158,27 @@ def sensitivity(data: Data) -> list[str]:
 def gain_gate(data: Data) -> list[str]:
     """The chosen distance with the lookup's gain gate varied (current versions pooled): another shape's
     entry at distance d is served only if its config beat the default on its own shape by ``min_gain`` ×
-    max(1, d / ``gain_distance``); and the lookup as it was before the twenty-sixth session (2026-12-04: a cap
-    at 3, a flat gate)."""
+    max(1, d / ``near_distance``); and the lookup as it was before the twenty-sixth session (2026-12-04: a cap
+    at 3, a flat gate). The sum of the timed regrets tells apart settings whose quantiles agree."""
     out = ["", "## The gain gate, varied (current versions, the chosen distance)", "",
            "`min_gain`: an entry of another shape is served only if its config ran at least this much faster "
            "than the default in the final round that published it (else the next entry, or the default); 0 "
-           "turns the gate off. `gain_distance`: beyond it the gain asked grows in proportion to the distance "
-           "(`min_gain` × distance / `gain_distance`); inf keeps it flat.", "",
-           "| min_gain | gain_distance | median | p90 | worst | timed / shapes | above 5% |",
-           "|---:|---:|---:|---:|---:|---:|---:|"]
-    variants = [(DEFAULT_DISTANCE, g, GAIN_DISTANCE, "") for g in (0.0, 0.02, 0.03, 0.05, 0.1, 0.2)]
-    variants += [(DEFAULT_DISTANCE, MIN_GAIN, gd, "") for gd in (1.0, 1.5, 2.5, 3.0, 4.0, math.inf)]
+           "turns this off. `near_distance`: beyond it the gain asked grows in proportion to the distance "
+           "(`min_gain` × distance / `near_distance`), an entry without a default figure is not served, and "
+           "entries rank after every nearer one; inf: none of the three. Σ: the sum of the timed regrets.", "",
+           "| min_gain | near_distance | median | p90 | worst | Σ | timed / shapes | above 5% |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    variants = [(DEFAULT_DISTANCE, g, NEAR_DISTANCE, "") for g in (0.0, 0.02, 0.03, 0.05, 0.1, 0.2)]
+    variants += [(DEFAULT_DISTANCE, MIN_GAIN, nd, "") for nd in (1.0, 1.5, 2.0, 2.5, 4.0, math.inf)]
     capped = dataclasses.replace(DEFAULT_DISTANCE, max_distance=3.0)
     variants.append((capped, MIN_GAIN, math.inf, " (the lookup before 2026-12-04's change: nothing served beyond 3)"))
-    for distance, gain, gain_distance, label in variants:
-        n, timed, _ = pooled(evaluate(data, distance, gain, gain_distance), True)
-        chosen = (" (chosen)" if (distance, gain, gain_distance) == (DEFAULT_DISTANCE, MIN_GAIN, GAIN_DISTANCE)
+    for distance, gain, near_distance, label in variants:
+        n, timed, _ = pooled(evaluate(data, distance, gain, near_distance), True)
+        chosen = (" (chosen)" if (distance, gain, near_distance) == (DEFAULT_DISTANCE, MIN_GAIN, NEAR_DISTANCE)
                   else label)
-        out.append(f"| {gain:g} | {gain_distance:g}{chosen} | {_pct(quantile(timed, 0.5))} | "
-                   f"{_pct(quantile(timed, 0.9))} | {_pct(timed[-1] if timed else None)} | {len(timed)} / {n} | "
-                   f"{sum(1 for v in timed if v > GOAL_P90)} |")
+        out.append(f"| {gain:g} | {near_distance:g}{chosen} | {_pct(quantile(timed, 0.5))} | "
+                   f"{_pct(quantile(timed, 0.9))} | {_pct(timed[-1] if timed else None)} | {_pct(sum(timed))} | "
+                   f"{len(timed)} / {n} | {sum(1 for v in timed if v > GOAL_P90)} |")
     return out
 
 

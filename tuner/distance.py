@@ -23,8 +23,8 @@ changing the state size N never changed the best config while the head dim P and
 entries it chooses from, the warm starts over the neighbours' bests, so server, client and driver agree.
 
 ``max_distance``: the lookup serves no entry farther than this; the template's default is served instead
-(the warm starts still order every neighbour). The default distance has none: the lookup's gain gate asks
-more of a farther entry instead (:func:`tuner.lookup.required_gain`). Shapes with different dim names, or
+(the warm starts still order every neighbour). The default distance's is 6; from 3 on, the lookup's gain gate
+asks more of a farther entry (:func:`tuner.lookup.required_gain`). Shapes with different dim names, or
 with a dim that is not comparable, are at an infinite distance: no config is served across them.
 :data:`DEFAULT_DISTANCE` is the one the lookup uses; it was chosen with ``tuner regret`` over the committed
 H200 stores (``benchmarks/regret.md`` holds the figures and the command). Pure Python; instances are immutable and
@@ -160,11 +160,18 @@ def _is_int(value: Any) -> bool:
 
 
 # The distances `benchmarks/regret.py` compares; the first is the one used before the regret measurement
-# (any dtype or flag difference not comparable). The default is the one with the lowest p90, then median,
-# nearest-shape regret on the committed H200 stores (benchmarks/regret.md). Before 2026-12-04's change it was the
-# "max3" variant; since the lookup's gain gate grows with distance (tuner.lookup.GAIN_DISTANCE) the cap
-# costs more than it saves (regret.md, "The chosen distance's two settings, varied").
+# (any dtype or flag difference not comparable). The default was chosen by the lowest p90, then median,
+# nearest-shape regret on the committed H200 stores (benchmarks/regret.md): "learnt+dtype+flags max3" on
+# 2026-12-01. Since 2026-12-04 the lookup's gain gate grows beyond tuner.lookup.NEAR_DISTANCE (3), and the cap
+# moved to 6: caps from 4 up give the same figures over the current versions, 6 bounds how far a config is
+# carried. On today's stores the plain "log2+dtype+flags max6" scores one shape better over the current
+# versions (+1.6% / p90 +5.4%, 4 above 5%, against +2.1% / +5.9%, 5 above): the two differ only in how they
+# break ties between equally distant MIMO neighbours (N or P doubled), and over the older versions the learnt
+# weights do better (p90 +5.8% against +8.5%, worst +10.7% against +27.8%). The learnt distance stays until a
+# device session can re-measure what the other would change in the warm starts (tuner.driver.study orders
+# them by this distance; benchmarks/search.md).
 MAX_DISTANCE = 3.0
+CAP = 6.0
 CANDIDATES: tuple[ShapeDistance, ...] = (
     ShapeDistance("log2"),
     ShapeDistance("log2+dtype", dtype_cost=1.0),
@@ -173,10 +180,12 @@ CANDIDATES: tuple[ShapeDistance, ...] = (
     ShapeDistance("log2+dtype0.5+flags0.5", dtype_cost=0.5, flag_cost=0.5),
     ShapeDistance("size+dtype+flags", dtype_cost=1.0, flag_cost=1.0, size_weight=1.0, dim_weight=0.25),
     ShapeDistance("log2+dtype+flags max3", dtype_cost=1.0, flag_cost=1.0, max_distance=MAX_DISTANCE),
+    ShapeDistance("log2+dtype+flags max6", dtype_cost=1.0, flag_cost=1.0, max_distance=CAP),
     ShapeDistance("learnt+dtype+flags", dtype_cost=1.0, flag_cost=1.0, learn=True),
     ShapeDistance("learnt+dtype+flags max3", dtype_cost=1.0, flag_cost=1.0, learn=True, max_distance=MAX_DISTANCE),
+    ShapeDistance("learnt+dtype+flags max6", dtype_cost=1.0, flag_cost=1.0, learn=True, max_distance=CAP),
 )
-DEFAULT_DISTANCE = CANDIDATES[-2]  # "learnt+dtype+flags"
+DEFAULT_DISTANCE = CANDIDATES[-1]
 
 
 def candidate(name: str) -> ShapeDistance:

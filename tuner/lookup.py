@@ -10,13 +10,13 @@ not compared (and listed in :attr:`Answer.unchecked`), so older callers get the 
 Libraries the template's backend does not use are not compared (a Triton template ignores tilelang).
 
 Order: entries of the requester's device name first, then those of its software, then the nearest shape
-(:mod:`tuner.distance`, its weights fitted over the entries), then the most recently published; entries
-farther than the distance's ``max_distance`` are not used (the default distance has none), and another
-shape's entry is used only if its config beat the template's default on its own shape by enough for its
-distance (the *gain gate*, :func:`required_gain`). An answer is ``exact`` only when the shape is
-the entry's and nothing compared differs; otherwise ``nearest``, with every difference listed
-(:class:`Difference`: shape dims, device name, template version, software). A nearest entry is used only if
-its config satisfies the template's constraints for the *requested* shape.
+(:mod:`tuner.distance`, its weights fitted over the entries), then the most recently published — except that
+entries farther than :data:`NEAR_DISTANCE` come after all nearer ones; entries farther than the distance's
+``max_distance`` are not used, and another shape's entry is used only if its config beat the template's
+default on its own shape by enough for its distance (the *gain gate*, :func:`required_gain`). An answer is
+``exact`` only when the shape is the entry's and nothing compared differs; otherwise ``nearest``, with every
+difference listed (:class:`Difference`: shape dims, device name, template version, software). A nearest entry
+is used only if its config satisfies the template's constraints for the *requested* shape.
 
 Config repair: when an entry's config breaks a constraint for the requested shape and the parameters' domains
 are given (:class:`Domain`, from the search space), the smallest change that makes it valid is served
@@ -47,19 +47,19 @@ Match = Literal["exact", "nearest", "default"]
 
 # Another shape's entry is served only if its config beat the default on its own shape by this much (in the
 # final round that published it): a tuned config within noise of the default there is no evidence for the
-# requested shape, and served elsewhere it lost up to 21% to the default on the H200 stores (benchmarks/
-# regret.md, "gain gate"), where the default lost nothing.
+# requested shape (on the H200 stores, with the gate off, served configs lost up to 75% where the default lost
+# less: benchmarks/regret.md, "The gain gate, varied").
 MIN_GAIN = 0.05
-# Beyond this distance the gain asked of an entry grows with it: MIN_GAIN × distance / GAIN_DISTANCE (at
-# distance 4, 10%; at 8, 20%). A config's edge over the default fades with distance, so a far entry must carry
-# more of it. This replaced a hard cap at distance 3 (2026-12-04): under the chunk cumsum's version 6, whose
-# default loses 5–28% on every tuned shape, the cap served the default at +14% and +11% where the entry beyond
-# it lost 0–3.5%; the Triton template's 2p7b entry, 4.7 away with a 6.4% gain, still goes unserved (+31.5% there).
-# Any value from 1.5 to 3 gives the same leave-one-out figures (benchmarks/regret.md, "The gain gate, varied").
-GAIN_DISTANCE = 2.0
-# An entry with no default figure (an older store or export file) carries no gain to weigh: it is served up to
-# this distance, as every entry was before the scaled gate, and not beyond.
-UNPROVEN_DISTANCE = 3.0
+# Up to this distance the lookup ranks and gates entries as it did when nothing farther was served (a cap at 3,
+# until 2026-12-04). Beyond it: an entry ranks after every nearer one (whatever its device name or software),
+# must have gained MIN_GAIN × distance / NEAR_DISTANCE over the default on its own shape (at 4.5, 7.5%; at 6,
+# 10%), and is not served at all without a default figure (an older store or export file: no gain to weigh).
+# A config's edge over the default fades with distance, so a far entry must carry more of it. Under the chunk
+# cumsum's version 6, whose default loses 4.7-28% on every tuned shape, the cap served the default at +14% and
+# +11% where the entries beyond it lost 3.5% and 0%; for the Triton template's 2p7b shape the entry 4.7 away
+# (B=1,H=48,S=4096 fp16, 6.4% gain there) loses 31.5% and is still refused. benchmarks/regret.md, "The gain
+# gate, varied", has the leave-one-out figures of 1.5 to 4 and of the flat gate.
+NEAR_DISTANCE = 3.0
 
 # Software fields that are compared whatever the backend; a backend's own library (``triton``, ``tilelang``)
 # is compared for templates of that backend only.
@@ -404,15 +404,16 @@ def choose(
     distance: ShapeDistance = DEFAULT_DISTANCE,
     domains: Sequence[Domain] | None = None,
     min_gain: float = MIN_GAIN,
-    gain_distance: float = GAIN_DISTANCE,
+    near_distance: float = NEAR_DISTANCE,
     version: str | None = None,
 ) -> Answer | None:
     """Pick the config for ``shape`` among ``entries`` (already filtered to one template and device kind).
 
     Another shape's entry whose config beat the default on its own shape by less than :func:`required_gain`
-    at its distance (``min_gain`` up to ``gain_distance``, more beyond: :data:`MIN_GAIN`,
-    :data:`GAIN_DISTANCE`; :attr:`Entry.gain`) is skipped, with a note: the default is then the better bet; so
-    is one without a default figure farther than :data:`UNPROVEN_DISTANCE`.
+    at its distance (``min_gain`` up to ``near_distance``, more beyond: :data:`MIN_GAIN`,
+    :data:`NEAR_DISTANCE`; :attr:`Entry.gain`) is skipped, with a note: the default is then the better bet; so
+    is one without a default figure farther than ``near_distance``, and entries that far rank after all nearer
+    ones. ValueError if ``near_distance`` is not positive.
 
     ``valid(config, shape)`` checks a config against the template's constraints for the requested shape;
     ``domains``: the parameters' domains, to repair an entry's invalid config (None: such entries are
@@ -423,17 +424,20 @@ def choose(
     entry). Returns None when there is neither a usable entry nor a default. Never raises for well-formed
     entries.
     """
+    if not near_distance > 0:
+        raise ValueError(f"near_distance must be positive, not {near_distance!r}")
     who = requester if requester is not None else Requester(device_name=device_name)
     software = who.compared_software()
     distance = fit_distance(distance, entries)
 
     far = {id(e): distance(shape, e.shape) for e in entries}  # each entry's distance, computed once
 
-    def rank(e: Entry) -> tuple[bool, bool, float, bool]:
+    def rank(e: Entry) -> tuple[bool, bool, bool, float, bool]:
+        beyond = far[id(e)] > near_distance  # after every near entry, whatever its device or software
         other_device = who.device_name is not None and e.device_name != who.device_name
         other_software = any((e.software or {}).get(k) != v for k, v in software.items())
         carried = version is not None and e.template_version != version  # a carried version's, after ours
-        return other_device, other_software, far[id(e)], carried
+        return beyond, other_device, other_software, far[id(e)], carried
 
     # Two stable sorts: most recent first, then by rank, so that ties go to the most recent entry.
     recent_first = sorted(entries, key=lambda e: e.published_at or "", reverse=True)
@@ -450,15 +454,15 @@ def choose(
         config: Mapping[str, Any] = e.config
         gain = e.gain
         if d > 0 and default is not None and dict(config) != dict(default):
-            needed = required_gain(d, min_gain, gain_distance)
+            needed = required_gain(d, min_gain, near_distance)
             if gain is not None and gain < needed:
                 notes.append(f"skipped the entry for {_key(e.shape)}: its config ran only {100 * gain:+.1f}% faster "
                              f"than the default there (< {100 * needed:.3g}% asked at distance {d:.3g}: no evidence "
                              "it helps this shape)")
                 continue
-            if gain is None and d > UNPROVEN_DISTANCE:
+            if gain is None and d > near_distance:
                 notes.append(f"skipped the entry for {_key(e.shape)}: {d:.3g} away and no default figure to say "
-                             f"what its config gained there (served up to {UNPROVEN_DISTANCE:g} without one)")
+                             f"what its config gained there (served up to {near_distance:g} without one)")
                 continue
         changes: tuple[ConfigChange, ...] = ()
         if valid is not None and not valid(e.config, shape):
@@ -483,11 +487,14 @@ def choose(
     return Answer("default", dict(default), None, None, tuple(notes), (), unchecked_fields(who))
 
 
-def required_gain(distance: float, min_gain: float = MIN_GAIN, gain_distance: float = GAIN_DISTANCE) -> float:
+def required_gain(distance: float, min_gain: float = MIN_GAIN, near_distance: float = NEAR_DISTANCE) -> float:
     """The least gain over the default (:attr:`Entry.gain`) an entry at ``distance`` from the requested shape
-    must have shown on its own shape to be served there: ``min_gain`` up to ``gain_distance``, then growing in
-    proportion to the distance (``gain_distance`` inf: ``min_gain`` everywhere). Pure."""
-    return min_gain * max(1.0, distance / gain_distance)
+    must have shown on its own shape to be served there: ``min_gain`` up to ``near_distance``, then growing in
+    proportion to the distance (``near_distance`` inf: ``min_gain`` everywhere). Pure; ValueError if
+    ``near_distance`` is not positive."""
+    if not near_distance > 0:
+        raise ValueError(f"near_distance must be positive, not {near_distance!r}")
+    return min_gain * max(1.0, distance / near_distance)
 
 
 def _key(shape: Mapping[str, Any]) -> str:

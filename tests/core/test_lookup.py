@@ -9,10 +9,9 @@ from tuner import registry
 from tuner.distance import DEFAULT_DISTANCE, ShapeDistance, learn_weights
 from tuner.frozen import Config, Shape
 from tuner.lookup import (
-    GAIN_DISTANCE,
     MIN_GAIN,
+    NEAR_DISTANCE,
     REPAIR_CHECKS,
-    UNPROVEN_DISTANCE,
     ConfigChange,
     Difference,
     Domain,
@@ -54,9 +53,9 @@ def test_exact_then_nearest_then_default() -> None:
 
 def test_another_shapes_config_that_barely_beat_its_default_there_is_not_served() -> None:
     """The gain gate (MIN_GAIN): a neighbour's config that ran within 5% of the default on its own shape is
-    no evidence for this one (on the H200 such configs lost up to 21% where the default lost nothing,
-    benchmarks/regret.md): the next entry, else the default, with a note. The shape's own entry, an entry
-    whose config is the default, and entries without a default figure are served as before."""
+    no evidence for this one (benchmarks/regret.md, "The gain gate, varied"): the next entry, else the default,
+    with a note. The shape's own entry, an entry whose config is the default, and (up to NEAR_DISTANCE)
+    entries without a default figure are served as before."""
     default = {"BLOCK_H": 9}
 
     def gained(S: int, config: int, default_us: float | None, at: str = "2026-01-01") -> Entry:
@@ -81,39 +80,62 @@ def test_another_shapes_config_that_barely_beat_its_default_there_is_not_served(
     assert Entry.from_dict({k: v for k, v in near.to_dict().items() if k != "default_us"}).gain is None
 
 
-def test_the_gain_asked_of_an_entry_grows_with_its_distance_and_an_entry_without_a_figure_stays_near() -> None:
-    """Beyond GAIN_DISTANCE (2) an entry must have gained MIN_GAIN × distance / 2 over the default on its own
-    shape: 7.5% at 3, 10% at 4, 15% at 6; nearer, MIN_GAIN. There is no cap on the distance itself (the default
-    distance has none), but an entry without a default figure is not served beyond UNPROVEN_DISTANCE (3)."""
-    assert (MIN_GAIN, GAIN_DISTANCE, UNPROVEN_DISTANCE) == (0.05, 2.0, 3.0)
-    assert [required_gain(d) for d in (0.0, 1.0, 2.0, 3.0, 4.0, 6.0)] == pytest.approx(
-        [0.05, 0.05, 0.05, 0.075, 0.10, 0.15])
-    assert required_gain(10.0, 0.05, math.inf) == 0.05  # gain_distance inf: the flat gate
+def test_beyond_the_near_distance_the_gain_asked_grows_entries_need_a_figure_and_rank_after_near_ones() -> None:
+    """Up to NEAR_DISTANCE (3) the lookup works as it did when nothing farther was served: the flat gate
+    (MIN_GAIN), entries without a default figure served. Beyond it an entry must have gained MIN_GAIN × d / 3 over
+    the default on its own shape (6.67% at 4, 10% at 6), is not served without a figure, and ranks after every
+    nearer entry even when the nearer one was measured under another device name or software (before, the cap
+    at 3 bounded that jump). The default distance caps at 6."""
+    assert (MIN_GAIN, NEAR_DISTANCE, DEFAULT_DISTANCE.max_distance) == (0.05, 3.0, 6.0)
+    assert [required_gain(d) for d in (0.0, 1.0, 3.0, 4.0, 4.5, 6.0)] == pytest.approx(
+        [0.05, 0.05, 0.05, 0.05 * 4 / 3, 0.075, 0.10])
+    assert required_gain(10.0, 0.05, math.inf) == 0.05  # near_distance inf: the flat gate
+    with pytest.raises(ValueError, match="near_distance must be positive"):
+        required_gain(1.0, 0.05, 0.0)
     default, here = {"BLOCK_H": 9}, {"S": 4096, "H": 48, "dtype": "float16"}
 
-    def at(doublings: int, config: int, default_us: float | None, published: str = "2026-01-01") -> Entry:
+    def at(doublings: int, config: int, default_us: float | None, published: str = "2026-01-01",
+           torch: str = "2.5") -> Entry:
         return Entry("t", "1", {"S": 4096 << doublings, "H": 48, "dtype": "float16"}, "cuda", "H200",
-                     {"BLOCK_H": config}, 1.0, published_at=published, default_us=default_us)
+                     {"BLOCK_H": config}, 1.0, published_at=published, default_us=default_us,
+                     software={"torch": torch})
 
-    plain = ShapeDistance("plain")  # a doubling costs 1: the distances are the doublings
-    two_6, four_8, four_12, six_12 = at(2, 1, 1.06), at(4, 2, 1.08), at(4, 3, 1.12), at(6, 4, 1.12)
-    a = choose(here, [two_6], default=default, distance=plain)
-    assert a is not None and a.entry is two_6 and a.distance == 2.0  # 6% ≥ 5% at 2
-    a = choose(here, [four_8, four_12, six_12], default=default, distance=plain)
-    assert a is not None and a.entry is four_12 and a.config == {"BLOCK_H": 3}  # 12% ≥ 10% at 4; 8% is not
-    assert any("ran only +8.0% faster than the default there (< 10% asked at distance 4" in n for n in a.notes)
-    a = choose(here, [four_8, six_12], default=default, distance=plain)  # 12% < 15% at 6: the default
+    plain = ShapeDistance("plain")  # a doubling costs 1: the distances are the doublings; no cap
+    three_6, four_6, four_8, six_9, six_12 = (at(3, 1, 1.06), at(4, 2, 1.06), at(4, 3, 1.08), at(6, 4, 1.09),
+                                              at(6, 5, 1.12))
+    a = choose(here, [three_6], default=default, distance=plain)
+    assert a is not None and a.entry is three_6 and a.distance == 3.0  # 6% ≥ 5% at 3
+    a = choose(here, [four_6, four_8, six_12], default=default, distance=plain)
+    assert a is not None and a.entry is four_8 and a.config == {"BLOCK_H": 3}  # 8% ≥ 6.67% at 4; 6% is not
+    assert any("ran only +6.0% faster than the default there (< 6.67% asked at distance 4" in n for n in a.notes)
+    a = choose(here, [four_6, six_9, six_12], default=default, distance=plain)
+    assert a is not None and a.entry is six_12  # 9% < 10% at 6: the next one
+    a = choose(here, [four_6, six_9], default=default, distance=plain)
     assert a is not None and a.match == "default" and a.config == default and len(a.notes) == 2
-    assert choose(here, [six_12], default=default, distance=plain, gain_distance=math.inf).entry is six_12
+    assert choose(here, [six_9], default=default, distance=plain, near_distance=math.inf).entry is six_9
+    far = choose(here, [at(7, 5, 1.12)], default=default)  # 7 doublings (11.7% asked): beyond the default's cap…
+    assert far is not None and far.match == "default" and any("farther than 6" in n for n in far.notes)
+    assert choose(here, [at(6, 5, 1.12)], default=default).config == {"BLOCK_H": 5}  # …6 are not
+    with pytest.raises(ValueError, match="near_distance must be positive"):
+        choose(here, [six_12], default=default, near_distance=-1.0)
     # Without a default figure: served at 3, not at 4 (the entry at 4 is more recent, but skipped, said so).
     three_none, four_none = at(3, 5, None), at(4, 6, None, "2026-02-01")
     a = choose(here, [four_none, three_none], default=default, distance=plain)
     assert a is not None and a.entry is three_none
     a = choose(here, [four_none], default=default, distance=plain)
     assert a is not None and a.match == "default" and "no default figure" in a.notes[0]
-    # No template default: nothing to weigh against, every comparable entry is served however far.
-    a = choose(here, [four_8, four_none], default=None, distance=plain)
-    assert a is not None and a.match == "nearest"
+    # No template default: nothing to weigh a gain against, an entry without a figure is served however far.
+    a = choose(here, [four_none], default=None, distance=plain)
+    assert a is not None and a.match == "nearest" and a.entry is four_none
+    # The requester's software first within 3 (as always: an entry 2 away beats the shape's own under other
+    # software), but an entry beyond 3 never outranks a nearer one: the shape's own, answered as foreign.
+    own_old = Entry("t", "1", dict(here), "cuda", "H200", {"BLOCK_H": 7}, 1.0, published_at="2026-01-01",
+                    default_us=1.5, software={"torch": "2.4"})
+    who = Requester(software={"torch": "2.5"})
+    a = choose(here, [own_old, at(2, 1, 1.40)], default=default, requester=who, distance=plain)
+    assert a is not None and a.config == {"BLOCK_H": 1}
+    a = choose(here, [own_old, at(5, 1, 1.40)], default=default, requester=who, distance=plain)
+    assert a is not None and a.entry is own_old and a.foreign and a.match == "nearest"
 
 
 def test_nearest_skips_configs_invalid_for_the_requested_shape() -> None:
@@ -212,7 +234,7 @@ def test_the_size_term_counts_the_product_of_the_integer_dims() -> None:
     size = ShapeDistance("size", size_weight=1.0, dim_weight=0.0)
     assert size({"B": 2, "S": 1024}, {"B": 1, "S": 2048}) == 0.0  # the same number of elements
     assert size({"B": 2, "S": 1024}, {"B": 1, "S": 1024}) == 1.0
-    assert math.isinf(DEFAULT_DISTANCE.max_distance) and DEFAULT_DISTANCE.learn  # no cap: the gate scales
+    assert DEFAULT_DISTANCE.max_distance == 6.0 and DEFAULT_DISTANCE.learn
 
 
 # -- config repair, over the real Mamba3 MIMO backward search space -------------------------------------------

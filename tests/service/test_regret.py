@@ -100,9 +100,15 @@ def test_the_default_is_served_and_timed_when_no_entry_fits(store: db.Store) -> 
     shapes = recorded_shapes(store, template=NAME)
     # Without the 256 entry, only 16's config E is left, and the constraint keeps it (8 <= 256), but it is 4
     # doublings away and its study never timed the default (no gain to weigh): beyond the lookup's
-    # UNPROVEN_DISTANCE (3) it is not served, the default is, timed from the final round.
+    # NEAR_DISTANCE (3) it is not served, the default is, timed from the final round.
     rows = {r.shape["n"]: r for r in leave_one_out(shapes, default=D, valid=_valid)}
     assert rows[256].match == "default" and rows[256].config == D and rows[256].regret == pytest.approx(0.5)
+    # With no near distance (as leave_one_out and regret_reports pass it on), E is served: never measured on
+    # 256, so unmeasured, not guessed.
+    rows = {r.shape["n"]: r for r in leave_one_out(shapes, default=D, valid=_valid, near_distance=math.inf)}
+    assert (rows[256].match, rows[256].config, rows[256].regret) == ("nearest", E, None)
+    report = regret_reports(shapes, space_of=lambda v: (D, _valid, ()), near_distance=math.inf)[0]
+    assert {r.shape["n"]: r.config for r in report.rows}[256] == E
     # So it is when the distance makes the shapes incomparable.
     apart = ShapeDistance("int dims must match", weights={"n": math.inf})
     rows = {r.shape["n"]: r for r in leave_one_out(shapes, default=None, valid=_valid, distance=apart)}

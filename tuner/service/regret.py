@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
-from tuner.lookup import GAIN_DISTANCE, MIN_GAIN, ConfigChange, Domain, Entry, choose
+from tuner.lookup import MIN_GAIN, NEAR_DISTANCE, ConfigChange, Domain, Entry, choose
 from tuner.store import TuningStore
 from tuner.store.entries import published_entries
 
@@ -149,7 +149,7 @@ def leave_one_out(
     distance: ShapeDistance = DEFAULT_DISTANCE,
     domains: Sequence[Domain] | None = None,
     min_gain: float = MIN_GAIN,
-    gain_distance: float = GAIN_DISTANCE,
+    near_distance: float = NEAR_DISTANCE,
 ) -> list[RegretRow]:
     """One row per shape: the lookup's answer without that shape's entries, timed from its records. A shape
     with several bests (published under different fingerprints) is held out once, with its latest best.
@@ -168,7 +168,7 @@ def leave_one_out(
         fallback = default if default is not None else held.default
         answer = choose(held.entry.shape, others, default=fallback, valid=valid,
                         device_name=held.entry.device_name, distance=distance, domains=domains, min_gain=min_gain,
-                        gain_distance=gain_distance)
+                        near_distance=near_distance)
         if answer is None:
             rows.append(RegretRow(held.entry.shape, "none", None, None, None, _best_us(held), None, None))
             continue
@@ -250,7 +250,7 @@ SpaceOf = Callable[[str], "tuple[Mapping[str, Any], Valid, Sequence[Domain]] | N
 
 def regret_reports(
     shapes: Sequence[RecordedShape], *, space_of: SpaceOf, distance: ShapeDistance = DEFAULT_DISTANCE,
-    min_gain: float = MIN_GAIN, gain_distance: float = GAIN_DISTANCE,
+    min_gain: float = MIN_GAIN, near_distance: float = NEAR_DISTANCE,
 ) -> list[RegretReport]:
     """One report per (template, version, device kind, device name) of ``shapes``, in that order.
 
@@ -266,7 +266,7 @@ def regret_reports(
                      "default = the default candidate each study measured",)
         rows = leave_one_out(group, default=space[0] if space else None, valid=space[1] if space else None,
                              distance=distance, domains=space[2] if space else None, min_gain=min_gain,
-                             gain_distance=gain_distance)
+                             near_distance=near_distance)
         reports.append(RegretReport(template, version, kind, name, distance.name, tuple(rows), notes))
     return reports
 
