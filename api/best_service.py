@@ -50,8 +50,8 @@ from tuner.api.schemas import BestOut, ConfigChangeOut, DifferenceOut, Verificat
 from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
 from tuner.errors import ShapeError, StoreError, UnknownTemplateError
 from tuner.frozen import Shape
-from tuner.lookup import Answer, Entry, Requester, choose, fit_distance, verification_note
-from tuner.store.entries import served_entries
+from tuner.lookup import Answer, Entry, Requester, fit_distance, verification_note
+from tuner.store.entries import lookup_answer, served_entries
 
 log = logging.getLogger(__name__)
 
@@ -245,10 +245,8 @@ class BestService:
             entries = tuple(e for e in entries if e.fingerprint_hash == request.fingerprint)
         requester = Requester(request.device_name, dict(request.software), request.template_version,
                               entry.spec.backend)
-        answer = choose(shape.to_dict(), entries, default=entry.space.default.to_dict(), requester=requester,
-                        valid=entry.space.constraint_check, domains=entry.space.domains,
-                        distance=entry_set.distance, version=entry.spec.version)
-        assert answer is not None, "a search space always has a default"
+        answer = lookup_answer(entries, shape=shape, space=entry.space, version=entry.spec.version,
+                               requester=requester, distance=entry_set.distance)
         if answer.foreign and report_foreign and self.on_foreign is not None:
             try:
                 self.on_foreign(request, answer)

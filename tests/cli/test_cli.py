@@ -10,7 +10,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.fixtures.fault_templates import BROKEN_REF, HANGING_REF, TUNABLE_REF
@@ -276,6 +278,44 @@ def test_best_prints_a_carried_versions_best_as_the_server_serves_it(tmp_path: P
     repaired = json.loads(tuner("best", "mamba3_mimo_bwd", "--shape", n64, "--db", url, "--json").stdout)
     assert repaired["match"] == "nearest" and repaired["config"] == {**v2, **added, "scan_block": 1024}
     assert repaired["repaired"] == [{"param": "scan_block", "entry": 2048, "served": 1024}]
+
+
+def test_best_lookup_answers_any_shape_as_the_server_does(tmp_path: Path) -> None:
+    """`tuner best --lookup` answers as GET /v1/best: the exact entry, a nearest shape's config (repaired where
+    the constraint BLOCK <= n rejects it) with its differences, the default beyond the near distance for an
+    entry without a default figure (said in a note); it needs a device kind. The server's own answers agree
+    (the same function, tuner.store.entries.lookup_answer, over a real server here)."""
+    from tests.fixtures.servers import TOKENS, publish, thread_server
+    from tuner import registry
+    from tuner.api.settings import ApiSettings
+
+    registry.register(VS, TUNABLE_REF)
+    url = db.sqlite_url(tmp_path / "t.db")
+    with db.Store.open(url) as store:
+        publish(store, VS, {"n": 256}, {"mode": "ok", "BLOCK": 256}, 19.0)
+
+    def ask(n: int) -> dict[str, Any]:
+        run = tuner("best", VS, "--shape", f"n={n}", "--lookup", "--device", "cpu", "--device-name", "test-cpu",
+                    "--db", url, "--json")
+        assert run.returncode == 0, run.stderr
+        return dict(json.loads(run.stdout))
+
+    exact, near, far = ask(256), ask(128), ask(256 << 4)
+    assert (exact["match"], exact["config"], exact["median_us"]) == ("exact", {"mode": "ok", "BLOCK": 256}, 19.0)
+    assert (near["match"], near["distance"], near["source_shape"]) == ("nearest", 1.0, {"n": 256})
+    assert near["config"] == {"mode": "ok", "BLOCK": 128} and near["repaired"][0]["served"] == 128
+    assert near["differences"] == [{"what": "shape.n", "requested": 128, "entry": 256}]
+    assert far["match"] == "default" and far["config"] == {"mode": "ok", "BLOCK": 64} and far["median_us"] is None
+    assert any("no default figure" in n for n in far["notes"]), far["notes"]
+    settings = ApiSettings(db_url=url, tokens=TOKENS, warm_templates=False)  # type: ignore[arg-type]
+    with db.Store.open(url) as store, thread_server(settings, store) as base:
+        for n, ours in ((256, exact), (128, near), (4096, far)):
+            theirs = httpx.get(f"{base}/v1/best", params={"template": VS, "device": "cpu", "shape": f"n={n}",
+                                                          "device_name": "test-cpu"}, timeout=30).json()
+            assert {k: theirs[k] for k in ("match", "config", "distance")} == {
+                k: ours[k] for k in ("match", "config", "distance")}, (n, theirs, ours)
+    no_kind = tuner("best", VS, "--shape", "n=128", "--lookup", "--db", url)
+    assert no_kind.returncode == 2 and "--lookup needs --device" in no_kind.stderr
 
 
 def test_sigterm_dumps_the_stacks_each_time_a_command_installs_its_handler(capfd: pytest.CaptureFixture[str]) -> None:

@@ -333,33 +333,53 @@ def best(
     template: TemplateArg,
     workload: WorkloadOpt = [],  # noqa: B006
     shape: ShapeOpt = [],  # noqa: B006
-    device: Annotated[str | None, typer.Option(help="Device kind to look up (default: any).")] = None,
+    device: Annotated[str | None, typer.Option(
+        help="Device kind to look up (default: any; --lookup needs it).")] = None,
+    device_name: Annotated[str | None, typer.Option(
+        help="With --lookup: the device name asking (its entries first; another device's answer is nearest).")] = None,
+    lookup: Annotated[bool, typer.Option(
+        "--lookup", help="Answer as GET /v1/best does for any shape: exact, else the nearest shape's config (the "
+        "gain gate, repairs and notes), else the search space's default.")] = False,
     db_url: DbOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print the best verified config served for exactly this shape, as `GET /v1/best` answers it: the
     template version's own best, else a carried version's (its config completed, ``measured_version`` saying
-    which; repaired where the current constraints reject it). No nearest shape: `GET /v1/best` and the
-    runtime client serve a nearest shape's best, or the default."""
-    from tuner.store.entries import exact_answer
+    which; repaired where the current constraints reject it). With --lookup, any shape: `GET /v1/best`'s
+    whole answer (a nearest shape's best, or the default) with the lookup's notes and differences."""
+    from tuner.lookup import Requester
+    from tuner.store.entries import exact_answer, lookup_answer, served_entries
 
     t, the_shape = _one_shape(template, workload, shape)
-    answer = exact_answer(_store(db_url), template=t.name, version=t.version, carries=t.carries, space=t.space(),
-                          shape=the_shape, device_kind=device)
-    if answer is None or answer.entry is None:
-        raise UserInputError(f"no best config stored for {t.name} at {the_shape.key()}"
-                             + (f" on {device}" if device else "") + "; run `tuner tune` first (this command "
-                             "reads this exact shape; `GET /v1/best` and the runtime client serve a nearest "
-                             "shape's best or the default)")
+    space = t.space()
+    if lookup:
+        if device is None:
+            raise UserInputError("--lookup needs --device (cuda, npu or cpu): the lookup serves one device kind")
+        entries = [e for _, e in served_entries(_store(db_url), template=t.name, version=t.version,
+                                                carries=t.carries, device_kind=device, admits=space.in_domain)]
+        answer = lookup_answer(entries, shape=the_shape, space=space, version=t.version,
+                               requester=Requester(device_name=device_name, backend=t.backend))
+    else:
+        found = exact_answer(_store(db_url), template=t.name, version=t.version, carries=t.carries, space=space,
+                             shape=the_shape, device_kind=device)
+        if found is None or found.entry is None:
+            raise UserInputError(f"no best config stored for {t.name} at {the_shape.key()}"
+                                 + (f" on {device}" if device else "") + "; run `tuner tune` first, or ask with "
+                                 "--lookup --device KIND for what `GET /v1/best` serves (a nearest shape's best "
+                                 "or the default)")
+        answer = found
     e = answer.entry
     # The fields of `GET /v1/best`'s answer (api/schemas.py BestOut) for this shape, named alike.
     data = {
-        "template": e.template, "template_version": t.version, "measured_version": e.template_version,
-        "shape": dict(e.shape), "shape_key": the_shape.key(), "device_kind": e.device_kind,
-        "device_name": e.device_name, "match": answer.match, "distance": answer.distance,
-        "config": dict(answer.config), "median_us": e.median_us, "p20_us": e.p20_us, "p80_us": e.p80_us,
-        "n_samples": e.n_samples, "timer": e.timer, "measurement_id": e.measurement_id,
-        "fingerprint": e.fingerprint_hash, "published_at": e.published_at, "source_shape": dict(e.shape),
+        "template": t.name, "template_version": t.version, "measured_version": e.template_version if e else None,
+        "shape": the_shape.to_dict(), "shape_key": the_shape.key(), "device_kind": e.device_kind if e else device,
+        "device_name": e.device_name if e else None, "match": answer.match, "distance": answer.distance,
+        "config": dict(answer.config), "median_us": e.median_us if e else None, "p20_us": e.p20_us if e else None,
+        "p80_us": e.p80_us if e else None, "n_samples": e.n_samples if e else None, "timer": e.timer if e else None,
+        "measurement_id": e.measurement_id if e else None, "fingerprint": e.fingerprint_hash if e else None,
+        "published_at": e.published_at if e else None, "source_shape": dict(e.shape) if e else None,
+        "differences": [{"what": d.what, "requested": d.requested, "entry": d.entry} for d in answer.differences],
+        "unchecked": list(answer.unchecked),
         "repaired": [{"param": c.param, "entry": c.entry, "served": c.served} for c in answer.repaired],
         "notes": list(answer.notes),
     }

@@ -13,9 +13,10 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
 from tuner.frozen import Config
 from tuner.keys import software_of
-from tuner.lookup import Answer, Entry, choose, verification_summary
+from tuner.lookup import Answer, Entry, Requester, choose, fit_distance, verification_summary
 from tuner.results import COMPARATOR_PREFIX, Status
 from tuner.spec import CarriedVersion
 from tuner.store import BestRecord, TuningStore, VerificationRecord
@@ -118,6 +119,22 @@ def exact_answer(
     answer = choose(shape.to_dict(), here, default=None, valid=space.constraint_check, domains=space.domains,
                     version=version)
     return answer if answer is not None and answer.entry is not None else None
+
+
+def lookup_answer(
+    entries: Sequence[Entry], *, shape: Shape, space: SearchSpace, version: str, requester: Requester,
+    distance: ShapeDistance | None = None,
+) -> Answer:
+    """What ``GET /v1/best`` (and ``tuner best --lookup``) answers for ``shape`` among ``entries`` (the
+    :func:`served_entries` of one template and device kind): :func:`tuner.lookup.choose` with the search
+    space's default as the last resort, its constraints (an invalid config repaired within its domains) and
+    ``distance`` (the lookup's, fitted over ``entries``: pass it when it is cached). Pure; never raises for
+    well-formed entries."""
+    fitted = distance if distance is not None else fit_distance(DEFAULT_DISTANCE, entries)
+    answer = choose(shape.to_dict(), entries, default=space.default.to_dict(), requester=requester,
+                    valid=space.constraint_check, domains=space.domains, distance=fitted, version=version)
+    assert answer is not None, "a search space always has a default"
+    return answer
 
 
 def disproved_in(store: TuningStore, study_id: int) -> set[Config]:
