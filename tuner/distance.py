@@ -23,7 +23,7 @@ changing the state size N never changed the best config while the head dim P and
 entries it chooses from, the warm starts over the neighbours' bests, so server, client and driver agree.
 
 ``max_distance``: the lookup serves no entry farther than this; the template's default is served instead
-(the warm starts still order every neighbour). The default distance's is 6; from 3 on, the lookup's gain gate
+(the warm starts still order every neighbour). The default distance's is 6; beyond 3, the lookup's gain gate
 asks more of a farther entry (:func:`tuner.lookup.required_gain`). Shapes with different dim names, or
 with a dim that is not comparable, are at an infinite distance: no config is served across them.
 :data:`DEFAULT_DISTANCE` is the one the lookup uses; it was chosen with ``tuner regret`` over the committed

@@ -11,7 +11,7 @@ Libraries the template's backend does not use are not compared (a Triton templat
 
 Order: entries of the requester's device name first, then those of its software, then the nearest shape
 (:mod:`tuner.distance`, its weights fitted over the entries), then the most recently published — except that
-entries farther than :data:`NEAR_DISTANCE` come after all nearer ones; entries farther than the distance's
+entries farther than :data:`NEAR_DISTANCE` come after all entries within it; entries farther than the distance's
 ``max_distance`` are not used, and another shape's entry is used only if its config beat the template's
 default on its own shape by enough for its distance (the *gain gate*, :func:`required_gain`). An answer is
 ``exact`` only when the shape is the entry's and nothing compared differs; otherwise ``nearest``, with every
@@ -51,9 +51,10 @@ Match = Literal["exact", "nearest", "default"]
 # less: benchmarks/regret.md, "The gain gate, varied").
 MIN_GAIN = 0.05
 # Up to this distance the lookup ranks and gates entries as it did when nothing farther was served (a cap at 3,
-# until 2026-12-04). Beyond it: an entry ranks after every nearer one (whatever its device name or software),
-# must have gained MIN_GAIN × distance / NEAR_DISTANCE over the default on its own shape (at 4.5, 7.5%; at 6,
-# 10%), and is not served at all without a default figure (an older store or export file: no gain to weigh).
+# until 2026-12-04). Beyond it: an entry ranks after every entry within it (whatever their device names or
+# software; among themselves, far entries rank as near ones do), must have gained MIN_GAIN × distance /
+# NEAR_DISTANCE over the default on its own shape (at 4.5, 7.5%; at 6, 10%), and is not served without a
+# default figure (an older store or export file: no gain to weigh) unless there is no default config at all.
 # A config's edge over the default fades with distance, so a far entry must carry more of it. Under the chunk
 # cumsum's version 6, whose default loses 4.7-28% on every tuned shape, the cap served the default at +14% and
 # +11% where the entries beyond it lost 3.5% and 0%; for the Triton template's 2p7b shape the entry 4.7 away
@@ -412,8 +413,8 @@ def choose(
     Another shape's entry whose config beat the default on its own shape by less than :func:`required_gain`
     at its distance (``min_gain`` up to ``near_distance``, more beyond: :data:`MIN_GAIN`,
     :data:`NEAR_DISTANCE`; :attr:`Entry.gain`) is skipped, with a note: the default is then the better bet; so
-    is one without a default figure farther than ``near_distance``, and entries that far rank after all nearer
-    ones. ValueError if ``near_distance`` is not positive.
+    is one without a default figure farther than ``near_distance`` (when there is a ``default``), and entries
+    that far rank after all entries within it. ValueError if ``near_distance`` is not positive.
 
     ``valid(config, shape)`` checks a config against the template's constraints for the requested shape;
     ``domains``: the parameters' domains, to repair an entry's invalid config (None: such entries are

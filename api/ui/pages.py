@@ -5,8 +5,9 @@ browser by plotly.js, which is served from the installed ``plotly`` package like
 
 Reads follow the API's rule: open unless ``TUNER_READ_REQUIRES_TOKEN``; then a page needs the ``read`` token,
 given once on ``/ui/login`` and kept in a session cookie (HttpOnly, gone when the browser closes).
-Unknown ids render a 404 page, malformed query values (an id beyond 64 bits too) a 422 page naming the field;
-nothing renders a traceback (the store being down renders a 503 page).
+Unknown ids render a 404 page, malformed query values (an id beyond 64 bits too) a 422 page naming the field
+(except a shape the template page's lookup form sent that the template rejects: that page itself, 422, the
+message in the form); nothing renders a traceback (the store being down renders a 503 page).
 """
 
 from __future__ import annotations
@@ -123,7 +124,9 @@ def template(
     kind: Annotated[DeviceKind | None, Query(description="The lookup form's device kind.")] = None,
 ) -> HTMLResponse:
     """The template page; ``shape.<dim>=value`` parameters (the page's lookup form) ask ``GET /v1/best``'s
-    lookup for that shape on the page's device, and the page shows its answer (422 if the shape is rejected)."""
+    lookup for that shape on the page's device, and the page shows its answer; a shape the template rejects
+    is shown in the form, with the whole page, as a 422. Parameters the form never sends (a dim twice, an
+    overlong value, a device kind that does not exist) get the 422 error page, as any malformed query does."""
     best: BestService = request.app.state.best
     ask = _asked_dims(request.query_params.multi_items())
     context = views.template_page(store, catalog, best, name, device, ask, kind)

@@ -22,14 +22,17 @@ from tuner import db
 from tuner.api import explore
 from tuner.api.best_service import BestRequest, BestService
 from tuner.api.catalog import Catalog, CatalogEntry
+from tuner.api.errors import FieldError
 from tuner.api.jobs_view import job_out, task_attempts
 from tuner.api.schemas import BestOut, JobOut
 from tuner.api.ui import plots
 from tuner.db.explore import StudyOutcome
-from tuner.errors import NotFoundError, TunerError, UnknownTemplateError, UserInputError
-from tuner.keys import KINDS
+from tuner.dims import Dim
+from tuner.errors import NotFoundError, ShapeError, TunerError, UnknownTemplateError
 from tuner.frozen import Config, Shape
+from tuner.keys import KINDS
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status
+from tuner.shapes import parse_shape_text
 from tuner.store.entries import disproved_by_study, disproved_in, round_winner
 from tuner.store.records import (
     ACTIVE_JOB_STATES,
@@ -186,22 +189,27 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
 
 @dataclass(frozen=True)
 class AskField:
-    """One dim of the template page's lookup form: its name, kind (int, bool, str), the value shown, the
-    values it may take (None: any) and its doc."""
+    """One dim of the template page's lookup form: its name, kind (int, bool, str), the value shown (blank:
+    left to the dim's default), the dim's default as the form spells it (None: the dim is required), the
+    options of a select (bool and choice dims: the default first as a blank option, then each value; a value
+    sent that is none of them is kept, marked invalid) and the dim's doc."""
 
     name: str
     kind: str
     value: str
-    choices: tuple[str, ...] | None
+    default: str | None
+    options: tuple[tuple[str, str], ...] | None  # (value, label); None: a text field
+    invalid: bool
     doc: str
 
 
 @dataclass(frozen=True)
 class Ask:
     """The lookup form of the template page and, once sent, what ``GET /v1/best`` answers for its shape on the
-    page's device (``answer``, the same :class:`BestOut` as the API's; ``changed``: its config's changes from
-    the search space's default) or why it cannot (``error``: the API's 422 message). ``api_url``: the same
-    question as an API call. Immutable."""
+    page's device (``answer``, the same :class:`BestOut` as the API's, apart from the API's answer cache, which
+    may serve an answer up to twice its TTL old, or a stale one while the store is down; ``changed``: its
+    config's changes from the search space's default) or why it cannot (``error``: the API's 422 message for
+    the shape). ``api_url``: the same question as an API call. Immutable."""
 
     fields: tuple[AskField, ...]
     device_kind: str
@@ -217,30 +225,55 @@ class Ask:
 
 def ask_lookup(best: BestService, entry: CatalogEntry, device_kind: str, device_name: str | None,
                raw: Mapping[str, str] | None, example: Mapping[str, Any] | None) -> Ask:
-    """The form's fields (the values sent, else ``example``'s, else each dim's default) and, when ``raw`` was
-    sent, the answer of the server's own lookup (:meth:`BestService.answer`, nothing queued for re-verification)
-    for the dims given (blank fields left out: the template fills its defaults, or says which dim is missing).
-    A shape the template rejects is an ``error``, not an exception; StoreError propagates (the page's 503)."""
-    shown = raw if raw is not None else {k: _form_value(v) for k, v in (example or {}).items()}
-    fields = tuple(AskField(d.name, d.kind, shown.get(d.name, _form_value(d.default)), d.choices, d.doc)
-                   for d in entry.spec.dims)
+    """The form's fields (the values sent, else ``example``'s, else the template's first workload's) and, when
+    ``raw`` was sent, the answer of the server's own lookup (:meth:`BestService.answer`, nothing queued for
+    re-verification) for the dims given: blank fields are left out (the template fills its defaults, or says
+    which dim is missing) and the rest is read as the API reads ``shape=`` (one ``NAME=VALUE,…`` text, so that
+    the page and its API link ask the same). A shape the template rejects is an ``error``, not an exception;
+    StoreError propagates (the page's 503)."""
+    if example is None and entry.spec.workloads:
+        example = entry.spec.workloads[0].shape
+    shown = dict(raw) if raw is not None else {k: _form_value(v) for k, v in (example or {}).items()}
+    fields = tuple(_field(d, shown.get(d.name, "")) for d in entry.spec.dims)
     ask = Ask(fields, device_kind, device_name)
     if raw is None:
         return ask
-    given = {k: v.strip() for k, v in raw.items() if v.strip()}
-    shape_text = ",".join(f"{k}={v}" for k, v in given.items())
+    shape_text = ",".join(f"{k}={v.strip()}" for k, v in raw.items() if v.strip())
     query = {"template": entry.name, "device": device_kind, "shape": shape_text,
              **({"device_name": device_name} if device_name else {})}
     api_url = "/v1/best?" + urlencode(query)
     try:
+        given = parse_shape_text(shape_text) if shape_text else {}
         answer = best.answer(BestRequest(entry.name, given, device_kind, device_name), report_foreign=False)
-    except UserInputError as exc:  # a shape the template rejects (the API's 422)
+    except ShapeError as exc:  # malformed text: the API's 422 on `shape`
         return dataclasses.replace(ask, asked=True, error=str(exc), api_url=api_url)
+    except FieldError as exc:
+        if tuple(exc.loc) != ("query", "shape"):
+            raise
+        return dataclasses.replace(ask, asked=True, error=str(exc), api_url=api_url)  # the template rejects it
     default = entry.space.default
     changed = {k: v for k, v in answer.config.items() if default.get(k) != v}
     source = (",".join(f"{k}={_form_value(v)}" for k, v in sorted(answer.source_shape.items()))
               if answer.source_shape is not None else None)
     return dataclasses.replace(ask, asked=True, answer=answer, changed=changed, api_url=api_url, source=source)
+
+
+def _field(dim: Dim, sent: str) -> AskField:
+    """The form's field for ``dim`` showing ``sent`` (as the dim reads it where it can: ``1`` for a bool shows
+    ``true``; a value it refuses is shown as sent, marked invalid)."""
+    default = None if dim.default is None else _form_value(dim.default)
+    value, invalid = sent.strip(), False
+    if value:
+        try:
+            value = _form_value(dim.coerce(value))
+        except ShapeError:
+            invalid = True
+    options: tuple[tuple[str, str], ...] | None = None
+    if dim.kind == "bool" or dim.choices:
+        values = list(dim.choices or ("true", "false"))
+        options = (((("", f"default ({default})"),) if default is not None else ())
+                   + tuple((v, v) for v in values) + (((value, f"{value} (invalid)"),) if invalid else ()))
+    return AskField(dim.name, dim.kind, value, default, options, invalid, dim.doc)
 
 
 def _form_value(value: Any) -> str:

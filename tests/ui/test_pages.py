@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -21,6 +22,7 @@ from tests.fixtures.servers import TOKENS, thread_server
 from tests.fixtures.statements import sent_statements
 from tests.fixtures.sweeps import NAME, StoredSweep, store_sweep
 from tuner import db
+from tuner.api.main import create_app
 from tuner.api.settings import ApiSettings
 
 FETCH_DIRECTIVES = ("default-src", "script-src", "style-src", "img-src", "font-src", "connect-src", "worker-src")
@@ -90,7 +92,8 @@ def test_pages_render_the_store(served: tuple[str, StoredSweep, int]) -> None:
 def test_the_template_page_asks_the_lookup_as_the_api_does(served: tuple[str, StoredSweep, int]) -> None:
     """The template page's form (``shape.<dim>=…``) shows what ``GET /v1/best`` serves for any shape on the
     page's device: exact for a tuned shape, nearest with the repair the lookup made, the default on a kind
-    with no entry, the API's 422 message inline (the page still renders), and a link to the same API call,
+    with no entry, the API's 422 message inline for a shape the template rejects (the page still renders; a
+    dim sent twice, which the form never does, gets the error page), and a link to the same API call,
     whose answer is the page's. Unsent, the form holds the first row's shape (n=1024: rows go by shape key)."""
     base = served[0]
     page = f"/ui/templates/{NAME}"
@@ -116,6 +119,63 @@ def test_the_template_page_asks_the_lookup_as_the_api_does(served: tuple[str, St
     assert 'id="ask-error"' in rejected and "shape dim n: expected an integer, got 'x'" in rejected
     assert 'id="shapes"' in rejected  # the rest of the page is there
     assert "shape dim n is given twice" in ask("shape.n=1&shape.n=2", 422)
+
+
+def test_the_lookup_form_reads_dims_as_the_api_does_and_queues_nothing(tmp_path: Path) -> None:
+    """A template with required, defaulted, bool and choice dims (the TileLang chunk cumsum, whose spec and
+    space the API loads without its kernels) on two devices: blank fields take the dims' defaults (shown as
+    placeholders and blank options), a bool sent as 1 shows true, a value outside the choices stays shown
+    (marked invalid) beside the API's message, a comma inside a field is read as the API reads ``shape=`` (the
+    page and its link answer alike), and a foreign answer (another device's entry) queues no re-verification
+    from the page, while the same question to the API does."""
+    from tests.fixtures.servers import publish
+    from tuner import registry
+
+    name = "mamba2_chunk_cumsum_tilelang"
+    spec = registry.spec(name)
+    default = spec.space().default.to_dict()
+    near = spec.make_shape({"B": 1, "S": 4096, "H": 48, "has_bias": True, "dtype": "float16"}).to_dict()
+    other = spec.make_shape({"B": 8, "S": 2048, "H": 64, "has_bias": True, "dtype": "bfloat16"}).to_dict()
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    publish(store, name, near, default, 2.5, device_kind="cuda", device_name="dev-a", version=spec.version)
+    publish(store, name, other, default, 4.4, device_kind="cuda", device_name="dev-b", version=spec.version)
+    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False)  # type: ignore[arg-type]
+    app = create_app(settings, store)
+    foreign_answers: list[Any] = []  # what BestService reports to on_foreign (tuner serve queues re-verification)
+    app.state.best.on_foreign = lambda request, answer: foreign_answers.append(answer)
+    with thread_server(settings, store, app=app) as base, httpx.Client(base_url=base, timeout=60) as http:
+        page = f"/ui/templates/{name}?device=dev-a&kind=cuda&"
+
+        def ask(dims: str, status: int = 200) -> str:
+            r = http.get(page + dims)
+            assert r.status_code == status, r.text[:300]
+            return html.unescape(r.text)
+
+        def api_of(text: str) -> dict[str, Any]:
+            link = re.search(r'href="(/v1/best\?[^"]+)"', text)
+            assert link is not None
+            return dict(http.get(html.unescape(link.group(1))).json())
+
+        exact = ask("shape.B=1&shape.S=4096&shape.H=48&shape.Q=&shape.has_bias=1&shape.dtype=float16&shape.softplus=")
+        assert 'class="match m-exact">exact' in exact
+        assert '<option value="true" selected>true</option>' in exact  # has_bias=1, as the dim reads it
+        assert 'name="shape.Q" value="" size="7" inputmode="numeric" placeholder="default 256">' in exact
+        assert '<option value="" selected>default (true)</option>' in exact  # softplus left to its default
+        assert 'name="shape.B" value="1" size="7" inputmode="numeric" required>' in exact
+        wrong = ask("shape.B=1&shape.S=4096&shape.H=48&shape.dtype=int8", 422)
+        assert '<option value="int8" selected>int8 (invalid)</option>' in wrong
+        assert "shape dim dtype: expected one of float16, bfloat16, float32, got 'int8'" in wrong
+        comma = ask("shape.B=1&shape.S=4096&shape.H=48,dtype=bfloat16&shape.has_bias=true")
+        theirs = api_of(comma)
+        assert theirs["match"] == "nearest" and theirs["shape"]["dtype"] == "bfloat16" and theirs["distance"] == 1
+        assert 'class="match m-nearest">nearest' in comma and "distance 1<" in comma
+
+        foreign = ask("shape.B=8&shape.S=2048&shape.H=64&shape.has_bias=true&shape.dtype=bfloat16")
+        assert "on dev-b" in foreign and "nothing measured on 'dev-a'" in foreign  # another device's config
+        assert foreign_answers == []  # a page view reports nothing (no re-verification queued by a GET page)
+        assert api_of(foreign)["device_name"] == "dev-b"
+        assert len(foreign_answers) == 1 and foreign_answers[0].entry.device_name == "dev-b"  # the API does
+    store.close()
 
 
 def test_pages_show_what_tuner_verify_found_as_the_report_and_the_api_do(tmp_path: Path) -> None:
