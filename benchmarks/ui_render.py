@@ -3,9 +3,10 @@
 Serves ``create_app`` with uvicorn in this process (templates warmed as ``tuner serve`` does), requests every
 page once to warm up, then every page ``--repeat`` times in rounds, and reports per page kind the p50, p95
 and max of the time from sending the request to having read the whole body (server render + transfer on
-localhost). The pages: the overview, every template page (per device), every study page, and a compare page
-per pair of consecutive studies. The stores are copied to a temporary folder first: nothing is written to
-the committed files.
+localhost). The pages: the overview, every template page (per device), the template page with its lookup form
+sent (per template and device: the first study's shape with its first integer dim doubled), every study page,
+and a compare page per pair of consecutive studies. The stores are copied to a temporary folder first: nothing
+is written to the committed files.
 
     python benchmarks/ui_render.py benchmarks/h200/chunk_cumsum.db benchmarks/h200/mamba3_mimo_bwd.db \\
         --output benchmarks/ui_render.md
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import platform
 import socket
@@ -22,6 +24,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,7 +34,7 @@ import uvicorn
 from tuner import db
 from tuner.api.main import create_app
 from tuner.api.settings import ApiSettings
-from tuner.db.explore import list_study_summaries
+from tuner.db.explore import StudySummary, list_study_summaries
 
 
 def _serve(store: db.Store) -> tuple[str, uvicorn.Server, threading.Thread]:
@@ -54,9 +57,28 @@ def _pages(store: db.Store) -> list[tuple[str, str]]:
     by_template = sorted({(s.study.template, s.study.device_name) for s in summaries})
     pages = [("overview", "/")]
     pages += [("template", f"/ui/templates/{t}?device={d}") for t, d in by_template]
+    pages += [("template, asked", _asked(s.study)) for s in _first_per(summaries)]
     pages += [("study", f"/ui/studies/{i}") for i in studies]
     pages += [("compare", f"/ui/compare?study={a}&study={b}") for a, b in itertools.pairwise(studies)]
     return pages
+
+
+def _first_per(summaries: Sequence[StudySummary]) -> list[StudySummary]:
+    """The first study of each (template, device name)."""
+    seen: dict[tuple[str, str], StudySummary] = {}
+    for s in sorted(summaries, key=lambda s: s.study.id):
+        seen.setdefault((s.study.template, s.study.device_name), s)
+    return list(seen.values())
+
+
+def _asked(study: db.StudyRecord) -> str:
+    """The template page with its lookup form sent for a shape nobody tuned: the study's shape with its first
+    integer dim doubled (a nearest answer, or the default)."""
+    shape = json.loads(study.shape_json)
+    first = next(k for k, v in shape.items() if isinstance(v, int) and not isinstance(v, bool))
+    shape[first] *= 2
+    dims = "&".join(f"shape.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in shape.items())
+    return f"/ui/templates/{study.template}?device={study.device_name}&kind={study.device_kind}&{dims}"
 
 
 def measure(path: Path, repeat: int) -> dict[str, list[float]]:
