@@ -49,8 +49,9 @@ def tuner(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         (["tune", "fault_vector_scale_broken", "--shape", "n=64"],
          "broken_space.yaml: parameters.BLOCK.pow2: Value error, low (24)"),
         (["best", VS, "--shape", "n=64"], "no best config stored"),
-        (["best", VS, "--shape", "n=64", "--device", "cpu"], "n=64 on cpu; run `tuner tune` first (this command reads "
-         "this exact shape; `GET /v1/best` and the runtime client serve a nearest shape's best or the default)"),
+        (["best", VS, "--shape", "n=64", "--device", "cpu"], "n=64 on cpu; run `tuner tune` first, or ask with "
+         "--lookup --device KIND for what `GET /v1/best` serves (a nearest shape's best or the default)"),
+        (["best", VS, "--shape", "n=64", "--lookup"], "--lookup needs --device (cuda, npu or cpu)"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: list[str], message: str) -> None:
