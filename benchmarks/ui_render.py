@@ -35,6 +35,7 @@ from tuner import db
 from tuner.api.main import create_app
 from tuner.api.settings import ApiSettings
 from tuner.db.explore import StudySummary, list_study_summaries
+from tuner.frozen import scalar_text
 
 
 def _serve(store: db.Store) -> tuple[str, uvicorn.Server, threading.Thread]:
@@ -77,7 +78,7 @@ def _asked(study: db.StudyRecord) -> str:
     shape = json.loads(study.shape_json)
     first = next(k for k, v in shape.items() if isinstance(v, int) and not isinstance(v, bool))
     shape[first] *= 2
-    dims = "&".join(f"shape.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in shape.items())
+    dims = "&".join(f"shape.{k}={scalar_text(v)}" for k, v in shape.items())
     return f"/ui/templates/{study.template}?device={study.device_name}&kind={study.device_kind}&{dims}"
 
 

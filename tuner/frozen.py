@@ -60,7 +60,7 @@ class FrozenMap(Mapping[str, Scalar]):
 
     def key(self) -> str:
         """Canonical text form ``a=1,b=x,c=true``, sorted by name; stable across processes."""
-        return ",".join(f"{k}={_fmt(v)}" for k, v in self._items)
+        return ",".join(f"{k}={scalar_text(v)}" for k, v in self._items)
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, no spaces)."""
@@ -80,7 +80,9 @@ class FrozenMap(Mapping[str, Scalar]):
         return cls(data)
 
 
-def _fmt(value: Scalar) -> str:
+def scalar_text(value: Scalar) -> str:
+    """A dim's or parameter's value as shapes' keys (and the API's query strings) spell it: bools as
+    ``true``/``false``."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

@@ -29,7 +29,7 @@ from tuner.api.ui import plots
 from tuner.db.explore import StudyOutcome
 from tuner.dims import Dim
 from tuner.errors import NotFoundError, ShapeError, TunerError, UnknownTemplateError
-from tuner.frozen import Config, Shape
+from tuner.frozen import Config, Shape, scalar_text
 from tuner.keys import KINDS
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status
 from tuner.shapes import parse_shape_text
@@ -245,16 +245,13 @@ def ask_lookup(best: BestService, entry: CatalogEntry, device_kind: str, device_
     try:
         given = parse_shape_text(shape_text) if shape_text else {}
         answer = best.answer(BestRequest(entry.name, given, device_kind, device_name), report_foreign=False)
-    except ShapeError as exc:  # malformed text: the API's 422 on `shape`
-        return dataclasses.replace(ask, asked=True, error=str(exc), api_url=api_url)
-    except FieldError as exc:
-        if tuple(exc.loc) != ("query", "shape"):
+    except (ShapeError, FieldError) as exc:  # malformed text, or a shape the template rejects: the API's 422
+        if isinstance(exc, FieldError) and tuple(exc.loc) != ("query", "shape"):
             raise
-        return dataclasses.replace(ask, asked=True, error=str(exc), api_url=api_url)  # the template rejects it
+        return dataclasses.replace(ask, asked=True, error=str(exc), api_url=api_url)
     default = entry.space.default
     changed = {k: v for k, v in answer.config.items() if default.get(k) != v}
-    source = (",".join(f"{k}={_form_value(v)}" for k, v in sorted(answer.source_shape.items()))
-              if answer.source_shape is not None else None)
+    source = Shape(answer.source_shape).key() if answer.source_shape is not None else None
     return dataclasses.replace(ask, asked=True, answer=answer, changed=changed, api_url=api_url, source=source)
 
 
@@ -277,12 +274,9 @@ def _field(dim: Dim, sent: str) -> AskField:
 
 
 def _form_value(value: Any) -> str:
-    """A dim's value as the form shows it (bools as the API spells them)."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+    """A dim's value as the form shows it: as the API spells it (:func:`tuner.frozen.scalar_text`), blank for
+    none."""
+    return "" if value is None else scalar_text(value)
 
 
 def _match(best: BestService, template: str, shape: dict[str, Any], kind: str, device_name: str) -> str:

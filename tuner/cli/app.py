@@ -362,7 +362,7 @@ def best(
     else:
         found = exact_answer(_store(db_url), template=t.name, version=t.version, carries=t.carries, space=space,
                              shape=the_shape, device_kind=device)
-        if found is None or found.entry is None:
+        if found is None:  # exact_answer answers only from an entry of the shape
             raise UserInputError(f"no best config stored for {t.name} at {the_shape.key()}"
                                  + (f" on {device}" if device else "") + "; run `tuner tune` first, or ask with "
                                  "--lookup --device KIND for what `GET /v1/best` serves (a nearest shape's best "
