@@ -34,9 +34,11 @@ def _measure(tmp_path: Path, *args: str) -> list[dict]:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     out = tmp_path / "rows.json"
+    # the checkout first, then what the caller's path holds (on the GPU machine: the bundled packages)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     run = subprocess.run(
         [sys.executable, "benchmarks/l2_flush_effect.py", "--samples", "5", "--json", str(out), *args],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600,
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": path}, timeout=600,
     )
     assert run.returncode == 0, run.stderr[-2000:]
     rows: list[dict] = json.loads(out.read_text())

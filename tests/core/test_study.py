@@ -14,7 +14,7 @@ from tests.fixtures.fault_templates import TUNABLE_REF
 from tuner import db, registry
 from tuner.driver.budget import CountBudget, DeadlineBudget
 from tuner.driver.study import FinalRound, StudyContext, finalize, open_study, queue_in_order
-from tuner.driver.trials import run_trials
+from tuner.driver.trials import _in_flight_twin, run_trials
 from tuner.frozen import Config, Shape
 from tuner.keys import StudyKey
 from tuner.measure.devices.base import DeviceSpec
@@ -185,6 +185,31 @@ def test_a_trial_orphaned_before_its_first_heartbeat_is_failed(tmp_path, measure
     assert failed.state is optuna.trial.TrialState.FAIL and "orphaned" in failed.user_attrs["reason"]
     # It held the enqueued default: queued again and measured next, so the default is not lost.
     assert record.config == Config(mode="ok", BLOCK=64) and record.number > orphan.number
+
+
+def test_two_workers_asking_the_same_config_at_once_measure_it_once(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    """Two workers sharing a study (heartbeats on) that ask the same config at the same moment (each queued
+    the one config the study lacked) both hold a RUNNING trial of it. The later one steps aside as a duplicate
+    of the earlier, and the earlier is measured: before, each found the other in flight, both stepped aside,
+    and the config counted as settled without a measurement (a CI run's search ended without its only
+    correct config)."""
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    shape = Shape(n=16)
+    first = open_study(NAME, shape, store=store, measurer=measurer, sampler="random", seed=0, heartbeat_s=1.0)
+    second = open_study(NAME, shape, store=store, measurer=measurer, sampler="random", seed=0, heartbeat_s=1.0)
+    lacking = Config(mode="ok", BLOCK=16)
+    trials = []
+    for ctx in (first, second):
+        ctx.study.enqueue_trial(lacking.to_dict(), skip_if_exists=False)
+    for ctx in (first, second):  # both asked before either looked for a twin
+        trial = ctx.study.ask()
+        while ctx.space.suggest(trial) != lacking:  # the default queued on opening comes first
+            ctx.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            trial = ctx.study.ask()
+        trials.append(trial)
+    early, late = sorted(trials, key=lambda t: t.number)
+    assert _in_flight_twin(first, early.number, lacking) is None  # the earlier one is measured
+    assert _in_flight_twin(second, late.number, lacking) == early.number  # the later one steps aside
 
 
 def test_in_a_batch_a_trials_overhead_leaves_out_its_wait(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]

@@ -26,13 +26,17 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def run(kernel, shape: Shape, inputs: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Poison the outputs, run, return the relative L2 error of every output against the reference."""
+    """Poison the outputs, run, return the relative L2 error of every output against the reference. A
+    comparator called as its users call it (mamba_ssm's wrapper) returns outputs of its own: those are
+    checked then, as the measurer does."""
     outputs = T.allocate_outputs(shape, inputs)
     for t in outputs.values():
         t.fill_(float("nan"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # exp overflow of bypassed values, by design
-        kernel(inputs, outputs)
+        returned = kernel(inputs, outputs)
+    if returned is not None:
+        outputs = dict(returned)
     ref = T.reference(shape, inputs)
     return {name: relative_l2(outputs[name], ref[name]) for name in ref}
 
@@ -338,8 +342,12 @@ def test_workloads_on_gpu(name: str) -> None:
         assert_correct(errs, shape, config.key())
     for line in T.comparators():
         if line.unavailable(shape) is None:
-            errs = run(line.build(shape), shape, T.make_inputs(shape, "cuda", 0))
-            assert_correct(errs, shape, line.name)
+            # on its own contract (mamba_ssm's fp32 outputs); a line the correctness gate leaves alone (the
+            # elementwise ceiling: the template's bytes, none of its math) must run, its values are not checked
+            at = line.contract_shape(shape)
+            errs = run(line.build(at), at, T.make_inputs(at, "cuda", 0))
+            if line.gated:
+                assert_correct(errs, at, line.name)
 
 
 def test_template_identity() -> None:

@@ -383,13 +383,17 @@ def _tell(ctx: StudyContext, trial: optuna.Trial, result: MeasureResult, measure
 
 
 def _in_flight_twin(ctx: StudyContext, number: int, config: Config) -> int | None:
-    """The number of another RUNNING trial of the study with the same parameters, if any. Without
-    heartbeats only this process's own trials count: a RUNNING trial of another process is then one of a
-    run killed outright (see tuner.driver.study.settled_params), which will never be measured."""
+    """The number of an earlier RUNNING trial of the study (a lower number) with the same parameters, if
+    any. Only an earlier one: two workers that asked the same config at once (both took the one config left
+    unseen, queued by each) would otherwise each find the other in flight, both step aside, and the config
+    would count as settled without ever being measured (seen in CI: a TPE search of 7 valid configs ended
+    with its only correct one unmeasured). Without heartbeats only this process's own trials count: a
+    RUNNING trial of another process is then one of a run killed outright (see
+    tuner.driver.study.settled_params), which will never be measured."""
     params = config.to_dict()
     for other in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         live = ctx.heartbeats or optuna_access.trial_id(other) in ctx.in_flight
-        if other.number != number and live and other.params == params:
+        if other.number < number and live and other.params == params:
             return other.number
     return None
 
