@@ -50,7 +50,7 @@ from tuner.api.schemas import BestOut, ConfigChangeOut, DifferenceOut, Verificat
 from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
 from tuner.errors import ShapeError, StoreError, UnknownTemplateError
 from tuner.frozen import Shape
-from tuner.lookup import Answer, Entry, Requester, fit_distance, verification_note
+from tuner.lookup import Answer, Entry, Requester, fit_distance, served_notes
 from tuner.store.entries import lookup_answer, served_entries
 
 log = logging.getLogger(__name__)
@@ -273,15 +273,6 @@ class BestService:
 
 def _out(entry: CatalogEntry, shape: Shape, device_kind: str, answer: Answer) -> BestOut:
     e = answer.entry
-    notes = list(answer.notes)
-    for d in answer.differences:
-        if d.what == "device_name":
-            notes.append(f"nothing measured on {d.requested!r}; this config was measured on {d.entry!r}")
-        elif not d.what.startswith("shape."):
-            notes.append(f"verified under another {d}")
-    drifted = verification_note(e.verification) if e is not None and e.verification else None
-    if drifted:
-        notes.append(drifted)
     return BestOut(
         template=entry.name, template_version=entry.spec.version, shape=shape.to_dict(), shape_key=shape.key(),
         device_kind=device_kind,  # type: ignore[arg-type]
@@ -292,7 +283,7 @@ def _out(entry: CatalogEntry, shape: Shape, device_kind: str, answer: Answer) ->
         published_at=e.published_at if e else None, source_shape=dict(e.shape) if e else None,
         software=dict(e.software) if e and e.software is not None else None,
         differences=[DifferenceOut(what=d.what, requested=d.requested, entry=d.entry) for d in answer.differences],
-        unchecked=list(answer.unchecked), notes=notes,
+        unchecked=list(answer.unchecked), notes=list(served_notes(answer)),
         repaired=[ConfigChangeOut(param=c.param, entry=c.entry, served=c.served) for c in answer.repaired],
         measured_version=e.template_version if e else None,
         verification=VerificationOut(**e.verification) if e is not None and e.verification else None,

@@ -345,6 +345,24 @@ class Answer:
         return any(not d.what.startswith("shape.") and d.what != "template_version" for d in self.differences)
 
 
+def served_notes(answer: Answer) -> tuple[str, ...]:
+    """Every note an answer is served with — by ``GET /v1/best``, the offline client over an export file and
+    ``tuner best --lookup`` alike: the lookup's own (:attr:`Answer.notes`), one per difference of device name,
+    software or template version (the requested shape's own differences are in ``differences`` alone), and
+    the entry's flagged verification (:func:`verification_note`). Pure."""
+    notes = list(answer.notes)
+    for d in answer.differences:
+        if d.what == "device_name":
+            notes.append(f"nothing measured on {d.requested!r}; this config was measured on {d.entry!r}")
+        elif not d.what.startswith("shape."):
+            notes.append(f"verified under another {d}")
+    e = answer.entry
+    drifted = verification_note(e.verification) if e is not None and e.verification else None
+    if drifted:
+        notes.append(drifted)
+    return tuple(notes)
+
+
 def shape_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     """The lookup's distance (:data:`tuner.distance.DEFAULT_DISTANCE`) before any fitting (every integer dim
     weighs 1); ``inf`` when not comparable."""

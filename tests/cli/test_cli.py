@@ -295,13 +295,15 @@ def test_best_lookup_answers_any_shape_as_the_server_does(tmp_path: Path) -> Non
     with db.Store.open(url) as store:
         publish(store, VS, {"n": 256}, {"mode": "ok", "BLOCK": 256}, 19.0)
 
-    def ask(n: int) -> dict[str, Any]:
-        run = tuner("best", VS, "--shape", f"n={n}", "--lookup", "--device", "cpu", "--device-name", "test-cpu",
+    def ask(n: int, name: str = "test-cpu") -> dict[str, Any]:
+        run = tuner("best", VS, "--shape", f"n={n}", "--lookup", "--device", "cpu", "--device-name", name,
                     "--db", url, "--json")
         assert run.returncode == 0, run.stderr
         return dict(json.loads(run.stdout))
 
-    exact, near, far = ask(256), ask(128), ask(256 << 4)
+    exact, near, far, elsewhere = ask(256), ask(128), ask(256 << 4), ask(256, "other-cpu")
+    assert elsewhere["match"] == "nearest" and elsewhere["notes"] == [
+        "nothing measured on 'other-cpu'; this config was measured on 'test-cpu'"]
     assert (exact["match"], exact["config"], exact["median_us"]) == ("exact", {"mode": "ok", "BLOCK": 256}, 19.0)
     assert (near["match"], near["distance"], near["source_shape"]) == ("nearest", 1.0, {"n": 256})
     assert near["config"] == {"mode": "ok", "BLOCK": 128} and near["repaired"][0]["served"] == 128
@@ -310,11 +312,12 @@ def test_best_lookup_answers_any_shape_as_the_server_does(tmp_path: Path) -> Non
     assert any("no default figure" in n for n in far["notes"]), far["notes"]
     settings = ApiSettings(db_url=url, tokens=TOKENS, warm_templates=False)  # type: ignore[arg-type]
     with db.Store.open(url) as store, thread_server(settings, store) as base:
-        for n, ours in ((256, exact), (128, near), (4096, far)):
+        for n, name, ours in ((256, "test-cpu", exact), (128, "test-cpu", near), (4096, "test-cpu", far),
+                              (256, "other-cpu", elsewhere)):
             theirs = httpx.get(f"{base}/v1/best", params={"template": VS, "device": "cpu", "shape": f"n={n}",
-                                                          "device_name": "test-cpu"}, timeout=30).json()
-            assert {k: theirs[k] for k in ("match", "config", "distance")} == {
-                k: ours[k] for k in ("match", "config", "distance")}, (n, theirs, ours)
+                                                          "device_name": name}, timeout=30).json()
+            assert {k: theirs[k] for k in ("match", "config", "distance", "notes")} == {
+                k: ours[k] for k in ("match", "config", "distance", "notes")}, (n, theirs, ours)
     no_kind = tuner("best", VS, "--shape", "n=128", "--lookup", "--db", url)
     assert no_kind.returncode == 2 and "--lookup needs --device" in no_kind.stderr
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -224,12 +225,16 @@ def test_the_export_file_repairs_an_invalid_nearest_config_as_the_server_does(
     path = tmp_path / "mimo.json"
     assert "1 best config(s) of 1 template(s)" in export(store, path, "mamba3_mimo_bwd")
     online, offline = Client(server, software=None), Client.from_file(path, software=None)
-    for shape in ({**r4, "R": 16}, {**r4, "R": 16, "N": 64}, {**r4, "R": 2}, r4, {**r4, "R": 16, "S": 8}):
-        a = online.best("mamba3_mimo_bwd", shape, device="cuda", device_name="NVIDIA H200")
-        b = offline.best("mamba3_mimo_bwd", shape, device="cuda", device_name="NVIDIA H200")
+    shapes = ({**r4, "R": 16}, {**r4, "R": 16, "N": 64}, {**r4, "R": 2}, r4, {**r4, "R": 16, "S": 8})
+    # another GPU asking too: the notes saying what was measured where come with the answer offline as online
+    for shape, name in itertools.product(shapes, ("NVIDIA H200", "NVIDIA H100")):
+        a = online.best("mamba3_mimo_bwd", shape, device="cuda", device_name=name)
+        b = offline.best("mamba3_mimo_bwd", shape, device="cuda", device_name=name)
         assert (a.match, dict(a.config), a.repaired, a.notes, a.source_shape, a.measured_version, a.carried) == (
             b.match, dict(b.config), b.repaired, b.notes, dict(b.source_shape or {}) or None, b.measured_version,
-            b.carried), shape
+            b.carried), (shape, name)
+        elsewhere = "nothing measured on 'NVIDIA H100'; this config was measured on 'NVIDIA H200'"
+        assert (elsewhere in b.notes) == (name == "NVIDIA H100" and b.match != "default"), (shape, b.notes)
     r16 = offline.best("mamba3_mimo_bwd", {**r4, "R": 16}, device="cuda", device_name="NVIDIA H200")
     # a version-2 best served by version 4 (which carries version 2) with the scan, version 2's state pass, and
     # qk_warps=same (one launch setting for both split2 kernels, as version 2 ran them)

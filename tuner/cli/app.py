@@ -347,7 +347,7 @@ def best(
     template version's own best, else a carried version's (its config completed, ``measured_version`` saying
     which; repaired where the current constraints reject it). With --lookup, any shape: `GET /v1/best`'s
     whole answer (a nearest shape's best, or the default) with the lookup's notes and differences."""
-    from tuner.lookup import Requester
+    from tuner.lookup import Requester, served_notes
     from tuner.store.entries import exact_answer, lookup_answer, served_entries
 
     t, the_shape = _one_shape(template, workload, shape)
@@ -381,7 +381,7 @@ def best(
         "differences": [{"what": d.what, "requested": d.requested, "entry": d.entry} for d in answer.differences],
         "unchecked": list(answer.unchecked),
         "repaired": [{"param": c.param, "entry": c.entry, "served": c.served} for c in answer.repaired],
-        "notes": list(answer.notes),
+        "notes": list(served_notes(answer)),
     }
     if as_json:
         print(json.dumps(data, indent=2))

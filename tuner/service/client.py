@@ -70,6 +70,7 @@ from tuner.lookup import (
     Requester,
     choose,
     fit_distance,
+    served_notes,
 )
 
 if TYPE_CHECKING:
@@ -445,8 +446,8 @@ def _from_answer(template: str, shape: Mapping[str, Any], kind: str, answer: Ans
         p80_us=e.p80_us if e else None, n_samples=e.n_samples if e else None, timer=e.timer if e else None,
         measurement_id=e.measurement_id if e else None, fingerprint=e.fingerprint_hash if e else None,
         published_at=e.published_at if e else None, source_shape=MappingProxyType(dict(e.shape)) if e else None,
-        notes=answer.notes, differences=answer.differences, unchecked=answer.unchecked, repaired=answer.repaired,
-        template_version=version, measured_version=e.template_version if e else None,
+        notes=served_notes(answer), differences=answer.differences, unchecked=answer.unchecked,
+        repaired=answer.repaired, template_version=version, measured_version=e.template_version if e else None,
     )
 
 
