@@ -16,7 +16,7 @@ from tuner.api.schemas import MeasurementOut
 from tuner.api.study_schemas import FailureOut, FinalOut, StudyBrief, StudyDetail
 from tuner.db.explore import StudySummary
 from tuner.errors import TunerError
-from tuner.frozen import Shape
+from tuner.frozen import Config, Shape
 from tuner.results import DEFAULT_LABEL
 from tuner.store.entries import disproved_in, round_winner
 
@@ -53,7 +53,8 @@ def detail(store: db.Store, catalog: Catalog, summary: StudySummary) -> StudyDet
     """The study's brief with its fingerprint, latest final round (fastest first) and failure groups."""
     final = store.latest_round(study_id=summary.study.id)
     failures = store.failure_groups(study_id=summary.study.id)
-    best = round_winner(final, disproved_in(store, summary.study.id))
+    best = round_winner(final, disproved_in(store, summary.study.id),
+                        Config(summary.best.config) if summary.best else None)
     default = next((m for m in final if m.candidate == DEFAULT_LABEL and m.ok), None)
     best_us = best.median_us if best else None
     ordered = sorted(final, key=lambda m: (m.median_us is None, m.median_us or 0.0, m.id))

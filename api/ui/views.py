@@ -116,10 +116,10 @@ class ShapeRow:
 
 
 def _shape_row(entry: CatalogEntry, study: db.StudyRecord, outcome: StudyOutcome | None, match: str,
-               disproved: set[Config]) -> ShapeRow:
+               disproved: set[Config], published: Config | None) -> ShapeRow:
     final = outcome.final if outcome else ()
     ok = [e for e in final if e.status == Status.OK.value and e.median_us is not None]
-    best = round_winner(final, disproved)
+    best = round_winner(final, disproved, published)
     default = best if best is not None and best.candidate == DEFAULT_LABEL else next(
         (e for e in ok if e.candidate == DEFAULT_LABEL), None)
     lines: dict[str, float | None] = {}
@@ -162,14 +162,16 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
     if device_name is not None and device_name not in devices:
         raise NotFoundError(f"no study of {name} on {device_name!r}; devices: {', '.join(devices) or 'none'}")
     device = device_name or (devices[0] if devices else None)
-    shown = current_studies([s.study for s in summaries], store.list_best(template=name))
+    bests = store.list_best(template=name)
+    shown = current_studies([s.study for s in summaries], bests)
+    published = {b.study_id: Config.from_json(b.config_json) for b in bests}
     latest = sorted((st for k, st in shown.items() if k[2] == device), key=lambda st: st.shape_key)
     outcomes = store.study_outcomes(study_ids=[st.id for st in latest])
     checks = store.latest_verifications(study_ids=[st.id for st in latest])
     disproved = disproved_by_study(store, [st.id for st in latest])
     rows = [_shape_row(entry, st, outcomes.get(st.id),
                        _match(best, name, json.loads(st.shape_json), st.device_kind, st.device_name),
-                       disproved[st.id])
+                       disproved[st.id], published.get(st.id))
             for st in latest]
     # only a verification of the config the row shows as best (a later sweep may have published another)
     rows = [dataclasses.replace(row, verification=check.of_config(row.best_config))
@@ -295,8 +297,8 @@ def study_page(store: db.Store, catalog: Catalog, study_id: int) -> dict[str, An
     trials = store.list_measurements(study_id=study_id, role="trial")
     final = store.latest_round(study_id=study_id)
     names = sorted({k for m in trials for k in json.loads(m.config_json)})
-    best = round_winner(final, disproved_in(store, study_id))
     config = summary.best.config if summary.best else None
+    best = round_winner(final, disproved_in(store, study_id), Config(config) if config is not None else None)
     return {
         "s": detail, "trials": trials, "n_trials": len(trials),
         "verification": (check.of_config(config)

@@ -790,3 +790,59 @@ def test_the_look_picks_an_unheld_config_by_its_seed_and_skips_finite_lists() ->
     assert [k for k in range(1, 3 * LOOK_AFTER_SKIPS + 1) if looks_at_space(k, tpe)] == [
         LOOK_AFTER_SKIPS, 2 * LOOK_AFTER_SKIPS, 3 * LOOK_AFTER_SKIPS]
     assert not any(looks_at_space(k, grid) for k in range(1, 3 * LOOK_AFTER_SKIPS + 1))
+
+
+def test_a_final_round_keeps_the_served_config_unless_the_fastest_beats_it_clearly() -> None:
+    """A published best changes on evidence, not on noise: the config served now stays first unless the
+    fastest of the round ran at least 80% of its samples under the served config's median. The H200 case
+    (2026-12-05): 2p7b-b1-s8k's served config ran 3.68 µs, a challenger 3.65 (p80 3.74); the challenger, once
+    published, ran 24% slower on the H = 128 shape served from it."""
+    from tuner.driver.study import CONFIG_LABEL, FinalEntry, clearly_faster, keep_served
+    from tuner.results import MeasureResult, SampleSummary
+
+    def entry(block: int, samples: list[float]) -> FinalEntry:
+        return FinalEntry(CONFIG_LABEL, MeasureResult(Status.OK, Config(mode="ok", BLOCK=block),
+                                                      SampleSummary.of(samples)), block)
+
+    # 32 ns steps, as CUPTI times a 3.7 µs kernel
+    challenger = entry(16, [3.616] * 3 + [3.648] * 3 + [3.68] * 2 + [3.744] * 2)  # median 3.648, p80 3.7
+    served = entry(32, [3.648] * 3 + [3.68] * 4 + [3.744] * 3)  # median 3.68
+    third = entry(64, [3.9] * 10)
+    assert challenger.result.summary is not None and challenger.result.summary.p80_us >= 3.68
+    assert not clearly_faster(challenger.result, served.result)
+    kept = keep_served([challenger, served, third], served.result.config)
+    assert [e.measurement_id for e in kept] == [32, 16, 64]  # the rest keep their order after it
+    # clearly faster: every sample of the challenger under the served median
+    fast = entry(8, [3.2] * 10)
+    assert clearly_faster(fast.result, served.result)
+    assert [e.measurement_id for e in keep_served([fast, served], served.result.config)] == [8, 32]
+    # nothing served, the served config not in the round (disproved, failed), or already the fastest: as sorted
+    assert [e.measurement_id for e in keep_served([challenger, served], None)] == [16, 32]
+    assert [e.measurement_id for e in keep_served([challenger, third], served.result.config)] == [16, 64]
+    assert [e.measurement_id for e in keep_served([served, third], served.result.config)] == [32, 64]
+    with pytest.raises(ValueError, match="two OK results"):
+        clearly_faster(MeasureResult(Status.TIMEOUT, Config(mode="ok", BLOCK=8), reason="slow"), served.result)
+
+
+def test_the_report_shows_the_config_a_round_kept_rather_than_its_fastest(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    """A round that kept the served config over a faster one within noise published the served one: the
+    report (as the pages and /v1/studies) shows what was published, with its own time, not the round's
+    fastest."""
+    from tuner.driver.study import CONFIG_LABEL, store_result
+    from tuner.results import MeasureResult, SampleSummary
+    from tuner.store.entries import round_winner
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=3)
+    fastest, kept = Config(mode="ok", BLOCK=16), Config(mode="ok", BLOCK=32)
+    ids = {c: store_result(ctx, MeasureResult(Status.OK, c, SampleSummary.of(us)), role="final",
+                           candidate=CONFIG_LABEL, round_id="r")
+           for c, us in ((fastest, [3.616, 3.648, 3.744]), (kept, [3.648, 3.68, 3.744]))}
+    store.publish_best(study_id=ctx.study_id, measurement_id=ids[kept])
+    (row,) = collect(store, NAME).rows
+    assert row.best_config == kept and row.best_us == 3.68
+    final = store.latest_round(study_id=ctx.study_id)
+    assert Config.from_json(round_winner(final).config_json) == fastest  # nothing published: the fastest
+    # a published config the round did not run OK, or disproved since, leaves the fastest shown
+    assert Config.from_json(round_winner(final, published=Config(mode="ok", BLOCK=64)).config_json) == fastest
+    assert Config.from_json(round_winner(final, {kept}, kept).config_json) == fastest

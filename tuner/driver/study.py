@@ -459,7 +459,7 @@ def finalize(
     may_publish: Callable[[], bool] | None = None,
 ) -> FinalRound:
     """Re-measure finalists, the incumbent, the default and comparators interleaved; publish the fastest
-    verified config.
+    verified config, or the config served now when the fastest is not clearly faster (:func:`keep_served`).
 
     The finalists are :func:`top_configs`; the study's published config (:func:`incumbent`) runs beside them,
     so that a round whose new finalists all fail on its inputs (seen on the H200: three configs at their
@@ -527,8 +527,8 @@ def finalize(
     # disproved a config this round measured right on its own inputs
     disproved = disproved_configs(ctx)
     ok = [e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok]
-    winners = sorted((e for e in ok if e.result.config not in disproved),
-                     key=lambda e: e.result.median_us or float("inf"))
+    winners = keep_served(sorted((e for e in ok if e.result.config not in disproved),
+                                 key=lambda e: e.result.median_us or float("inf")), held)
     refused = len(ok) - len(winners)
     winner = winners[0] if winners else None
     published = winner is not None and (may_publish is None or may_publish())
@@ -545,6 +545,37 @@ def finalize(
     _describe_round(ctx.study, entries, winner if published else None)
     return FinalRound(round_id, entries, winner, published, refused, prebuild_s=prebuild_s, measure_s=measure_s,
                       measure_times=parts)
+
+
+def clearly_faster(challenger: MeasureResult, served: MeasureResult) -> bool:
+    """Whether ``challenger`` beat ``served`` in one interleaved round by more than the round's noise: at least
+    80% of its samples (its p80) under the served config's median. Both must be OK. Pure.
+
+    Why: a final round publishes the fastest config, and a config served now was replaced on a sub-percent
+    win. On the H200 (2026-12-05) 2p7b-b1-s8k's served config (`block_h` 8) lost to a `block_h` 4 one by 0.9%
+    (3.68 against 3.65 µs: one step of the CUPTI timer's 32 ns, the p20–p80 ranges overlapping); the new
+    config ran 24% slower than the old on the tuned H = 128 shape and as slow as the default on an unseen
+    one served from it (benchmarks/h200/unseen_shapes.md). Over the committed stores' final rounds this rule
+    keeps 8 of 13 chunk-cumsum replacements (gains of 0.0–2.5% on 2.5–19 µs kernels, within `tuner verify`'s
+    ±3%) and none of the 13 MIMO ones (gains from 0.2% on millisecond kernels whose samples are tight)."""
+    if challenger.summary is None or served.summary is None:
+        raise ValueError("clearly_faster compares two OK results")
+    return challenger.summary.p80_us < served.summary.median_us
+
+
+def keep_served(winners: Sequence[FinalEntry], served: Config | None) -> list[FinalEntry]:
+    """A final round's publishable entries, fastest first, with the config served now (the incumbent, or the
+    carried config the lookup serves for the shape) moved to the front unless the fastest is
+    :func:`clearly_faster` than it: a published best changes on evidence, not on noise (a served config that
+    changes on noise also changes what the lookup serves every neighbouring shape). Pure."""
+    ranked = list(winners)
+    at = next((i for i, e in enumerate(ranked) if served is not None and e.result.config == served), None)
+    if at is None or at == 0 or clearly_faster(ranked[0].result, ranked[at].result):
+        return ranked
+    log.info("final round: kept the served config %s (%.4g µs): the fastest, %s (%.4g µs, p80 %.4g), is not "
+             "clearly faster", served, ranked[at].result.median_us, ranked[0].result.config.key(),
+             ranked[0].result.median_us, ranked[0].result.summary.p80_us if ranked[0].result.summary else float("nan"))
+    return [ranked[at], *ranked[:at], *ranked[at + 1:]]
 
 
 def prebuild(ctx: StudyContext, configs: Sequence[Config], pool: CompilePool | None) -> dict[Config, MeasureResult]:

@@ -128,7 +128,8 @@ def collect(store: TuningStore, template_name: str, *, device_kind: str | None =
     for st in sorted(latest.values(), key=lambda s: (s.device_name, s.shape_key)):
         fingerprint = json.loads(st.fingerprint_json)
         fingerprints[st.fingerprint_hash] = fingerprint
-        row = _row(store, template, st, fingerprint, disproved[st.id])
+        served_config = Config(published[st.id]) if st.id in published else None
+        row = _row(store, template, st, fingerprint, disproved[st.id], served_config)
         check = checks.get(st.id)  # only a verification of the config the row shows as best
         verified = check.of_config(row.best_config.to_dict()) if check and row.best_config else None
         served = row.best_config is not None and published.get(st.id) == row.best_config.to_dict()
@@ -137,14 +138,14 @@ def collect(store: TuningStore, template_name: str, *, device_kind: str | None =
 
 
 def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerprint: dict[str, object],
-         disproved: Collection[Config]) -> ReportRow:
+         disproved: Collection[Config], published: Config | None = None) -> ReportRow:
     shape = Shape.from_json(st.shape_json)
     final = store.latest_round(study_id=st.id)
     trials = store.list_measurements(study_id=st.id, role="trial")
     measured = [t for t in trials if t.status != Status.INVALID.value]
     failed = sum(1 for t in measured if t.status != Status.OK.value)
     search_s = active_seconds([t.created_at for t in measured])
-    best = round_winner(final, disproved)
+    best = round_winner(final, disproved, published)
     default = next((m for m in final if m.candidate == DEFAULT_LABEL and m.status == Status.OK.value), None)
     if best is not None and best.candidate == DEFAULT_LABEL:
         default = best

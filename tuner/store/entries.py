@@ -173,10 +173,14 @@ class RoundRow(Protocol):
 R = TypeVar("R", bound=RoundRow)
 
 
-def round_winner(final: Sequence[R], disproved: Collection[Config] = frozenset()) -> R | None:
-    """The best a final round shows: its fastest OK template config (comparators are not configs of the
-    template) that no round or verification disproved (:func:`disproved_in`); the first in ``final``'s order
-    among equal times. The report, the pages and ``/v1/studies/{id}`` all show this one."""
+def round_winner(final: Sequence[R], disproved: Collection[Config] = frozenset(),
+                 published: Config | None = None) -> R | None:
+    """The best a final round shows: the ``published`` config (the study's best now) when it ran OK in the
+    round and nothing disproved it — a round keeps the config served before it unless the fastest beats it
+    clearly (:func:`tuner.driver.study.keep_served`) —, else its fastest OK template config (comparators are
+    not configs of the template) that no round or verification disproved (:func:`disproved_in`); the first in
+    ``final``'s order among equal times. The report, the pages and ``/v1/studies/{id}`` all show this one."""
     ok = [m for m in final if m.status == Status.OK and m.median_us is not None
           and not m.candidate.startswith(COMPARATOR_PREFIX) and Config.from_json(m.config_json) not in disproved]
-    return min(ok, key=lambda m: m.median_us or math.inf, default=None)
+    kept = next((m for m in ok if published is not None and Config.from_json(m.config_json) == published), None)
+    return kept if kept is not None else min(ok, key=lambda m: m.median_us or math.inf, default=None)
