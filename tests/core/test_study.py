@@ -210,6 +210,19 @@ def test_two_workers_asking_the_same_config_at_once_measure_it_once(tmp_path, me
     early, late = sorted(trials, key=lambda t: t.number)
     assert _in_flight_twin(first, early.number, lacking) is None  # the earlier one is measured
     assert _in_flight_twin(second, late.number, lacking) == early.number  # the later one steps aside
+    # A config queued long ago (a low number) and asked after another worker's fresh trial of it started: the
+    # queued one steps aside (asked later), so the config is not measured twice.
+    again = Config(mode="wrong", BLOCK=16)
+    first.study.enqueue_trial(again.to_dict(), skip_if_exists=False)
+    queued_number = max(t.number for t in first.study.get_trials(deepcopy=False))
+    fresh = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, params=again.to_dict(),
+                                      distributions=first.study.trials[early.number].distributions)
+    second.study.add_trial(fresh)
+    fresh_number = max(t.number for t in second.study.get_trials(deepcopy=False))
+    popped = first.study.ask()
+    assert popped.number == queued_number < fresh_number and first.space.suggest(popped) == again
+    assert _in_flight_twin(first, queued_number, again) == fresh_number
+    assert _in_flight_twin(second, fresh_number, again) is None
 
 
 def test_in_a_batch_a_trials_overhead_leaves_out_its_wait(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]

@@ -69,8 +69,9 @@ class FinalEntry:
 class FinalRound:
     round_id: str
     entries: tuple[FinalEntry, ...]
-    # the published config (else the fastest OK one not disproved); None when none passed the gate or every
-    # one was disproved by a verification meanwhile (``disproved`` counts those)
+    # the published config (else the one it would have published: the config served before the round when
+    # the fastest was not clearly faster, :func:`keep_served`, else the fastest OK one not disproved); None
+    # when none passed the gate or every one was disproved by a verification meanwhile (``disproved``)
     winner: FinalEntry | None
     published: bool
     disproved: int = 0  # OK configs of the round left out because a verification or round found them wrong
@@ -80,6 +81,9 @@ class FinalRound:
     measure_s: float = 0.0
     # the measuring call's parts (process start, template, builds and checks, timing); None when unknown
     measure_times: CallTimes | None = None
+    # the round's fastest publishable entry when the winner is the config served before the round instead
+    # (:func:`keep_served`: the fastest was not clearly faster); None otherwise
+    kept_over: FinalEntry | None = None
 
 
 @dataclass
@@ -527,8 +531,9 @@ def finalize(
     # disproved a config this round measured right on its own inputs
     disproved = disproved_configs(ctx)
     ok = [e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok]
-    winners = keep_served(sorted((e for e in ok if e.result.config not in disproved),
-                                 key=lambda e: e.result.median_us or float("inf")), held)
+    fastest_first = sorted((e for e in ok if e.result.config not in disproved),
+                           key=lambda e: e.result.median_us or float("inf"))
+    winners = keep_served(fastest_first, held)
     refused = len(ok) - len(winners)
     winner = winners[0] if winners else None
     published = winner is not None and (may_publish is None or may_publish())
@@ -543,8 +548,10 @@ def finalize(
             refused += 1
         published = winner is not None
     _describe_round(ctx.study, entries, winner if published else None)
+    kept_over = (fastest_first[0] if winner is not None and fastest_first and winner is not fastest_first[0]
+                 and winner.result.config == held else None)
     return FinalRound(round_id, entries, winner, published, refused, prebuild_s=prebuild_s, measure_s=measure_s,
-                      measure_times=parts)
+                      measure_times=parts, kept_over=kept_over)
 
 
 def clearly_faster(challenger: MeasureResult, served: MeasureResult) -> bool:
@@ -572,9 +579,10 @@ def keep_served(winners: Sequence[FinalEntry], served: Config | None) -> list[Fi
     at = next((i for i, e in enumerate(ranked) if served is not None and e.result.config == served), None)
     if at is None or at == 0 or clearly_faster(ranked[0].result, ranked[at].result):
         return ranked
+    kept, fastest = ranked[at].result, ranked[0].result
     log.info("final round: kept the served config %s (%.4g µs): the fastest, %s (%.4g µs, p80 %.4g), is not "
-             "clearly faster", served, ranked[at].result.median_us, ranked[0].result.config.key(),
-             ranked[0].result.median_us, ranked[0].result.summary.p80_us if ranked[0].result.summary else float("nan"))
+             "clearly faster", kept.config.key(), kept.median_us, fastest.config.key(), fastest.median_us,
+             fastest.summary.p80_us if fastest.summary else float("nan"))
     return [ranked[at], *ranked[:at], *ranked[at + 1:]]
 
 

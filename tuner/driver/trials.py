@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Literal, TypeVar, cast
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner.driver import optuna_access
 from tuner.driver.budget import TrialBudget
@@ -383,17 +383,26 @@ def _tell(ctx: StudyContext, trial: optuna.Trial, result: MeasureResult, measure
 
 
 def _in_flight_twin(ctx: StudyContext, number: int, config: Config) -> int | None:
-    """The number of an earlier RUNNING trial of the study (a lower number) with the same parameters, if
-    any. Only an earlier one: two workers that asked the same config at once (both took the one config left
+    """The number of an earlier RUNNING trial of the study with the same parameters, if any: one asked before
+    this one (its start, then its number: a queued trial's number dates from its queueing, its start from its
+    ask). Only an earlier one: two workers that asked the same config at once (both took the one config left
     unseen, queued by each) would otherwise each find the other in flight, both step aside, and the config
     would count as settled without ever being measured (seen in CI: a TPE search of 7 valid configs ended
-    with its only correct one unmeasured). Without heartbeats only this process's own trials count: a
-    RUNNING trial of another process is then one of a run killed outright (see
-    tuner.driver.study.settled_params), which will never be measured."""
+    with its only correct one unmeasured). Both read the same stored starts and numbers, so exactly one of
+    them steps aside. Without heartbeats only this process's own trials count: a RUNNING trial of another
+    process is then one of a run killed outright (see tuner.driver.study.settled_params), which will never
+    be measured."""
     params = config.to_dict()
-    for other in ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+    running = ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    mine = next((t for t in running if t.number == number), None)
+
+    def asked(t: FrozenTrial) -> tuple[datetime, int]:
+        return t.datetime_start or datetime.max, t.number
+
+    for other in running:
         live = ctx.heartbeats or optuna_access.trial_id(other) in ctx.in_flight
-        if other.number < number and live and other.params == params:
+        earlier = asked(other) < asked(mine) if mine is not None else other.number < number
+        if other.number != number and earlier and live and other.params == params:
             return other.number
     return None
 

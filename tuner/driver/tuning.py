@@ -196,7 +196,10 @@ def _print_summary(console: Console, s: ShapeSummary) -> None:
         console.print(f"{s.label}: final round's measuring call: {s.final.measure_times.describe()}", highlight=False)
     if s.final.winner is not None:
         w = s.final.winner.result
+        kept = s.final.kept_over
+        why = (f" (the config served before the round, kept: the fastest, {kept.result.median_us:.2f} µs, was not "
+               "clearly faster)" if kept is not None and kept.result.median_us is not None else "")
         console.print(f"best config for {s.label}: {json.dumps(w.config.to_dict())} at {w.median_us:.2f} µs "
-                      f"({w.timer}) — published")
+                      f"({w.timer}) — {'published' if s.final.published else 'not published'}{why}")
     else:
         console.print(f"[yellow]no config passed the gate for {s.label}; nothing published[/yellow]")
