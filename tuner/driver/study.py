@@ -215,21 +215,28 @@ def settled_params(
     without a measurement (abandoned when its run was interrupted) does not count, nor, without heartbeats,
     a RUNNING one: no live process can own it then (a run killed outright leaves its trials RUNNING), so a
     seed it held is measured again rather than lost. With heartbeats a RUNNING trial may be another
-    worker's; if that worker died, Optuna fails the trial and its retry callback queues it again. ``trials``:
-    the study's trials when the caller has just read them (default: read here)."""
-    settled = []
-    for trial in study.get_trials(deepcopy=False) if trials is None else trials:
+    worker's; if that worker died, Optuna fails the trial and its retry callback queues it again. A trial
+    that stepped aside for a twin in flight (pruned, status ``DUPLICATE``) counts while that twin does: a
+    twin that then failed without a measurement and was not queued again (its retries spent, or a store
+    failure without heartbeats) leaves the config unsettled, so it is asked again. ``trials``: the study's
+    trials when the caller has just read them (default: read here)."""
+    every = list(study.get_trials(deepcopy=False) if trials is None else trials)
+    by_number = {t.number: t for t in every}
+
+    def counts(trial: FrozenTrial, via: frozenset[int] = frozenset()) -> bool:
         state = trial.state
-        counts = (
+        if state is TrialState.PRUNED and trial.user_attrs.get("status") == "DUPLICATE":
+            twin = by_number.get(trial.user_attrs.get("duplicate_of"))  # type: ignore[arg-type]
+            return twin is not None and twin.number not in via and counts(twin, via | {trial.number})
+        return (
             state is TrialState.COMPLETE
             or (state is TrialState.PRUNED and not _rejected_by_space(trial))
             or (state is TrialState.WAITING and waiting)
             or (state is TrialState.FAIL and "measurement_id" in trial.user_attrs)
             or (state is TrialState.RUNNING and heartbeats)
         )
-        if counts:
-            settled.append(optuna_access.queued_params(trial))
-    return settled
+
+    return [optuna_access.queued_params(t) for t in every if counts(t)]
 
 
 def _rejected_by_space(trial: optuna.trial.FrozenTrial) -> bool:
