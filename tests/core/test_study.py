@@ -468,13 +468,7 @@ def test_a_warm_start_pruned_as_invalid_under_a_stricter_space_is_queued_again(
     # A trial pruned as a duplicate of one in flight (status label DUPLICATE, no Status) is settled while the
     # trial it stepped aside for is: measured here.
     measured = optuna_access.ask(ctx.study)
-    other = ctx.space.suggest(measured)
-    ctx.study.enqueue_trial(other.to_dict(), skip_if_exists=False)
-    twin = optuna_access.ask(ctx.study)
-    assert ctx.space.suggest(twin) == other
-    twin.set_user_attr("status", "DUPLICATE")
-    twin.set_user_attr("duplicate_of", measured.number)
-    ctx.study.tell(twin, state=optuna.trial.TrialState.PRUNED)
+    other = _step_aside_for(ctx, measured)
     ctx.study.tell(measured, 1.0)
     assert other.to_dict() in settled_params(ctx.study, heartbeats=False, waiting=False)
     again = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=3)
@@ -867,6 +861,21 @@ def test_the_report_shows_the_config_a_round_kept_rather_than_its_fastest(tmp_pa
     assert Config.from_json(round_winner(final, {kept}, kept).config_json) == fastest
 
 
+def _step_aside_for(ctx: StudyContext, earlier: optuna.Trial) -> Config:
+    """Ask a second trial of ``earlier``'s config and prune it as the trial loop does a twin of one in flight
+    (status DUPLICATE, ``duplicate_of`` the earlier's number); the config."""
+    from tuner.driver import optuna_access
+
+    config = ctx.space.suggest(earlier)
+    ctx.study.enqueue_trial(config.to_dict(), skip_if_exists=False)
+    twin = optuna_access.ask(ctx.study)
+    assert ctx.space.suggest(twin) == config
+    twin.set_user_attr("status", "DUPLICATE")
+    twin.set_user_attr("duplicate_of", earlier.number)
+    ctx.study.tell(twin, state=optuna.trial.TrialState.PRUNED)
+    return config
+
+
 def test_a_config_whose_twin_failed_unmeasured_is_not_settled(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
     """A trial that stepped aside for a twin in flight counts as settled only while that twin does: a twin
     that then failed without a measurement (its retries spent, or a store failure without heartbeats) and was
@@ -877,13 +886,7 @@ def test_a_config_whose_twin_failed_unmeasured_is_not_settled(tmp_path, measurer
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=3)
     held = optuna_access.ask(ctx.study)
-    config = ctx.space.suggest(held)
-    ctx.study.enqueue_trial(config.to_dict(), skip_if_exists=False)
-    stepped = optuna_access.ask(ctx.study)
-    assert ctx.space.suggest(stepped) == config
-    stepped.set_user_attr("status", "DUPLICATE")
-    stepped.set_user_attr("duplicate_of", held.number)
-    ctx.study.tell(stepped, state=optuna.trial.TrialState.PRUNED)
+    config = _step_aside_for(ctx, held)
     # in flight on a live worker (heartbeats on): settled; its process gone (without heartbeats): not
     assert config.to_dict() in settled_params(ctx.study, heartbeats=True, waiting=False)
     assert config.to_dict() not in settled_params(ctx.study, heartbeats=False, waiting=False)
