@@ -555,8 +555,10 @@ def finalize(
             refused += 1
         published = winner is not None
     _describe_round(ctx.study, entries, winner if published else None)
-    kept_over = (fastest_first[0] if winner is not None and fastest_first and winner is not fastest_first[0]
-                 and winner.result.config == held else None)
+    # kept only when keep_served put the served config first and it was published (not when the fastest was
+    # clearly faster, then disproved at the publish, and the served config came next)
+    kept_over = (fastest_first[0] if winner is not None and winners and winner is winners[0]
+                 and winners[0] is not fastest_first[0] else None)
     return FinalRound(round_id, entries, winner, published, refused, prebuild_s=prebuild_s, measure_s=measure_s,
                       measure_times=parts, kept_over=kept_over)
 

@@ -395,14 +395,15 @@ def _in_flight_twin(ctx: StudyContext, number: int, config: Config) -> int | Non
     params = config.to_dict()
     running = ctx.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     mine = next((t for t in running if t.number == number), None)
+    if mine is None:  # failed meanwhile as stale by another worker: measured (its tell tolerates that), not pruned
+        return None
 
     def asked(t: FrozenTrial) -> tuple[datetime, int]:
         return t.datetime_start or datetime.max, t.number
 
     for other in running:
         live = ctx.heartbeats or optuna_access.trial_id(other) in ctx.in_flight
-        earlier = asked(other) < asked(mine) if mine is not None else other.number < number
-        if other.number != number and earlier and live and other.params == params:
+        if other.number != number and asked(other) < asked(mine) and live and other.params == params:
             return other.number
     return None
 
