@@ -401,9 +401,10 @@ def _in_flight_twin(ctx: StudyContext, number: int, config: Config) -> int | Non
     def asked(t: FrozenTrial) -> tuple[datetime, int]:
         return t.datetime_start or datetime.max, t.number
 
+    me = asked(mine)
     for other in running:
         live = ctx.heartbeats or optuna_access.trial_id(other) in ctx.in_flight
-        if other.number != number and asked(other) < asked(mine) and live and other.params == params:
+        if other.number != number and asked(other) < me and live and other.params == params:
             return other.number
     return None
 

@@ -180,7 +180,8 @@ def round_winner(final: Sequence[R], disproved: Collection[Config] = frozenset()
     clearly (:func:`tuner.driver.study.keep_served`) —, else its fastest OK template config (comparators are
     not configs of the template) that no round or verification disproved (:func:`disproved_in`); the first in
     ``final``'s order among equal times. The report, the pages and ``/v1/studies/{id}`` all show this one."""
-    ok = [m for m in final if m.status == Status.OK and m.median_us is not None
-          and not m.candidate.startswith(COMPARATOR_PREFIX) and Config.from_json(m.config_json) not in disproved]
-    kept = next((m for m in ok if published is not None and Config.from_json(m.config_json) == published), None)
-    return kept if kept is not None else min(ok, key=lambda m: m.median_us or math.inf, default=None)
+    measured = [(m, Config.from_json(m.config_json)) for m in final if m.status == Status.OK
+                and m.median_us is not None and not m.candidate.startswith(COMPARATOR_PREFIX)]
+    ok = [(m, c) for m, c in measured if c not in disproved]
+    kept = next((m for m, c in ok if c == published), None) if published is not None else None
+    return kept if kept is not None else min((m for m, _ in ok), key=lambda m: m.median_us or math.inf, default=None)
