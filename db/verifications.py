@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -103,7 +104,8 @@ def record_disproval(
     return Disproval(record, replacement, withdrawn)
 
 
-def publish_unless_disproved(session: Session, *, study_id: int, measurement_id: int) -> BestRecord | None:
+def publish_unless_disproved(session: Session, *, study_id: int, measurement_id: int,
+                             published_at: datetime | None = None) -> BestRecord | None:
     """:func:`tuner.db.best.publish_best` unless the measurement's config is among the study's
     :func:`disproved_configs` (then None), the study's row locked meanwhile (``FOR UPDATE`` on PostgreSQL; a
     write session holds SQLite's write lock) as :func:`record_disproval` locks it: the two are serialised.
@@ -113,7 +115,7 @@ def publish_unless_disproved(session: Session, *, study_id: int, measurement_id:
         raise NotFoundError(f"no study with id {study_id}")
     if _found_wrong(session, study_id, session.get(MeasurementRow, measurement_id)):
         return None
-    return publish_best(session, study_id=study_id, measurement_id=measurement_id)
+    return publish_best(session, study_id=study_id, measurement_id=measurement_id, published_at=published_at)
 
 
 def _found_wrong(session: Session, study_id: int, measurement: MeasurementRow | None) -> bool:

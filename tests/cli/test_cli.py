@@ -124,6 +124,17 @@ def test_tune_then_best_history_and_report(tmp_path: Path) -> None:
     assert "| n=256 | best config | 0.0e+00 |" in report.stdout  # exact output y
     assert "| n=256 | torch | 0.0e+00 |" in report.stdout
 
+    # Two final rounds ran, each publishing by today's rule: its replay over the stored rounds agrees with them.
+    rejudge = tuner("rejudge", VS, "--db", url, "--json")
+    assert rejudge.returncode == 0, rejudge.stderr
+    (judged,) = json.loads(rejudge.stdout)
+    with db.Store.open(url) as store:
+        published = store.get_study_best(study_id=judged["study_id"])
+    assert (judged["rounds"], judged["changed"], judged["applied"]) == (2, False, False)
+    assert judged["published"] == judged["rule"] == published.config
+    shown = tuner("rejudge", VS, "--shape", "n=256", "--db", url)
+    assert shown.returncode == 0 and "1 studies with a published best, 0 differ from the rule" in shown.stderr
+
 
 def test_submit_refuses_a_wrong_option_combination_before_any_request() -> None:
     """The job rule of the server (records.check_job_kind), asked locally: nothing listens on port 1, so a

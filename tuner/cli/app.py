@@ -394,6 +394,66 @@ def best(
 
 @app.command()
 @boundary
+def rejudge(
+    template: TemplateArg,
+    workload: WorkloadOpt = [],  # noqa: B006
+    shape: ShapeOpt = [],  # noqa: B006
+    device: Annotated[str | None, typer.Option(help="Device kind (default: any).")] = None,
+    apply: Annotated[bool, typer.Option(
+        "--apply", help="Publish the rule's config where it differs from the published best (default: only show).")]
+    = False,
+    db_url: DbOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Replay today's publishing rule over the stored final rounds of the template's current version (every
+    shape, or those named) and show where it would serve another config than the published best; with
+    --apply, publish it. Nothing is measured: the rule's config keeps the figures of the latest round it ran
+    in. A final round keeps the config served before it unless the round's fastest is clearly faster (its p80
+    under the served config's median); bests published before that rule may have changed on noise."""
+    from tuner import registry
+    from tuner.driver.rejudge import rejudge_template
+    from tuner.shapes import select_shapes
+
+    t = registry.spec(template)
+    if device is not None and device not in ("cuda", "npu", "cpu"):
+        raise UserInputError(f"unknown device {device!r}; expected cuda, npu or cpu")
+    keys = {s.key() for _, s in select_shapes(t, workloads=workload, shapes=shape)} if workload or shape else None
+    found = rejudge_template(_store(db_url), t.name, device_kind=device, version=t.version, shape_keys=keys,
+                             apply=apply)
+    rows: list[dict[str, Any]] = []
+    for r in found:
+        best, pick = r.best, r.replayed.row
+        rows.append({
+            "study_id": r.study.id, "shape_key": r.study.shape_key, "device_kind": r.study.device_kind,
+            "device_name": r.study.device_name, "rounds": r.replayed.rounds, "kept": r.replayed.kept,
+            "published": best.config if best else None, "published_us": best.median_us if best else None,
+            "rule": dict(r.replayed.config) if r.replayed.config is not None else None,
+            "rule_us": pick.median_us if pick else None, "rule_measurement_id": pick.id if pick else None,
+            "changed": r.changed, "applied": r.applied,
+        })
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"{t.name} {t.version}: published best against today's rule over the stored rounds")
+    for column in ("shape", "device", "rounds", "kept", "published (µs)", "rule's config (µs)", ""):
+        table.add_column(column)
+    for row in rows:
+        rule, published = row["rule"] or {}, row["published"] or {}
+        differs = ", ".join(f"{k}={v}" for k, v in rule.items() if published.get(k) != v)
+        table.add_row(
+            row["shape_key"], f"{row['device_kind']} {row['device_name']}", str(row["rounds"]), str(row["kept"]),
+            _fmt_us(row["published_us"]), f"{differs} ({_fmt_us(row['rule_us'])})" if row["changed"] else "same",
+            "published" if row["applied"] else "differs" if row["changed"] else "")
+    _full_console().print(table)
+    differ = sum(r["changed"] for r in rows)
+    applied = sum(r["applied"] for r in rows)
+    err_console.print(f"{len(rows)} studies with a published best, {differ} differ from the rule"
+                      + (f", {applied} re-published" if apply else " (--apply publishes the rule's config)"),
+                      soft_wrap=True, highlight=False)
+
+
+@app.command()
+@boundary
 def history(
     template: TemplateArg,
     workload: WorkloadOpt = [],  # noqa: B006

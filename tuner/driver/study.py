@@ -23,6 +23,7 @@ import warnings
 import zlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -63,6 +64,19 @@ class FinalEntry:
     label: str  # "config", "default" or "comparator:<name>"
     result: MeasureResult
     measurement_id: int
+
+    # RankedEntry (keep_served): an OK result's config and figures
+    @property
+    def config(self) -> Config:
+        return self.result.config
+
+    @property
+    def median_us(self) -> float:
+        return self.result.median_us if self.result.median_us is not None else math.inf
+
+    @property
+    def p80_us(self) -> float:
+        return self.result.summary.p80_us if self.result.summary is not None else math.inf
 
 
 @dataclass(frozen=True)
@@ -565,7 +579,8 @@ def finalize(
 
 def clearly_faster(challenger: MeasureResult, served: MeasureResult) -> bool:
     """Whether ``challenger`` beat ``served`` in one interleaved round by more than the round's noise: at least
-    80% of its samples (its p80) under the served config's median. Both must be OK. Pure.
+    80% of its samples (its p80) under the served config's median (:func:`beats_beyond_noise`). Both must be
+    OK. Pure.
 
     Why: a final round publishes the fastest config, and a config served now was replaced on a sub-percent
     win. On the H200 (2026-12-05) 2p7b-b1-s8k's served config (`block_h` 8) lost to a `block_h` 4 one by 0.9%
@@ -576,22 +591,44 @@ def clearly_faster(challenger: MeasureResult, served: MeasureResult) -> bool:
     ±3%) and none of the 13 MIMO ones (gains from 0.2% on millisecond kernels whose samples are tight)."""
     if challenger.summary is None or served.summary is None:
         raise ValueError("clearly_faster compares two OK results")
-    return challenger.summary.p80_us < served.summary.median_us
+    return beats_beyond_noise(challenger.summary.p80_us, served.summary.median_us)
 
 
-def keep_served(winners: Sequence[FinalEntry], served: Config | None) -> list[FinalEntry]:
+def beats_beyond_noise(challenger_p80_us: float, served_median_us: float) -> bool:
+    """The figures' form of :func:`clearly_faster` (stored rows carry p80 and median): the challenger's p80
+    under the served config's median. Pure."""
+    return challenger_p80_us < served_median_us
+
+
+class RankedEntry(Protocol):
+    """What :func:`keep_served` reads of a round's entry: its config and its figures (a
+    :class:`FinalEntry` of a round being run; a stored row's figures when a round is replayed,
+    :mod:`tuner.driver.rejudge`)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def median_us(self) -> float: ...
+    @property
+    def p80_us(self) -> float: ...
+
+
+E = TypeVar("E", bound=RankedEntry)
+
+
+def keep_served(winners: Sequence[E], served: Config | None) -> list[E]:
     """A final round's publishable entries, fastest first, with the config served now (the incumbent, or the
     carried config the lookup serves for the shape) moved to the front unless the fastest is
     :func:`clearly_faster` than it: a published best changes on evidence, not on noise (a served config that
     changes on noise also changes what the lookup serves every neighbouring shape). Pure."""
     ranked = list(winners)
-    at = next((i for i, e in enumerate(ranked) if served is not None and e.result.config == served), None)
-    if at is None or at == 0 or clearly_faster(ranked[0].result, ranked[at].result):
+    at = next((i for i, e in enumerate(ranked) if served is not None and e.config == served), None)
+    if at is None or at == 0 or beats_beyond_noise(ranked[0].p80_us, ranked[at].median_us):
         return ranked
-    kept, fastest = ranked[at].result, ranked[0].result
+    kept, fastest = ranked[at], ranked[0]
     log.info("final round: kept the served config %s (%.4g µs): the fastest, %s (%.4g µs, p80 %.4g), is not "
              "clearly faster", kept.config.key(), kept.median_us, fastest.config.key(), fastest.median_us,
-             fastest.summary.p80_us if fastest.summary else float("nan"))
+             fastest.p80_us)
     return [ranked[at], *ranked[:at], *ranked[at + 1:]]
 
 

@@ -236,11 +236,12 @@ class MemoryStore:
             return out
 
     # -- best configs -----------------------------------------------------------------------------------
-    def publish_unless_disproved(self, *, study_id: int, measurement_id: int) -> BestRecord | None:
+    def publish_unless_disproved(self, *, study_id: int, measurement_id: int,
+                                 published_at: datetime | None = None) -> BestRecord | None:
         with self._lock:
             if self._found_wrong(study_id, self._measurements.get(measurement_id)):
                 return None
-            return self.publish_best(study_id=study_id, measurement_id=measurement_id)
+            return self.publish_best(study_id=study_id, measurement_id=measurement_id, published_at=published_at)
 
     def _found_wrong(self, study_id: int, measurement: MeasurementRecord | None) -> bool:
         """Whether ``measurement`` is one of the study's and its config is among the study's

@@ -124,8 +124,9 @@ class TuningStore(Protocol):
         NotFoundError for an unknown study or measurement; RecordConflictError when the measurement is of
         another study, not OK, has no median, or measured a comparator."""
 
-    def publish_unless_disproved(self, *, study_id: int, measurement_id: int) -> BestRecord | None:
-        """:meth:`publish_best` (stamped now), unless the measurement's config was found wrong
+    def publish_unless_disproved(self, *, study_id: int, measurement_id: int,
+                                 published_at: datetime | None = None) -> BestRecord | None:
+        """:meth:`publish_best` (stamped now, or at ``published_at``), unless the measurement's config was found wrong
         (:meth:`disproved_configs`): then nothing changes and None is returned. The check and the publish
         are one transaction, serialised with :meth:`record_disproval` (the study's row is locked): a final
         round that read the disproved configs before a verification disproved its winner does not publish
