@@ -1,0 +1,128 @@
+"""Where does a measuring process lose time that a probe does not? (MIMO N64 P128's `chunk_values_kernel`.)
+
+`tuner verify` measured N64 P128's best at 1845–1865 µs of `chunk_values_kernel` in fresh measuring processes,
+while `mimo_probe.py` (its own build, inputs and the tuner's timer, even after ``child.fresh_case``) times the
+same config at 1683–1693 µs (benchmarks/h200/mamba3_mimo_bwd.md). This probe bisects the measuring path in
+one process, same config, same seed, 30 samples each, per-kernel medians:
+
+  probe      template.build, make_inputs, allocate_outputs, the backend's time_by_kernel (mimo_probe's path)
+  child      tuner.measure.child.prepare (build, checks on the input sets as `tuner verify` asks them:
+             VERIFY_NEAR_BOUND, up to 8 more sets near a bound) then child.time_together, in this process
+  child-1    the same with no near-bound sets (one checked set)
+  measurer   a real Measurer (a fresh measuring child process, as `tuner verify` starts), VERIFY_NEAR_BOUND
+  ctx+       start another process that opens a CUDA context on the device, holds --idle-gib GiB there and
+             idles (ctx-: stop it), so that the steps after it run beside a second context, as a measuring
+             child runs beside its parent
+
+usage (GPU machine, bundle --tilelang mamba): python benchmarks/h200/mimo_child_probe.py --workload
+mimo-n64-p128-r4 --config '{...}' [--order probe,child,child-1,measurer,probe] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _medians(kernels: dict[str, float] | dict[str, list[float]]) -> dict[str, float]:
+    return {k.split("(")[0][:32]: round(v if isinstance(v, float) else statistics.median(v), 1)
+            for k, v in kernels.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--order", default="probe,child,child-1,measurer,probe")
+    ap.add_argument("--samples", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--idle-gib", type=float, default=0.0, help="what ctx+'s process holds on the device (GiB)")
+    args = ap.parse_args()
+
+    import torch
+
+    from tuner import registry
+    from tuner.driver.study import VERIFY_NEAR_BOUND
+    from tuner.frozen import Config
+    from tuner.measure import child
+    from tuner.measure.devices.base import DeviceSpec
+    from tuner.measure.devices.cuda import backend_from_env
+    from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
+
+    template = registry.get("mamba3_mimo_bwd")
+    shape = template.workload(args.workload)
+    space = template.space()
+    config = Config(space.validate_config({**space.default.to_dict(), **json.loads(args.config)}).to_dict())
+    backend = backend_from_env(0)
+    rows = []
+    idle: subprocess.Popen[bytes] | None = None
+    for step in args.order.split(","):
+        started = time.perf_counter()
+        if step == "ctx+":
+            idle = subprocess.Popen([sys.executable, "-c", "import sys, time, torch; x = torch.ones("
+                                     f"{max(1, int(args.idle_gib * 2**28))}, device='cuda');"
+                                     " torch.cuda.synchronize(); print('ready', flush=True); time.sleep(900)"],
+                                    stdout=subprocess.PIPE)
+            assert idle.stdout is not None and idle.stdout.readline().strip() == b"ready"
+            print("another process holds a CUDA context now", flush=True)
+            continue
+        if step == "ctx-":
+            if idle is not None:
+                idle.kill()
+                idle.wait()
+                idle = None
+            print("the other process is gone", flush=True)
+            continue
+        if step == "probe":
+            kernel = template.build(config, shape)
+            inputs = template.make_inputs(shape, "cuda", args.seed)
+            outputs = template.allocate_outputs(shape, inputs)
+            kernel(inputs, outputs)
+            torch.cuda.synchronize()
+            timing = backend.time_by_kernel([lambda k=kernel, i=inputs, o=outputs: k(i, o)],
+                                            n_samples=args.samples, warmup=10)
+            total, kernels = statistics.median(timing.samples[0]), _medians(timing.kernels[0])
+            del kernel, inputs, outputs
+        elif step in ("child", "child-1"):
+            options = MeasureOptions(n_samples=args.samples, check_seeds=1,
+                                     near_bound=VERIFY_NEAR_BOUND if step == "child" else None)
+            runnable = child.prepare(template, shape, Candidate(config=config), backend, args.seed, options)
+            if not isinstance(runnable, child.Runnable):
+                raise SystemExit(f"{step}: {runnable.status.value} {runnable.reason}")
+            timed = child.time_together(backend, [(0, runnable)], options)
+            result = timed.results[0][1]
+            total, kernels = result.median_us, _medians(result.kernels)
+            del runnable, timed
+        elif step == "measurer":
+            options = MeasureOptions(n_samples=args.samples, timeout_s=240)
+            with Measurer(DeviceSpec(kind="cuda"), options) as measurer:
+                result = measurer.measure(registry.ref_of(template.name), shape, Candidate(config=config),
+                                          seed=args.seed, near_bound=VERIFY_NEAR_BOUND)
+            total, kernels = result.median_us, _medians(result.kernels)
+        else:
+            raise SystemExit(f"unknown step {step}")
+        torch.cuda.empty_cache()
+        beside = f" (2 contexts, {args.idle_gib:g} GiB)" if idle is not None else ""
+        row = {"step": step + beside, "total_us": total, "kernels": kernels,
+               "wall_s": round(time.perf_counter() - started, 1)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if idle is not None:
+        idle.kill()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"workload": args.workload, "config": config.to_dict(), "rows": rows}, f, indent=2)
+    print(f"\n{'step':30} {'total µs':>10} {'chunk_values':>13} {'chunk_qk':>9} {'state_walk':>11}")
+    for r in rows:
+        k = r["kernels"]
+        print(f"{r['step']:30} {r['total_us']:10.1f} {k.get('chunk_values_kernel', float('nan')):13.1f} "
+              f"{k.get('chunk_qk_kernel', float('nan')):9.1f} {k.get('state_walk_kernel', float('nan')):11.1f}")
+
+
+if __name__ == "__main__":
+    main()
