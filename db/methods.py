@@ -110,10 +110,11 @@ class StoreMethods:
             return best.publish_best(s, study_id=study_id, measurement_id=measurement_id, published_at=published_at)
 
     def publish_unless_disproved(self, *, study_id: int, measurement_id: int,
-                                 published_at: datetime | None = None) -> BestRecord | None:
+                                 published_at: datetime | None = None,
+                                 replacing: int | None = None) -> BestRecord | None:
         with self.session() as s:
             return verifications.publish_unless_disproved(s, study_id=study_id, measurement_id=measurement_id,
-                                                          published_at=published_at)
+                                                          published_at=published_at, replacing=replacing)
 
     def get_best(self, *, template: str, shape_key: str, **filters: str | None) -> BestRecord | None:
         with self._reading() as s:

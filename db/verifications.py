@@ -105,16 +105,21 @@ def record_disproval(
 
 
 def publish_unless_disproved(session: Session, *, study_id: int, measurement_id: int,
-                             published_at: datetime | None = None) -> BestRecord | None:
+                             published_at: datetime | None = None, replacing: int | None = None) -> BestRecord | None:
     """:func:`tuner.db.best.publish_best` unless the measurement's config is among the study's
-    :func:`disproved_configs` (then None), the study's row locked meanwhile (``FOR UPDATE`` on PostgreSQL; a
-    write session holds SQLite's write lock) as :func:`record_disproval` locks it: the two are serialised.
-    Raises as publish_best."""
+    :func:`disproved_configs`, or, with ``replacing``, unless the study's best is that measurement's (then
+    None), the study's row locked meanwhile (``FOR UPDATE`` on PostgreSQL; a write session holds SQLite's
+    write lock) as :func:`record_disproval` and every publish lock it: they are serialised. Raises as
+    publish_best."""
     study = session.get(StudyRow, study_id, with_for_update=True)
     if study is None:
         raise NotFoundError(f"no study with id {study_id}")
     if _found_wrong(session, study_id, session.get(MeasurementRow, measurement_id)):
         return None
+    if replacing is not None:
+        current = session.scalars(select(BestConfigRow.measurement_id).where(BestConfigRow.study_id == study_id)).first()
+        if current != replacing:
+            return None
     return publish_best(session, study_id=study_id, measurement_id=measurement_id, published_at=published_at)
 
 

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from tests.fixtures.fault_templates import TunableFaultVectorScale
+from tests.fixtures.sweeps import store_sweep
 from tuner.db import MeasurementRecord, Store, StudyRecord, add_measurement, publish_best
 from tuner.driver.rejudge import rejudge, rejudge_template, replay, rounds_of
 from tuner.frozen import Config
@@ -16,14 +18,15 @@ WIDE, NARROW, OTHER = {"BLOCK_H": 8, "num_warps": 4}, {"BLOCK_H": 4, "num_warps"
 
 
 def row(store: Store, study: StudyRecord, round_id: str, config: dict[str, Any], median_us: float,
-        p80_us: float | None = None, status: Status = Status.OK, candidate: str = "config") -> MeasurementRecord:
+        p80_us: float | None = None, status: Status = Status.OK, candidate: str = "config",
+        errors: dict[str, float] | None = None) -> MeasurementRecord:
     ok = status is Status.OK
     with store.session() as session:
         return add_measurement(
             session, study_id=study.id, role="final", round_id=round_id, candidate=candidate, config_json=config,
             status=status, median_us=median_us if ok else None, p20_us=median_us - 0.01 if ok else None,
             p80_us=(median_us + 0.02 if p80_us is None else p80_us) if ok else None, n_samples=100,
-            timer="cupti")
+            timer="cupti", errors_json=errors or {})
 
 
 def publish(store: Store, study: StudyRecord, measurement: MeasurementRecord, at: datetime | None = None) -> None:
@@ -81,20 +84,51 @@ def test_a_clear_win_replaces_the_served_config_and_a_disproved_config_is_never_
     assert store.get_study_best(study_id=study.id).measurement_id == back.id
 
 
-def test_studies_without_a_published_best_or_of_another_version_are_left_alone(
-    store: Store, make_study: StudyFactory,
-) -> None:
-    unpublished = make_study(S=1024)
-    row(store, unpublished, "r1", WIDE, 3.7)
-    old = make_study(S=2048, version="1")
-    publish(store, old, row(store, old, "o1", OTHER, 5.0))
-    row(store, old, "o2", OTHER, 5.0)
-    row(store, old, "o2", WIDE, 4.99)
-    current = make_study(S=8192, version="2")
-    publish(store, current, row(store, current, "c1", WIDE, 3.0))
-    template = current.template
-    assert [r.study.id for r in rejudge_template(store, template)] == [old.id, current.id]  # oldest first
-    assert [r.changed for r in rejudge_template(store, template)] == [False, False]  # 4.99 is noise
-    found = rejudge_template(store, template, version="2", shape_keys={current.shape_key}, apply=True)
-    assert [(r.study.id, r.changed, r.applied) for r in found] == [(current.id, False, False)]
-    assert store.get_study_best(study_id=unpublished.id) is None
+def test_the_first_round_keeps_the_carried_config_the_lookup_served(store: Store, make_study: StudyFactory) -> None:
+    """Before a study's first round the lookup served the shape a carried version's best: a round of today
+    measures it beside the finalists and keeps it unless the fastest is clearly faster; so does the replay."""
+    study = make_study()
+    row(store, study, "r1", NARROW, 3.65, p80_us=3.72)
+    carried = row(store, study, "r1", WIDE, 3.68)
+    rounds = rounds_of(store.list_measurements(study_id=study.id, role="final"))
+    assert replay(rounds, set()).config == Config(NARROW)  # nothing served before: the fastest
+    kept = replay(rounds, set(), served=Config(WIDE))
+    assert (kept.config, kept.row, kept.kept) == (Config(WIDE), carried, 1)
+    # a served config that no round measured stays served, with nothing to publish
+    nothing = replay([], set(), served=Config(OTHER))
+    assert (nothing.config, nothing.row, nothing.rounds) == (Config(OTHER), None, 0)
+
+
+def test_rejudge_template_judges_as_a_round_of_today_and_leaves_other_studies_alone(store: Store) -> None:
+    """With the registered template: a config no longer valid for the shape and a row within the final
+    round's headroom of its error bound are not published; studies of another version, without a best or of
+    another shape are not judged. --apply keeps what it replaced on its record and publishes once."""
+    template = TunableFaultVectorScale()
+    sweep = store_sweep(store, shape={"n": 256})  # round r1: BLOCK 256 published (19 µs), default BLOCK 64
+    study = store.get_study(study_id=sweep.study_id)
+    assert study is not None
+    row(store, study, "r2", {"mode": "ok", "BLOCK": 256}, 19.0)
+    kept = row(store, study, "r2", {"mode": "ok", "BLOCK": 128}, 18.9, p80_us=19.1)  # noise: not clearly faster
+    row(store, study, "r2", {"mode": "ok", "BLOCK": 512}, 5.0)  # BLOCK > n: not a valid config at n=256
+    near = row(store, study, "r2", {"mode": "ok", "BLOCK": 64}, 9.0, errors={"y": 0.99e-6})  # 0.99 of 1e-6
+    publish(store, study, near)  # as an older rule published it
+    old = store_sweep(store, shape={"n": 512}, version="0")
+    unpublished = store_sweep(store, shape={"n": 1024})
+    store.withdraw_best(study_id=unpublished.study_id)
+    other = store_sweep(store, shape={"n": 2048})
+
+    found = rejudge_template(store, template)
+    assert [r.study.id for r in found] == [sweep.study_id, other.study_id]  # oldest first
+    judged = found[0]
+    assert judged.replayed.config == Config({"mode": "ok", "BLOCK": 256}) and judged.changed
+    assert judged.replayed.row is not None and judged.replayed.row.round_id == "r2"
+    assert not found[1].changed and old.study_id not in [r.study.id for r in found]
+
+    (applied,) = rejudge_template(store, template, shape_keys={study.shape_key}, apply=True)
+    assert applied.applied and applied.changed and applied.best is not None
+    assert applied.best.measurement_id == near.id  # what it replaced stays on the record
+    assert applied.published is not None and applied.published.measurement_id == judged.replayed.row.id
+    assert applied.published.published_at == applied.best.published_at
+    (again,) = rejudge_template(store, template, shape_keys={study.shape_key}, apply=True)
+    assert not again.changed and not again.applied
+    assert again.replayed.row is not None and again.replayed.row.id != kept.id  # not the noise-level win

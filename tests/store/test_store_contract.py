@@ -529,6 +529,24 @@ def test_a_final_round_publishes_only_a_config_not_disproved(store: Any) -> None
         store.publish_unless_disproved(study_id=study.id, measurement_id=999_999)
 
 
+def test_a_publish_replacing_a_best_that_changed_meanwhile_changes_nothing(store: Any) -> None:
+    """publish_unless_disproved(replacing=…): publishes only while the study's best is that measurement's
+    (`tuner rejudge --apply` must not overwrite a round or a stand-in published since it read), keeping the
+    time it is given."""
+    study = _study(store)
+    best, a, b = _round(store, study)
+    at = best.published_at
+    assert best.measurement_id == a.id
+    assert store.publish_unless_disproved(study_id=study.id, measurement_id=b.id, replacing=b.id) is None
+    assert store.get_study_best(study_id=study.id) == best
+    moved = store.publish_unless_disproved(study_id=study.id, measurement_id=b.id, replacing=a.id,
+                                           published_at=at)
+    assert moved is not None and moved.measurement_id == b.id and moved.published_at == at
+    store.withdraw_best(study_id=study.id)
+    assert store.publish_unless_disproved(study_id=study.id, measurement_id=a.id, replacing=b.id) is None
+    assert store.get_study_best(study_id=study.id) is None
+
+
 def test_a_disproval_the_store_refuses_stores_nothing(store: Any) -> None:
     """One transaction: a stand-in that is unknown, of another study or not publishable, a stand-in or a
     withdrawal asked of a verification on another device name or without a wrong process, both at once, or

@@ -414,12 +414,11 @@ def rejudge(
     from tuner.driver.rejudge import rejudge_template
     from tuner.shapes import select_shapes
 
-    t = registry.spec(template)
     if device is not None and device not in ("cuda", "npu", "cpu"):
         raise UserInputError(f"unknown device {device!r}; expected cuda, npu or cpu")
+    t = registry.get(template)  # the space and error bounds a round of today judges by
     keys = {s.key() for _, s in select_shapes(t, workloads=workload, shapes=shape)} if workload or shape else None
-    found = rejudge_template(_store(db_url), t.name, device_kind=device, version=t.version, shape_keys=keys,
-                             apply=apply)
+    found = rejudge_template(_store(db_url), t, device_kind=device, shape_keys=keys, apply=apply)
     rows: list[dict[str, Any]] = []
     for r in found:
         best, pick = r.best, r.replayed.row
@@ -430,6 +429,7 @@ def rejudge(
             "rule": dict(r.replayed.config) if r.replayed.config is not None else None,
             "rule_us": pick.median_us if pick else None, "rule_measurement_id": pick.id if pick else None,
             "changed": r.changed, "applied": r.applied,
+            "published_measurement_id": r.published.measurement_id if r.published else None,
         })
     if as_json:
         print(json.dumps(rows, indent=2))
@@ -447,6 +447,9 @@ def rejudge(
     _full_console().print(table)
     differ = sum(r["changed"] for r in rows)
     applied = sum(r["applied"] for r in rows)
+    if apply and applied < differ:
+        err_console.print(f"{differ - applied} not re-published: their best changed, or the rule's config was "
+                          "disproved, since they were read", soft_wrap=True, highlight=False)
     err_console.print(f"{len(rows)} studies with a published best, {differ} differ from the rule"
                       + (f", {applied} re-published" if apply else " (--apply publishes the rule's config)"),
                       soft_wrap=True, highlight=False)

@@ -310,7 +310,7 @@ def carried_config(store: TuningStore, space: SearchSpace, key: StudyKey,
     config fits the space nowhere). One read. Raises StoreError."""
     published = store.list_best(template=key.template, device_kind=key.device_kind, device_name=key.device_name)
     raw = _carried_here(published, key, carries)
-    return None if raw is None else _valid_or_repaired(space, key.shape.to_dict(), raw)
+    return None if raw is None else valid_or_repaired(space, key.shape.to_dict(), raw)
 
 
 def _carried_here(published: Sequence[BestRecord], key: StudyKey,
@@ -319,8 +319,16 @@ def _carried_here(published: Sequence[BestRecord], key: StudyKey,
     for the key's shape, its latest; None when the key's own version has one there. Pure."""
     if any(b.template_version == key.template_version and b.shape_key == key.shape_key for b in published):
         return None
+    return carried_best(published, key.shape_key, carries)
+
+
+def carried_best(published: Sequence[BestRecord], shape_key: str,
+                 carries: Sequence[CarriedVersion]) -> Mapping[str, Scalar] | None:
+    """Of ``published`` (one device's bests), the completed config of the first carried version with a best
+    for ``shape_key``, its latest; None when none has one. Whether the current version has a best there too is
+    not asked (:func:`carried_config` asks it). Pure."""
     for version in carries:
-        own = sorted((b for b in published if b.template_version == version.version and b.shape_key == key.shape_key),
+        own = sorted((b for b in published if b.template_version == version.version and b.shape_key == shape_key),
                      key=lambda b: b.published_at, reverse=True)
         if own:
             return version.config(own[0].config)
@@ -343,7 +351,7 @@ def order_warm_starts(space: SearchSpace, shape: Shape, neighbours: Sequence[Ent
     nearest = sorted(examples, key=lambda e: distance(here, e.shape))[:limit]  # stable: ties in shape order
     chosen: list[Config] = []
     valid = [c for c in (space.default, *space.seeds) if _in_domain(space, c) and space.is_valid(c, shape)]
-    mended = [c for c in (_valid_or_repaired(space, here, raw) for raw in carried) if c is not None]
+    mended = [c for c in (valid_or_repaired(space, here, raw) for raw in carried) if c is not None]
     head = valid[:1] if valid and valid[0] == space.default else []
     for config in [*head, *mended, *valid]:
         if config not in chosen:  # the default, the carried configs (repaired as the lookup repairs them), seeds
@@ -351,13 +359,13 @@ def order_warm_starts(space: SearchSpace, shape: Shape, neighbours: Sequence[Ent
     for entry in nearest:
         if Config(dict(entry.config)) in chosen:  # chosen configs are valid: nothing to check
             continue
-        fixed = _valid_or_repaired(space, here, entry.config)
+        fixed = valid_or_repaired(space, here, entry.config)
         if fixed is not None and fixed not in chosen:
             chosen.append(fixed)
     return chosen
 
 
-def _valid_or_repaired(space: SearchSpace, shape: Mapping[str, Scalar], raw: Mapping[str, Scalar]) -> Config | None:
+def valid_or_repaired(space: SearchSpace, shape: Mapping[str, Scalar], raw: Mapping[str, Scalar]) -> Config | None:
     """``raw`` if it is a config of the space valid for ``shape``, else the lookup's repair of it
     (:func:`tuner.lookup.repair_config`: the smallest valid change), else None."""
     config = Config(dict(raw))

@@ -237,9 +237,13 @@ class MemoryStore:
 
     # -- best configs -----------------------------------------------------------------------------------
     def publish_unless_disproved(self, *, study_id: int, measurement_id: int,
-                                 published_at: datetime | None = None) -> BestRecord | None:
+                                 published_at: datetime | None = None,
+                                 replacing: int | None = None) -> BestRecord | None:
         with self._lock:
             if self._found_wrong(study_id, self._measurements.get(measurement_id)):
+                return None
+            current = self._best.get(study_id)
+            if replacing is not None and (current is None or current.measurement_id != replacing):
                 return None
             return self.publish_best(study_id=study_id, measurement_id=measurement_id, published_at=published_at)
 

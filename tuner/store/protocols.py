@@ -125,9 +125,12 @@ class TuningStore(Protocol):
         another study, not OK, has no median, or measured a comparator."""
 
     def publish_unless_disproved(self, *, study_id: int, measurement_id: int,
-                                 published_at: datetime | None = None) -> BestRecord | None:
+                                 published_at: datetime | None = None,
+                                 replacing: int | None = None) -> BestRecord | None:
         """:meth:`publish_best` (stamped now, or at ``published_at``), unless the measurement's config was found wrong
-        (:meth:`disproved_configs`): then nothing changes and None is returned. The check and the publish
+        (:meth:`disproved_configs`), or, with ``replacing`` (a measurement id), unless the study's best is that
+        measurement's when the publish runs (another publish came first: ``tuner rejudge`` does not overwrite
+        it): then nothing changes and None is returned. The check and the publish
         are one transaction, serialised with :meth:`record_disproval` (the study's row is locked): a final
         round that read the disproved configs before a verification disproved its winner does not publish
         it after. Raises as :meth:`publish_best` (a measurement of a disproved config returns None before
