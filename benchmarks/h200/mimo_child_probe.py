@@ -10,27 +10,60 @@ one process, same config, same seed, 30 samples each, per-kernel medians:
              VERIFY_NEAR_BOUND, up to 8 more sets near a bound) then child.time_together, in this process
   child-1    the same with no near-bound sets (one checked set)
   measurer   a real Measurer (a fresh measuring child process, as `tuner verify` starts), VERIFY_NEAR_BOUND
+  spawned    this script again (steps probe, child), in a process started as the Measurer starts its worker
+             (a new session, stdin a pipe, output to a file, the parent's import path); spawned-bf: the same
+             with --backend-first
   ctx+       start another process that opens a CUDA context on the device, holds --idle-gib GiB there and
              idles (ctx-: stop it), so that the steps after it run beside a second context, as a measuring
              child runs beside its parent
 
+--backend-first opens the device (the timer's backend: a CUDA context and the flush buffer) before the template
+is imported, in the order a measuring child process does it.
+
 usage (GPU machine, bundle --tilelang mamba): python benchmarks/h200/mimo_child_probe.py --workload
-mimo-n64-p128-r4 --config '{...}' [--order probe,child,child-1,measurer,probe] [--json OUT]
+mimo-n64-p128-r4 --config '{...}' [--order probe,child,child-1,measurer,probe] [--backend-first] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 
 def _medians(kernels: dict[str, float] | dict[str, list[float]]) -> dict[str, float]:
     return {k.split("(")[0][:32]: round(v if isinstance(v, float) else statistics.median(v), 1)
             for k, v in kernels.items()}
+
+
+def _spawned(args: argparse.Namespace, step: str) -> list[dict[str, object]]:
+    """This script's steps probe and child in a process started as tuner.measure.pool.WorkerProcess starts a
+    measuring worker; its rows, named after ``step``."""
+    from tuner.measure.measurer import _child_pythonpath
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _child_pythonpath(env.get("PYTHONPATH", ""))
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile() as log:
+        out = os.path.join(tmp, "rows.json")
+        argv = [sys.executable, os.path.abspath(__file__), "--workload", args.workload, "--config", args.config,
+                "--order", "probe,child", "--samples", str(args.samples), "--seed", str(args.seed), "--json", out]
+        proc = subprocess.Popen(argv + (["--backend-first"] if step == "spawned-bf" else []), stdin=subprocess.PIPE,
+                                stdout=log, stderr=log, env=env, start_new_session=True)
+        proc.communicate(timeout=600)
+        if proc.returncode != 0:
+            log.seek(0)
+            raise SystemExit(f"{step}: exit {proc.returncode}: {log.read()[-2000:].decode(errors='replace')}")
+        with open(out) as f:
+            found = json.load(f)["rows"]
+    for row in found:
+        row["step"] = f"{step}:{row['step']}"
+        print(json.dumps(row), flush=True)
+    return found
 
 
 def main() -> None:
@@ -41,24 +74,28 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--backend-first", action="store_true")
     ap.add_argument("--idle-gib", type=float, default=0.0, help="what ctx+'s process holds on the device (GiB)")
     args = ap.parse_args()
 
     import torch
+
+    from tuner.measure.devices.cuda import backend_from_env
+
+    early = backend_from_env(0) if args.backend_first else None
 
     from tuner import registry
     from tuner.driver.study import VERIFY_NEAR_BOUND
     from tuner.frozen import Config
     from tuner.measure import child
     from tuner.measure.devices.base import DeviceSpec
-    from tuner.measure.devices.cuda import backend_from_env
     from tuner.measure.measurer import Candidate, MeasureOptions, Measurer
 
     template = registry.get("mamba3_mimo_bwd")
     shape = template.workload(args.workload)
     space = template.space()
     config = Config(space.validate_config({**space.default.to_dict(), **json.loads(args.config)}).to_dict())
-    backend = backend_from_env(0)
+    backend = early if early is not None else backend_from_env(0)
     rows = []
     idle: subprocess.Popen[bytes] | None = None
     for step in args.order.split(","):
@@ -77,6 +114,9 @@ def main() -> None:
                 idle.wait()
                 idle = None
             print("the other process is gone", flush=True)
+            continue
+        if step in ("spawned", "spawned-bf"):
+            rows += _spawned(args, step)
             continue
         if step == "probe":
             kernel = template.build(config, shape)
