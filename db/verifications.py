@@ -109,8 +109,8 @@ def publish_unless_disproved(session: Session, *, study_id: int, measurement_id:
     """:func:`tuner.db.best.publish_best` unless the measurement's config is among the study's
     :func:`disproved_configs`, or, with ``replacing``, unless the study's best is that measurement's (then
     None), the study's row locked meanwhile (``FOR UPDATE`` on PostgreSQL; a write session holds SQLite's
-    write lock) as :func:`record_disproval` and every publish lock it: they are serialised. Raises as
-    publish_best."""
+    write lock) as :func:`record_disproval` and :func:`tuner.db.best.publish_best` lock it: they are
+    serialised. Raises as publish_best."""
     study = session.get(StudyRow, study_id, with_for_update=True)
     if study is None:
         raise NotFoundError(f"no study with id {study_id}")

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
 from tests.fixtures.fault_templates import TunableFaultVectorScale
-from tests.fixtures.sweeps import store_sweep
-from tuner.db import MeasurementRecord, Store, StudyRecord, add_measurement, publish_best
+from tests.fixtures.sweeps import NAME, store_sweep
+from tuner.db import MeasurementRecord, Store, StudyRecord, add_measurement, get_or_create_study, publish_best
 from tuner.driver.rejudge import rejudge, rejudge_template, replay, rounds_of
-from tuner.frozen import Config
+from tuner.frozen import Config, Shape
+from tuner.keys import StudyKey
+from tuner.measure.devices.base import Fingerprint
 from tuner.results import Status
+from tuner.spec import CarriedVersion, TemplateSpec
 
 StudyFactory = Callable[..., StudyRecord]
 WIDE, NARROW, OTHER = {"BLOCK_H": 8, "num_warps": 4}, {"BLOCK_H": 4, "num_warps": 4}, {"BLOCK_H": 2, "num_warps": 2}
@@ -46,10 +50,9 @@ def test_a_noise_level_win_published_by_the_old_rule_is_replayed_back_to_the_ser
     row(store, study, "r1", {}, 9.0, candidate="comparator:mamba_ssm")  # a comparator is not a config
     row(store, study, "r2", NARROW, 3.65, p80_us=3.72)
     kept = row(store, study, "r2", WIDE, 3.68)
-    noise_win = row(store, study, "r2", OTHER, 4.0)
+    row(store, study, "r2", OTHER, 4.0)
     at = datetime(2026, 12, 5, 2, 40, tzinfo=timezone.utc)
     publish(store, study, store.list_measurements(study_id=study.id, round_id="r2", order="median_us")[0], at)
-    assert noise_win.id  # (the slower row is ignored by the rule too)
 
     found = rejudge(store, study)
     assert (found.replayed.config, found.replayed.row, found.replayed.rounds, found.replayed.kept) == (
@@ -132,3 +135,73 @@ def test_rejudge_template_judges_as_a_round_of_today_and_leaves_other_studies_al
     (again,) = rejudge_template(store, template, shape_keys={study.shape_key}, apply=True)
     assert not again.changed and not again.applied
     assert again.replayed.row is not None and again.replayed.row.id != kept.id  # not the noise-level win
+
+
+def test_a_config_a_round_of_today_refuses_stays_refused_in_later_rounds(
+    store: Store, make_study: StudyFactory,
+) -> None:
+    """A round of today stores a row short of the headroom as WRONG_RESULT, which disproves its config for
+    good: the replay leaves the config out of every round, not only the round whose row it refuses."""
+    study = make_study()
+    row(store, study, "r1", WIDE, 3.70, errors={"y": 0.98})
+    row(store, study, "r1", OTHER, 3.90)
+    row(store, study, "r2", WIDE, 3.20, errors={"y": 0.96})  # alone, within the headroom
+    other = row(store, study, "r2", OTHER, 3.90)
+    rounds = rounds_of(store.list_measurements(study_id=study.id, role="final"))
+
+    def admits(r: MeasurementRecord, _config: Config) -> bool:
+        return r.errors.get("y", 0.0) < 0.97
+
+    found = replay(rounds, set(), admits=admits)
+    assert (found.config, found.row) == (Config(OTHER), other)
+    assert replay(rounds, set()).config == Config(WIDE)  # without the check, the faster config
+
+
+class CarriedTunable(TunableFaultVectorScale):
+    """The tunable template's version 2, which carries version 1's bests (as MIMO version 4 carries 3)."""
+
+    version = "2"
+
+    @property
+    def spec(self) -> TemplateSpec:
+        return dataclasses.replace(super().spec, version="2", carries=(CarriedVersion("1"),))
+
+
+def _other_fingerprint_study(store: Store, n: int) -> StudyRecord:
+    """A version-2 study of n on the sweeps' device under another driver, with a published round first."""
+    fingerprint = Fingerprint(kind="cpu", device_name="test-cpu", driver="other",
+                              libraries={"torch": "2.13", "triton": "3.6"})  # type: ignore[arg-type]
+    shape = Shape({"n": n})
+    key = StudyKey.of(NAME, "2", shape, fingerprint)
+    with store.session() as session:
+        study = get_or_create_study(
+            session, name=key.study_name(), template=NAME, template_version="2", shape_key=key.shape_key,
+            shape_json=shape.to_json(), device_kind="cpu", device_name="test-cpu",
+            fingerprint_hash=key.fingerprint_hash, fingerprint_json=fingerprint.to_json())
+    publish(store, study, row(store, study, "o1", {"mode": "ok", "BLOCK": 256}, 19.0))
+    return study
+
+
+def test_the_carried_best_is_served_before_a_first_round_unless_the_version_served_its_own(store: Store) -> None:
+    """Before a study's first round the lookup served the carried version's best for its shape — unless a
+    study of the same version there (another fingerprint's) had published first: then nothing was carried."""
+    template = CarriedTunable()
+    store_sweep(store, shape={"n": 256}, version="1")  # version 1's best of n=256: BLOCK 256
+    fresh = store_sweep(store, shape={"n": 256}, version="2")  # its round r1: BLOCK 256 at 19 µs, default 38
+    study = store.get_study(study_id=fresh.study_id)
+    assert study is not None
+    noise = row(store, study, "r1", {"mode": "ok", "BLOCK": 128}, 18.9, p80_us=19.1)
+    publish(store, study, noise)  # as the rule before the carried config was kept published it
+    (found,) = rejudge_template(store, template)
+    assert found.changed and found.replayed.kept == 1
+    assert found.replayed.config == Config({"mode": "ok", "BLOCK": 256})
+
+    store_sweep(store, shape={"n": 512}, version="1")
+    own = _other_fingerprint_study(store, 512)  # version 2 served its own best at n=512 first
+    later = store_sweep(store, shape={"n": 512}, version="2")
+    later_study = store.get_study(study_id=later.study_id)
+    assert later_study is not None
+    publish(store, later_study, row(store, later_study, "r1", {"mode": "ok", "BLOCK": 128}, 18.9, p80_us=19.1))
+    judged = {r.study.id: r for r in rejudge_template(store, template, shape_keys={later_study.shape_key})}
+    assert not judged[later.study_id].changed and judged[later.study_id].replayed.kept == 0
+    assert not judged[own.id].changed

@@ -545,6 +545,8 @@ def test_a_publish_replacing_a_best_that_changed_meanwhile_changes_nothing(store
     store.withdraw_best(study_id=study.id)
     assert store.publish_unless_disproved(study_id=study.id, measurement_id=a.id, replacing=b.id) is None
     assert store.get_study_best(study_id=study.id) is None
+    with pytest.raises(NotFoundError):  # an unknown study is an error on every store, not a refusal
+        store.publish_unless_disproved(study_id=999_999, measurement_id=a.id, replacing=a.id)
 
 
 def test_a_disproval_the_store_refuses_stores_nothing(store: Any) -> None:

@@ -16,7 +16,8 @@ lookup orders a shape's studies by that time: a re-judged study keeps its place 
 that best is still the one it read.
 
 What the replay cannot know is left as the rounds left it: a round whose job was cancelled before it
-published counts as having published.
+published counts as having published, and its finalists are the ones the round ran (a round of today also
+passes over trial rows short of the trial headroom when it picks them; the replay only judges what ran).
 
 :func:`replay` and :func:`rounds_of` are pure; :func:`rejudge` and :func:`rejudge_template` read the store
 and publish (one publish per changed study, when ``apply``), and raise StoreError.
@@ -102,18 +103,19 @@ def rounds_of(finals: Sequence[MeasurementRecord]) -> list[list[MeasurementRecor
 def replay(rounds: Sequence[Sequence[MeasurementRecord]], disproved: Collection[Config], *,
            admits: Admits | None = None, served: Config | None = None) -> Replayed:
     """The rounds (:func:`rounds_of`) replayed under :func:`tuner.driver.study.keep_served`, starting from
-    ``served`` (the config served before the first round; None: none), ``disproved`` (configs found wrong by
-    any round or verification, :func:`tuner.store.entries.disproved_in`) and rows ``admits`` refuses left out
-    of every round. Pure."""
+    ``served`` (the config served before the first round; None: none), with ``disproved`` (configs found wrong
+    by any round or verification, :func:`tuner.store.entries.disproved_in`) and every config of a row that
+    ``admits`` refuses left out of every round: a round of today stores such a row WRONG_RESULT, which
+    disproves its config for good, as ``disproved`` holds the rounds' own. Pure."""
+    ranked = [[StoredEntry(r, Config(r.config)) for r in rows
+               if r.status is Status.OK and r.median_us is not None and not r.candidate.startswith(COMPARATOR_PREFIX)]
+              for rows in rounds]
+    gone = set(disproved) | {e.config for entries in ranked for e in entries
+                             if admits is not None and not admits(e.row, e.config)}
     kept = 0
     latest: dict[Config, MeasurementRecord] = {}
-    for rows in rounds:
-        entries = [StoredEntry(r, Config(r.config)) for r in rows
-                   if r.status is Status.OK and r.median_us is not None
-                   and not r.candidate.startswith(COMPARATOR_PREFIX)]
-        publishable = sorted((e for e in entries if e.config not in disproved
-                              and (admits is None or admits(e.row, e.config))),
-                             key=lambda e: (e.median_us, e.row.id))
+    for entries in ranked:
+        publishable = sorted((e for e in entries if e.config not in gone), key=lambda e: (e.median_us, e.row.id))
         for e in publishable:
             latest[e.config] = e.row
         if not publishable:
@@ -167,7 +169,28 @@ def rejudge_template(store: TuningStore, template: KernelTemplate, *, device_kin
                     and FINAL_NEAR_BOUND.short_of(row.errors, bounds) is None)
 
         here = [b for b in bests if b.device_kind == study.device_kind and b.device_name == study.device_name]
-        raw = carried_best(here, study.shape_key, carries)
+        raw = None if _served_own_version_first(store, study, studies, here) else carried_best(
+            here, study.shape_key, carries)
         served = None if raw is None else valid_or_repaired(space, shape.to_dict(), raw)
         found.append(rejudge(store, study, admits=admits, served=served, apply=apply))
     return found
+
+
+def _served_own_version_first(store: TuningStore, study: StudyRecord, studies: Sequence[StudyRecord],
+                              here: Sequence[BestRecord]) -> bool:
+    """Whether another study of the same version, shape and device (another fingerprint's) with a published
+    best ran a final round before this study's first: the lookup then served the version's own best and a
+    round carried nothing (:func:`tuner.driver.study.carried_config`). One read per such study."""
+    others = [s for s in studies if s.id != study.id and s.shape_key == study.shape_key
+              and s.device_kind == study.device_kind and s.device_name == study.device_name
+              and any(b.study_id == s.id for b in here)]
+    if not others:
+        return False
+    first = store.list_measurements(study_id=study.id, role="final", limit=1)
+    if not first:
+        return True  # no round of its own: nothing to replay either way
+    for other in others:
+        before = store.list_measurements(study_id=other.id, role="final", limit=1)
+        if before and before[0].created_at < first[0].created_at:
+            return True
+    return False

@@ -240,6 +240,8 @@ class MemoryStore:
                                  published_at: datetime | None = None,
                                  replacing: int | None = None) -> BestRecord | None:
         with self._lock:
+            if study_id not in self._studies:
+                raise NotFoundError(f"no study with id {study_id}")
             if self._found_wrong(study_id, self._measurements.get(measurement_id)):
                 return None
             current = self._best.get(study_id)

@@ -130,7 +130,7 @@ class TuningStore(Protocol):
         """:meth:`publish_best` (stamped now, or at ``published_at``), unless the measurement's config was found wrong
         (:meth:`disproved_configs`), or, with ``replacing`` (a measurement id), unless the study's best is that
         measurement's when the publish runs (another publish came first: ``tuner rejudge`` does not overwrite
-        it): then nothing changes and None is returned. The check and the publish
+        it): then nothing changes and None is returned, before the measurement's own checks. The check and the publish
         are one transaction, serialised with :meth:`record_disproval` (the study's row is locked): a final
         round that read the disproved configs before a verification disproved its winner does not publish
         it after. Raises as :meth:`publish_best` (a measurement of a disproved config returns None before
