@@ -46,11 +46,11 @@ from typing import Any
 from tuner.api.catalog import Catalog, CatalogEntry
 from tuner.api.deps import StoreProvider
 from tuner.api.errors import FieldError
-from tuner.api.schemas import BestOut, ConfigChangeOut, DifferenceOut, VerificationOut
+from tuner.api.schemas import BestOut
 from tuner.distance import DEFAULT_DISTANCE, ShapeDistance
 from tuner.errors import ShapeError, StoreError, UnknownTemplateError
 from tuner.frozen import Shape
-from tuner.lookup import Answer, Entry, Requester, fit_distance, served_notes
+from tuner.lookup import Answer, Entry, Requester, answer_fields, fit_distance
 from tuner.store.entries import lookup_answer, served_entries
 
 log = logging.getLogger(__name__)
@@ -272,19 +272,5 @@ class BestService:
 
 
 def _out(entry: CatalogEntry, shape: Shape, device_kind: str, answer: Answer) -> BestOut:
-    e = answer.entry
-    return BestOut(
-        template=entry.name, template_version=entry.spec.version, shape=shape.to_dict(), shape_key=shape.key(),
-        device_kind=device_kind,  # type: ignore[arg-type]
-        device_name=e.device_name if e else None, match=answer.match, distance=answer.distance,
-        config=dict(answer.config), median_us=e.median_us if e else None, p20_us=e.p20_us if e else None,
-        p80_us=e.p80_us if e else None, n_samples=e.n_samples if e else None, timer=e.timer if e else None,
-        measurement_id=e.measurement_id if e else None, fingerprint=e.fingerprint_hash if e else None,
-        published_at=e.published_at if e else None, source_shape=dict(e.shape) if e else None,
-        software=dict(e.software) if e and e.software is not None else None,
-        differences=[DifferenceOut(what=d.what, requested=d.requested, entry=d.entry) for d in answer.differences],
-        unchecked=list(answer.unchecked), notes=list(served_notes(answer)),
-        repaired=[ConfigChangeOut(param=c.param, entry=c.entry, served=c.served) for c in answer.repaired],
-        measured_version=e.template_version if e else None,
-        verification=VerificationOut(**e.verification) if e is not None and e.verification else None,
-    )
+    return BestOut.model_validate(answer_fields(answer, template=entry.name, version=entry.spec.version,
+                                                shape=shape.to_dict(), shape_key=shape.key(), device_kind=device_kind))

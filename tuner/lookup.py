@@ -363,6 +363,29 @@ def served_notes(answer: Answer) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def answer_fields(answer: Answer, *, template: str, version: str, shape: Mapping[str, Any], shape_key: str,
+                  device_kind: str | None) -> dict[str, Any]:
+    """The fields of ``GET /v1/best``'s answer (``api/schemas.py`` BestOut) for ``answer``, as plain values:
+    the API builds its model from them, ``tuner best`` prints them, so the two say the same. ``device_kind``:
+    the kind asked for (the entry's when None). Pure."""
+    e = answer.entry
+    return {
+        "template": template, "template_version": version, "shape": dict(shape), "shape_key": shape_key,
+        "device_kind": device_kind if device_kind is not None else e.device_kind if e else None,
+        "device_name": e.device_name if e else None, "match": answer.match, "distance": answer.distance,
+        "config": dict(answer.config), "median_us": e.median_us if e else None, "p20_us": e.p20_us if e else None,
+        "p80_us": e.p80_us if e else None, "n_samples": e.n_samples if e else None, "timer": e.timer if e else None,
+        "measurement_id": e.measurement_id if e else None, "fingerprint": e.fingerprint_hash if e else None,
+        "published_at": e.published_at if e else None, "source_shape": dict(e.shape) if e else None,
+        "software": dict(e.software) if e and e.software is not None else None,
+        "differences": [{"what": d.what, "requested": d.requested, "entry": d.entry} for d in answer.differences],
+        "unchecked": list(answer.unchecked),
+        "repaired": [{"param": c.param, "entry": c.entry, "served": c.served} for c in answer.repaired],
+        "measured_version": e.template_version if e else None, "notes": list(served_notes(answer)),
+        "verification": dict(e.verification) if e is not None and e.verification else None,
+    }
+
+
 def shape_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     """The lookup's distance (:data:`tuner.distance.DEFAULT_DISTANCE`) before any fitting (every integer dim
     weighs 1); ``inf`` when not comparable."""

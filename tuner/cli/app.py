@@ -347,7 +347,7 @@ def best(
     template version's own best, else a carried version's (its config completed, ``measured_version`` saying
     which; repaired where the current constraints reject it). With --lookup, any shape: `GET /v1/best`'s
     whole answer (a nearest shape's best, or the default) with the lookup's notes and differences."""
-    from tuner.lookup import Requester, served_notes
+    from tuner.lookup import Requester, answer_fields
     from tuner.store.entries import exact_answer, lookup_answer, served_entries
 
     t, the_shape = _one_shape(template, workload, shape)
@@ -368,21 +368,9 @@ def best(
                                  "--lookup --device KIND for what `GET /v1/best` serves (a nearest shape's best "
                                  "or the default)")
         answer = found
-    e = answer.entry
-    # The fields of `GET /v1/best`'s answer (api/schemas.py BestOut) for this shape, named alike.
-    data = {
-        "template": t.name, "template_version": t.version, "measured_version": e.template_version if e else None,
-        "shape": the_shape.to_dict(), "shape_key": the_shape.key(), "device_kind": e.device_kind if e else device,
-        "device_name": e.device_name if e else None, "match": answer.match, "distance": answer.distance,
-        "config": dict(answer.config), "median_us": e.median_us if e else None, "p20_us": e.p20_us if e else None,
-        "p80_us": e.p80_us if e else None, "n_samples": e.n_samples if e else None, "timer": e.timer if e else None,
-        "measurement_id": e.measurement_id if e else None, "fingerprint": e.fingerprint_hash if e else None,
-        "published_at": e.published_at if e else None, "source_shape": dict(e.shape) if e else None,
-        "differences": [{"what": d.what, "requested": d.requested, "entry": d.entry} for d in answer.differences],
-        "unchecked": list(answer.unchecked),
-        "repaired": [{"param": c.param, "entry": c.entry, "served": c.served} for c in answer.repaired],
-        "notes": list(served_notes(answer)),
-    }
+    # The fields of `GET /v1/best`'s answer (api/schemas.py BestOut) for this shape, from the same function.
+    data = answer_fields(answer, template=t.name, version=t.version, shape=the_shape.to_dict(),
+                         shape_key=the_shape.key(), device_kind=device)
     if as_json:
         print(json.dumps(data, indent=2))
         return
