@@ -95,7 +95,9 @@ def get_study_best(session: Session, *, study_id: int) -> BestRecord | None:
 
 
 def withdraw_best(session: Session, *, study_id: int) -> bool:
-    """Delete the study's published best config; whether there was one."""
+    """Delete the study's published best config; whether there was one. The study's row is locked first, as
+    every publish locks it (:func:`publish_best`): a withdrawal and a publish are serialised."""
+    session.get(StudyRow, study_id, with_for_update=True)
     result = session.execute(delete(BestConfigRow).where(BestConfigRow.study_id == study_id))
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
