@@ -127,14 +127,15 @@ def replay(rounds: Sequence[Sequence[MeasurementRecord]], disproved: Collection[
 
 
 def rejudge(store: TuningStore, study: StudyRecord, *, admits: Admits | None = None, served: Config | None = None,
-            apply: bool = False) -> Rejudged:
+            apply: bool = False, best: BestRecord | None = None) -> Rejudged:
     """:func:`replay` of the study's stored rounds (``admits``, ``served``: as there) against its published
     best; with ``apply``, a changed best is replaced by the replay's
     (:meth:`tuner.store.TuningStore.publish_unless_disproved`, stamped with the replaced best's time, and only
     while that best is still the study's: a final round or a verification that published meanwhile is not
     overwritten, nor is a config disproved since the read published). A study without a published best is
-    left so. Raises StoreError."""
-    best = store.get_study_best(study_id=study.id)
+    left so. ``best``: the study's best when the caller has just read it (default: read here). Raises
+    StoreError."""
+    best = store.get_study_best(study_id=study.id) if best is None else best
     finals = store.list_measurements(study_id=study.id, role="final")
     found = Rejudged(study, best, replay(rounds_of(finals), disproved_in(store, study.id), admits=admits,
                                         served=served))
@@ -155,8 +156,9 @@ def rejudge_template(store: TuningStore, template: KernelTemplate, *, device_kin
     space = template.space()
     carries = template.spec.carries
     bests = store.list_best(template=template.name, device_kind=device_kind)
+    best_of = {b.study_id: b for b in bests}  # one best per study
     studies = [s for s in store.list_studies(template=template.name, device_kind=device_kind)
-               if s.template_version == template.version and any(b.study_id == s.id for b in bests)
+               if s.template_version == template.version and s.id in best_of
                and (shape_keys is None or s.shape_key in shape_keys)]
     found = []
     for study in studies:
@@ -172,7 +174,7 @@ def rejudge_template(store: TuningStore, template: KernelTemplate, *, device_kin
         raw = None if _served_own_version_first(store, study, studies, here) else carried_best(
             here, study.shape_key, carries)
         served = None if raw is None else valid_or_repaired(space, shape.to_dict(), raw)
-        found.append(rejudge(store, study, admits=admits, served=served, apply=apply))
+        found.append(rejudge(store, study, admits=admits, served=served, apply=apply, best=best_of[study.id]))
     return found
 
 

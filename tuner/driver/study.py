@@ -560,8 +560,7 @@ def finalize(
     # disproved a config this round measured right on its own inputs
     disproved = disproved_configs(ctx)
     ok = [e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok]
-    fastest_first = sorted((e for e in ok if e.result.config not in disproved),
-                           key=lambda e: e.result.median_us or float("inf"))
+    fastest_first = sorted((e for e in ok if e.config not in disproved), key=lambda e: e.median_us)
     winners = keep_served(fastest_first, held)
     refused = len(ok) - len(winners)
     winner = winners[0] if winners else None
