@@ -48,9 +48,12 @@ def log_ticks(values: Sequence[float | None]) -> dict[str, Any]:
     lo, hi = min(finite_values) / 1.15, max(finite_values) * 1.15
     ticks = [m * 10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1) for m in (1, 2, 5)]
     inside = [t for t in ticks if lo <= t <= hi]
-    if len(inside) < 3:  # a narrow range: every integer step of its decade
-        step = 10.0 ** math.floor(math.log10(hi - lo or hi))
-        inside = [k * step for k in range(math.floor(lo / step), math.ceil(hi / step) + 1) if k > 0]
+    if len(inside) < 3:  # a narrow range: the coarsest 1-2-5 step that puts at least three ticks inside it
+        top = math.floor(math.log10(hi - lo or hi))
+        for step in (m * 10.0**e for e in range(top, top - 3, -1) for m in (5, 2, 1)):
+            inside = [round(k * step, 12) for k in range(math.ceil(lo / step), math.floor(hi / step) + 1) if k > 0]
+            if len(inside) >= 3:
+                break
     return {"tickvals": inside, "ticktext": [f"{t:g}" for t in inside]}
 
 
@@ -196,28 +199,90 @@ def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(part)) if part.isdecimal() else (1, part) for part in re.split(r"(\d+)", name) if part)
 
 
+# a comparator family (the name before its first "-": mamba_ssm-fp32-bh8 is of mamba_ssm) of this many lines or
+# more is drawn as its fastest line per shape, each line of it a legend entry left hidden until clicked
+FAMILY_LINES = 3
+
+
+def _key_parts(label: str) -> list[str] | None:
+    parts = label.split(",")
+    return parts if label and all("=" in part for part in parts) else None
+
+
+def shared_parts(labels: Sequence[str]) -> list[str]:
+    """The ``dim=value`` parts that every shape key among ``labels`` (two or more) has, in the first key's
+    order; none where fewer than two labels are shape keys (workload names are not)."""
+    keys = [k for k in map(_key_parts, labels) if k is not None]
+    if len(keys) < 2:
+        return []
+    return [part for part in keys[0] if all(part in k for k in keys[1:])]
+
+
+def shape_labels(labels: Sequence[str]) -> list[str]:
+    """Axis labels of several shapes: a shape key (``B=1,H=48,…``) loses the parts every shape key among
+    ``labels`` shares (:func:`shared_parts`; the figure names them); a workload name stays as it is. Plotly
+    reads labels as a subset of HTML: the stored text is escaped (:func:`_plain`)."""
+    shared = set(shared_parts(labels))
+    out = []
+    for label in labels:
+        key = _key_parts(label)
+        kept = [part for part in key if part not in shared] if key is not None else None
+        out.append(_plain(", ".join(kept) if kept else label))
+    return out
+
+
 def lines_figure(rows: Sequence[Mapping[str, Any]]) -> Figure:
-    """Best against the default and each comparator line across shapes (grouped bars, log axis). ``rows``:
-    dicts with ``workload``, ``best_us``, ``default_us`` and ``lines`` (name → µs or None)."""
+    """Best against the default and each comparator line across shapes: a dot plot, one row per shape in
+    ``rows``' order (:func:`shape_labels`; the hover names the whole shape), times on a log axis. A comparator family of
+    :data:`FAMILY_LINES` lines or more (``mamba_ssm-fp32-bh1`` … ``mamba_ssm-wrapper``) is drawn as its
+    fastest line per shape (the hover names which), its lines listed under the family's title in the legend,
+    hidden until clicked: fourteen lines of one library would otherwise bury the best and the default.
+    ``rows``: dicts with ``workload``, ``best_us``, ``default_us`` and ``lines`` (name → µs or None). The
+    layout's ``meta.shared`` lists the shape parts left out of every label (:func:`shared_parts`)."""
     workloads = [str(r["workload"]) for r in rows]
-    series: dict[str, list[float | None]] = {"best": [r["best_us"] for r in rows],
-                                             "default": [r["default_us"] for r in rows]}
-    for name in sorted({n for r in rows for n in r["lines"]}, key=natural_key):
-        series[name] = [r["lines"].get(name) for r in rows]
-    colors = {"best": BEST_COLOR, "default": DEFAULT_COLOR}
-    symbols = {"best": "circle", "default": "diamond"}
+    y, hover = shape_labels(workloads), [_plain(w) for w in workloads]
+    names = sorted({n for r in rows for n in r["lines"]}, key=natural_key)
+    families: dict[str, list[str]] = {}
+    for name in names:
+        families.setdefault(name.split("-", 1)[0], []).append(name)
     palette = ["#546e7a", "#5c6bc0", "#8d6e63", "#26a69a", "#ab47bc", "#78909c"]
-    data = []
-    for i, (name, ys) in enumerate(series.items()):
-        if all(y is None for y in ys):
+
+    def trace(name: str, ys: Sequence[float | None], color: str, symbol: str, size: int,
+              **extra: Any) -> dict[str, Any]:
+        return {"type": "scatter", "mode": "markers", "name": name, "y": y, "x": list(ys), "customdata": hover,
+                "marker": {"color": color, "size": size, "symbol": symbol, "line": {"width": 1, "color": "#fff"}},
+                "hovertemplate": f"{_plain(name)}: %{{x:.2f}} µs<extra>%{{customdata}}</extra>", **extra}
+
+    data = [trace(name, [r[key] for r in rows], color, symbol, size)
+            for name, key, color, symbol, size in (("best", "best_us", BEST_COLOR, "circle", 13),
+                                                   ("default", "default_us", DEFAULT_COLOR, "diamond", 10))]
+    shown: list[float | None] = [v for t in data for v in t["x"]]
+    for i, (family, members) in enumerate(families.items()):
+        values = {name: [r["lines"].get(name) for r in rows] for name in members}
+        if len(members) < FAMILY_LINES:
+            data += [trace(name, ys, palette[(i + k) % len(palette)], "square", 10)
+                     for k, (name, ys) in enumerate(values.items()) if any(v is not None for v in ys)]
+            shown += [v for ys in values.values() for v in ys]
             continue
-        data.append({"type": "scatter", "mode": "markers", "name": name, "x": workloads, "y": ys,
-                     "marker": {"color": colors.get(name, palette[i % len(palette)]), "size": 13 if name == "best"
-                                else 10, "symbol": symbols.get(name, "square"), "line": {"width": 1, "color": "#fff"}},
-                     "hovertemplate": f"{name}: %{{y:.2f}} µs<extra>%{{x}}</extra>"})
-    ticks = log_ticks([y for ys in series.values() for y in ys])
-    return {"data": data, "layout": _layout(yaxis={"type": "log", "title": {"text": "median µs (log)"}, **ticks},
-                                            xaxis={"automargin": True, "type": "category"}, height=380)}
+        fastest = [min(((ys[j], name) for name, ys in values.items() if ys[j] is not None), default=None)
+                   for j in range(len(rows))]
+        group = {"legendgroup": family, "legendgrouptitle": {"text": family}}
+        head = trace(f"fastest of {len(members)} lines", [f[0] if f else None for f in fastest],
+                     palette[i % len(palette)], "square", 11, **group)
+        head["text"] = [_plain(f[1]) if f else "" for f in fastest]
+        head["hovertemplate"] = "%{text}: %{x:.2f} µs<extra>%{customdata}</extra>"
+        data.append(head)
+        shown += head["x"]
+        data += [trace(name.removeprefix(family + "-") or name, ys, palette[(i + 1 + k) % len(palette)], "square", 8,
+                       visible="legendonly", **group)
+                 for k, (name, ys) in enumerate(values.items()) if any(v is not None for v in ys)]
+    data = [t for t in data if any(v is not None for v in t["x"])]
+    return {"data": data, "layout": _layout(
+        xaxis={"type": "log", "title": {"text": "median µs (log)"}, **log_ticks(shown)},
+        yaxis={"automargin": True, "type": "category", "autorange": "reversed"},
+        legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "groupclick": "toggleitem"},
+        margin={"l": 20, "r": 20, "t": 20, "b": 45}, height=max(260, 26 * len(rows) + 110),
+        meta={"shared": shared_parts(workloads)})}
 
 
 def ecdf_figure(named: Sequence[tuple[str, Sequence[db.MeasurementRecord]]]) -> Figure:

@@ -7,6 +7,7 @@ another host. A screenshot of every page is written under ``$TUNER_TEST_ARTIFACT
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -283,3 +284,34 @@ def test_optuna_dashboard_sees_metric_name_and_readable_attributes(served: Serve
     assert study.user_attrs["published"]["median_us"] > 0
     told = [t for t in study.trials if "status" in t.user_attrs]
     assert "OK" in {t.user_attrs["status"] for t in told} and {t.user_attrs.get("role") for t in told} == {"trial"}
+
+
+def test_the_template_pages_dot_plot_stays_readable_for_15_shapes_and_18_lines(served: Served) -> None:
+    """The H200 store's chunk cumsum page: 15 shapes, 4 ceiling lines and 14 of mamba_ssm. Drawn by the
+    page's Plotly at the page's width, the plot keeps most of the figure's width (it kept a tenth when the
+    legend and the long shape labels ran across it) and one label per shape, none over another."""
+    from tuner.api.ui.plots import lines_figure
+
+    lines = [f"ceiling-block{b}" for b in (512, 1024, 2048, 4096)] + [
+        f"mamba_ssm-{kind}-bh{h}" for kind in ("fp32", "tileops") for h in (1, 2, 4, 8, 16)] + [
+        "mamba_ssm-tileops", "mamba_ssm-wrapper", "mamba_ssm-fp32", "mamba_ssm-triton"]
+    rows = [{"workload": f"B={b},H={h},Q=256,S={s},dtype={d},has_bias=true,softplus=true",
+             "best_us": 2.0 + i, "default_us": 2.4 + i,
+             "lines": {name: 1.5 + i + 0.1 * k for k, name in enumerate(lines)}}
+            for i, (b, h, s, d) in enumerate((b, h, s, d) for b in (1, 8, 16) for h, s in ((24, 2048), (80, 32768))
+                                             for d in ("float16", "bfloat16", "float32"))][:15]
+    _open(served, f"/ui/templates/{NAME}", "template-lines")
+    d = served.driver
+    size = d.execute_async_script("""const [figure, done] = arguments;
+        const div = document.createElement('div');
+        div.style.width = document.getElementById('plot-lines').clientWidth + 'px';
+        document.getElementById('plot-lines').after(div);
+        Plotly.newPlot(div, figure.data, figure.layout).then(() => {
+          const labels = [...div.querySelectorAll('.ytick text')].map(t => t.getBoundingClientRect())
+            .map(r => [r.top, r.bottom]);
+          done({plot: div._fullLayout._size.w, width: div._fullLayout.width, labels: labels});
+        });""", lines_figure(rows))
+    assert size["plot"] >= 0.45 * size["width"], size
+    labels = sorted(size["labels"])
+    assert len(labels) == len(rows)
+    assert all(top >= bottom - 0.5 for (_, bottom), (top, _) in itertools.pairwise(labels)), labels

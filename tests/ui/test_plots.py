@@ -1,0 +1,77 @@
+"""The pages' figures as data (``tuner.api.ui.plots``, pure functions): axis ticks, shape labels and the
+template page's dot plot of best, default and comparator lines. How they render is tests/ui/test_browser.py's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tuner.api.ui.plots import lines_figure, log_ticks, shape_labels, shared_parts
+
+
+@pytest.mark.parametrize("values", [
+    [4.1285, 12.928],  # the H200 study whose log axis was labelled "10" alone
+    [1.89, 2.02],
+    [17.9, 18.5],
+    [100.0, 104.0],
+    [0.031, 0.036],
+    [2.0, 2000.0],
+    [5.0],
+])
+def test_a_log_axis_gets_at_least_three_ticks_inside_its_range(values: list[float]) -> None:
+    ticks = log_ticks(values)["tickvals"]
+    lo, hi = min(values) / 1.15, max(values) * 1.15
+    assert len(ticks) >= 3, ticks
+    assert all(lo <= t <= hi for t in ticks), (ticks, lo, hi)
+    assert ticks == sorted(set(ticks))
+    assert log_ticks(values)["ticktext"] == [f"{t:g}" for t in ticks]
+
+
+def test_ticks_of_a_wide_range_are_one_two_five_per_decade() -> None:
+    assert log_ticks([2.0, 2000.0])["tickvals"] == [2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000]
+    assert log_ticks([None, float("nan"), 0.0, -1.0]) == {}
+
+
+def test_shape_labels_leave_out_what_every_shape_key_shares() -> None:
+    labels = ["B=1,H=128,Q=256,S=16384,dtype=bfloat16,softplus=true", "mamba2-780m-b1-s4k",
+              "B=8,H=64,Q=256,S=2048,dtype=float32,softplus=true"]
+    assert shared_parts(labels) == ["Q=256", "softplus=true"]
+    assert shape_labels(labels) == ["B=1, H=128, S=16384, dtype=bfloat16", "mamba2-780m-b1-s4k",
+                                    "B=8, H=64, S=2048, dtype=float32"]
+    assert shared_parts(["n=256"]) == [] and shape_labels(["n=256"]) == ["n=256"]  # one key: nothing is shared
+    assert shape_labels(["a=<b>x</b>", "a=<b>x</b>,c=1"]) == ["a=&lt;b&gt;x&lt;/b&gt;", "c=1"]
+
+
+def _rows() -> list[dict[str, object]]:
+    lines = [{"mamba_ssm-fp32-bh4": 6.0, "mamba_ssm-wrapper": 5.5, "mamba_ssm-tileops": None, "ceiling": 3.0,
+              "other-one": None},
+             {"mamba_ssm-fp32-bh4": 7.0, "mamba_ssm-wrapper": 9.0, "mamba_ssm-tileops": None, "ceiling": None,
+              "other-one": None}]
+    return [{"workload": f"B={b},S=2048", "best_us": best, "default_us": default, "lines": line}
+            for b, best, default, line in ((1, 4.0, 5.0, lines[0]), (8, 6.0, None, lines[1]))]
+
+
+def test_a_family_of_lines_is_drawn_as_its_fastest_and_each_line_waits_in_the_legend() -> None:
+    figure = lines_figure(_rows())
+    traces = {(t.get("legendgroup"), t["name"]): t for t in figure["data"]}
+    assert set(traces) == {(None, "best"), (None, "default"), (None, "ceiling"),
+                           ("mamba_ssm", "fastest of 3 lines"), ("mamba_ssm", "fp32-bh4"), ("mamba_ssm", "wrapper")}
+    # other-one and mamba_ssm-tileops never ran OK: no trace (a family counts its lines, measured or not)
+    head = traces[("mamba_ssm", "fastest of 3 lines")]
+    assert head["x"] == [5.5, 7.0] and head["text"] == ["mamba_ssm-wrapper", "mamba_ssm-fp32-bh4"]
+    assert "visible" not in head and head["legendgrouptitle"] == {"text": "mamba_ssm"}
+    assert all(traces[("mamba_ssm", n)]["visible"] == "legendonly" for n in ("fp32-bh4", "wrapper"))
+    assert traces[(None, "default")]["x"] == [5.0, None]
+    for t in figure["data"]:  # one row per shape, the shared part left out, the whole shape in the hover
+        assert t["y"] == ["B=1", "B=8"] and t["customdata"] == ["B=1,S=2048", "B=8,S=2048"]
+    layout = figure["layout"]
+    assert layout["meta"] == {"shared": ["S=2048"]} and layout["yaxis"]["autorange"] == "reversed"
+    assert layout["xaxis"]["type"] == "log" and len(layout["xaxis"]["tickvals"]) >= 3
+    json.dumps(figure)  # what the page embeds
+
+
+def test_lines_of_a_small_family_stay_lines_of_their_own() -> None:
+    rows = [{"workload": "w", "best_us": 2.0, "default_us": 3.0, "lines": {"lib-a": 2.5, "lib-b": 2.6}}]
+    names = [(t["name"], t.get("visible", True)) for t in lines_figure(rows)["data"]]
+    assert names == [("best", True), ("default", True), ("lib-a", True), ("lib-b", True)]
