@@ -101,3 +101,20 @@ def test_serve_refuses_bad_settings_in_one_line(tmp_path: Path) -> None:
     url = db.sqlite_url(tmp_path / "t.db")
     unknown = tuner("export", "--template", "nope", "-o", str(out), "--db", url, home=tmp_path)
     assert unknown.returncode == 2 and "unknown template 'nope'" in unknown.stderr and not out.exists()
+
+
+def test_serve_stops_when_its_worker_cannot_start_on_this_host(tmp_path: Path) -> None:
+    """``tuner serve --device cuda`` on a host without CUDA: the worker child's refusal stops the server (exit 2,
+    the worker's error and the way out in its output). It kept serving with the child a zombie: jobs queued
+    there waited for a worker that never started, and nothing said so."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA: the worker starts")
+    run = subprocess.run(
+        [sys.executable, "-m", "tuner.cli", "serve", "--port", str(free_port()), "--db",
+         db.sqlite_url(tmp_path / "t.db"), "--device", "cuda", "--no-access-log"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, env={**env(), "TUNER_HOME": str(tmp_path / "home")})
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "device kind 'cuda' is not available on this host" in run.stderr
+    assert "the local worker could not start" in run.stderr and "--no-worker" in run.stderr

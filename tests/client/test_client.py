@@ -244,3 +244,39 @@ def test_the_export_file_repairs_an_invalid_nearest_config_as_the_server_does(
     assert r16.repaired == (ConfigChange("chunk_rows", 32, 64), ConfigChange("num_warps", 2, 4))
     assert any("template version 2" in note for note in r16.notes)
     assert (r16.template_version, r16.measured_version, r16.carried) == ("4", "2", True)
+
+
+def test_a_busy_server_is_answered_from_the_file_not_raised(store: db.Store, tmp_path: Path) -> None:
+    """A server (or its proxy) that answers 429 Too Many Requests or 408 is busy, not refusing the request: the
+    application's lookup is answered from the export file, as in an outage (it raised ClientError, a crash in
+    the caller's hot path)."""
+    import http.server
+    import threading
+
+    class Busy(http.server.BaseHTTPRequestHandler):
+        status = 429
+
+        def do_GET(self) -> None:  # http.server's name for it
+            self.send_response(type(self).status)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"detail": "slow down"}')
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    path = _export(store, tmp_path)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for status in (429, 408):
+            Busy.status = status
+            client = Client(f"http://127.0.0.1:{server.server_address[1]}", file=path, retry_s=5, timeout_s=2)
+            answer = client.best(NAME, {"n": 1024}, device="cpu")
+            assert answer.source == "file" and answer.config["BLOCK"] == 512
+        Busy.status = 404  # a refusal still raises
+        with pytest.raises(ClientError) as refused:
+            Client(f"http://127.0.0.1:{server.server_address[1]}", file=path).best(NAME, {"n": 1024}, device="cpu")
+        assert refused.value.status == 404
+    finally:
+        server.shutdown()

@@ -129,6 +129,11 @@ def test_trials_table_filters_by_status(served: Served) -> None:
     status = max(set(failing), key=failing.count)
     table = d.find_element("id", "trials")
     _wait(lambda: table.get_attribute("data-loaded") == "1", 30, "the first page of trials")
+    # each status chip is drawn in its status's colour, its white label readable (it was white on white)
+    chips = d.execute_script("""return [...document.querySelectorAll('#trial-filters label.chip')].map(c => {
+        const s = getComputedStyle(c); return [c.textContent.trim(), s.color, s.backgroundColor]; });""")
+    assert chips and all(color == "rgb(255, 255, 255)" and background not in (color, "rgb(250, 251, 252)")
+                         for _, color, background in chips), chips
     d.find_element("css selector", f'#trial-filters input[value="{status}"]').click()
     _wait(lambda: table.get_attribute("data-loaded") == "2", 30, "the filtered page")
     rows = d.find_elements("css selector", "#trials tbody tr")

@@ -15,8 +15,9 @@ to a server); the lookup itself is :func:`tuner.lookup.choose`, shared with the 
 
 Answers are cached in the process for ``ttl_s`` seconds, keyed by everything in the request (template,
 shape items, device, device name); a cached answer costs one dict lookup (about a microsecond). Where an
-answer comes from, in order: the server (``source="server"``; its 4xx answers raise :class:`ClientError`),
-the export file (``"file"``) when there is no server or it failed (then it is not asked again for
+answer comes from, in order: the server (``source="server"``; its 4xx answers raise :class:`ClientError`,
+but for 408 and 429, which say it is busy), the export file (``"file"``) when there is no server, it failed
+or it was busy (then it is not asked again for
 ``retry_s`` seconds), the caller's ``fallback`` config (``"fallback"``, cached for ``retry_s`` only), else
 :class:`ClientError`. With ``enqueue_on_miss=True`` (and a token with the ``submit`` scope), an answer that
 is not exact, or is a carried version's best (:attr:`BestConfig.carried`: not tuned under the current
@@ -80,6 +81,8 @@ log = logging.getLogger(__name__)
 Source = Literal["server", "file", "fallback"]
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 SUPPORTED_SCHEMA = 1
+# a server (or a proxy before it) busy now, not refusing the request: answered as an outage is
+BUSY = frozenset({408, 429})
 
 
 class ClientError(Exception):
@@ -370,7 +373,7 @@ class Client:
             log.warning("tuner server %s unavailable: %s", self.url, type(exc).__name__)
             self._down_until = self._clock() + self.retry_s
             return None
-        if 400 <= response.status_code < 500:
+        if 400 <= response.status_code < 500 and response.status_code not in BUSY:
             raise ClientError(f"{template}: {error_message(response)}", response.status_code)
         if response.status_code != 200:
             log.warning("tuner server %s answered %s", self.url, response.status_code)

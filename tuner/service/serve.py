@@ -6,6 +6,12 @@ command line, where a password would be visible to other users) and, on Linux, S
 dies. On SIGINT/SIGTERM uvicorn shuts down gracefully; then the worker is asked to stop (SIGTERM: it
 leaves after its current trial, giving back its reservations) and killed after ``WORKER_GRACE_S``.
 
+The worker child is watched while the server runs: one that exits with the CLI's code for a refused input
+(:data:`REFUSED`: ``--device cuda`` on a host without CUDA, say) stops the server, which then raises
+UserInputError (``tuner serve`` exits 2 with the worker's error above it): a server whose only worker
+never started would queue jobs nobody runs and say nothing. One that exits with another code is
+logged as an error and the server goes on serving (its pages, its bests, other hosts' workers).
+
 Without ``TUNER_TOKENS``, a local token with the ``submit`` and ``read`` scopes is read from (or created in)
 :func:`tuner.service.remote.local_token_path`, where ``tuner submit`` on this machine finds it.
 """
@@ -18,12 +24,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 
 from tuner import db
+from tuner.errors import UserInputError
 
 log = logging.getLogger("tuner.service.serve")
 WORKER_GRACE_S = 10.0  # a worker ends its measurement at once on SIGTERM (tuner.service.worker)
+REFUSED = 2  # the exit code of `tuner worker` (any tuner command) whose input was refused: UserInputError
 
 
 def start_worker(store: db.Store, device: str, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
@@ -72,10 +81,32 @@ def serve(app: object, *, host: str, port: int, log_level: str, access_log: bool
         for sig in (signal.SIGINT, signal.SIGTERM)
     }
     child = worker() if worker is not None else None
+    stopping = threading.Event()
+    refused: list[int] = []
+
+    def watch(child: subprocess.Popen[bytes]) -> None:
+        code = child.wait()  # and reaps it: no zombie while the server goes on
+        if stopping.is_set():
+            return
+        if code == REFUSED:
+            log.error("the local worker (pid %s) could not start: its error is above; stopping the server",
+                      child.pid)
+            refused.append(code)
+            server.should_exit = True
+        else:
+            log.error("the local worker (pid %s) exited with code %s; the server goes on without it: jobs wait "
+                      "for another worker (GET /v1/workers lists them)", child.pid, code)
+
+    if child is not None:
+        threading.Thread(target=watch, args=(child,), name="tuner-serve-worker", daemon=True).start()
     try:
         server.run()
     finally:
+        stopping.set()
         if child is not None:
             stop_worker(child)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if refused:
+        raise UserInputError("the local worker could not start (see its error above); run `tuner serve "
+                             "--no-worker` and start workers where their device is, or pick --device this host has")
