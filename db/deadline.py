@@ -2,8 +2,9 @@
 
 The server's ``statement_timeout`` cancels slow statements, but a partitioned database (packets held or
 dropped on the way) answers nothing at all, and a blocking read on a pooled connection waits for TCP to
-give up, which takes minutes. So every statement, and the liveness check of every connection taken from the
-pool, runs under a deadline kept by one watchdog thread: past it, the watchdog shuts the connection's socket
+give up, which takes minutes. So every statement, every COMMIT and ROLLBACK (SQLAlchemy sends them through
+the driver's own calls, which no cursor event sees) and the liveness check of every connection taken from
+the pool run under a deadline kept by one watchdog thread: past it, the watchdog shuts the connection's socket
 down, the driver's read fails at once with a disconnect error, SQLAlchemy discards the connection, and the
 caller gets it as :class:`tuner.errors.StoreError` from :meth:`tuner.db.Store.session`.
 
@@ -116,6 +117,8 @@ def guard(engine: Engine, settings: StoreSettings) -> None:
         if context.connection is not None:
             _disarm(context.connection)
 
+    _bound_transaction_ends(engine, settings.statement_deadline_s)
+
     @event.listens_for(engine.pool, "checkout")
     def _ping(dbapi_connection: Any, record: Any, proxy: Any) -> None:
         token = WATCHDOG.arm(settings.connect_timeout_s, lambda: cut(dbapi_connection))
@@ -127,3 +130,22 @@ def guard(engine: Engine, settings: StoreSettings) -> None:
             raise exc.DisconnectionError(f"pooled connection is dead: {type(error).__name__}") from error
         finally:
             WATCHDOG.disarm(token)
+
+
+def _bound_transaction_ends(engine: Engine, seconds: float) -> None:
+    """Run the engine's COMMITs and ROLLBACKs under the deadline: its dialect's ``do_commit`` and
+    ``do_rollback`` (every engine has a dialect of its own) wrapped so that the watchdog cuts a connection
+    whose COMMIT or ROLLBACK gets no answer. A COMMIT cut this way may have committed: the caller gets a
+    StoreError and a retry must be idempotent (:mod:`tuner.db.retry`)."""
+    dialect = engine.dialect
+    for name in ("do_commit", "do_rollback"):
+        original = getattr(dialect, name)
+
+        def bounded(dbapi_connection: Any, original: Callable[[Any], None] = original) -> None:
+            token = WATCHDOG.arm(seconds, lambda: cut(dbapi_connection))
+            try:
+                original(dbapi_connection)
+            finally:
+                WATCHDOG.disarm(token)
+
+        setattr(dialect, name, bounded)

@@ -301,14 +301,19 @@ def optuna_storage_url(store: Store) -> str:
 
 
 def _libpq_args(url: URL, settings: StoreSettings) -> dict[str, str]:
-    """connect_timeout (unless the URL sets one) and the server-side statement_timeout, added to the
-    URL's own ``options`` (e.g. a ``search_path``)."""
+    """connect_timeout (unless the URL sets one) and the server-side statement_timeout and
+    idle_in_transaction_session_timeout (each unless the URL's ``options`` set it), added to the URL's own
+    ``options`` (e.g. a ``search_path``)."""
     args: dict[str, str] = {}
     if "connect_timeout" not in url.query:
         args["connect_timeout"] = str(math.ceil(settings.connect_timeout_s))
-    options = url.query.get("options", "")
-    if "statement_timeout" not in str(options):
-        args["options"] = f"{options} -c statement_timeout={round(settings.statement_timeout_s * 1000)}".strip()
+    options = str(url.query.get("options", ""))
+    for name, seconds in (("statement_timeout", settings.statement_timeout_s),
+                          ("idle_in_transaction_session_timeout", settings.idle_in_transaction_s)):
+        if name not in options:
+            options = f"{options} -c {name}={round(seconds * 1000)}".strip()
+    if options != url.query.get("options", ""):
+        args["options"] = options
     return args
 
 

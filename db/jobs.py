@@ -28,6 +28,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, exists, false, func, or_, select, true, update
 from sqlalchemy.orm import Session
@@ -240,16 +241,27 @@ def register_worker(
     lease_s: float,
     templates: Mapping[str, str] | None = None,
 ) -> WorkerRecord:
-    """A new idle worker; ``templates`` (name → version) are the only templates it will claim (None: any)."""
+    """A new idle worker; ``templates`` (name → version) are the only templates it will claim (None: any).
+    The same id again from the same host and pid, holding no task, is registered afresh (a retry whose first
+    commit went through); RecordConflictError otherwise (and on a concurrent insert of the id: its key)."""
     now = store_now(session)
-    row = WorkerRow(
-        id=worker_id, host=host, pid=pid, device_kind=device_kind, device_name=device_name,
-        device_index=device_index, backends_json=json.dumps(sorted(backends)), fingerprint_hash=fingerprint_hash,
-        fingerprint_json=fingerprint_json, state="idle", started_at=now, last_heartbeat=now,
-        lease_expires_at=now + timedelta(seconds=lease_s),
-        templates_json=None if templates is None else canonical_json(dict(templates), what="templates"),
-    )
-    session.add(row)
+    fields: dict[str, Any] = {
+        "host": host, "pid": pid, "device_kind": device_kind, "device_name": device_name,
+        "device_index": device_index, "backends_json": json.dumps(sorted(backends)),
+        "fingerprint_hash": fingerprint_hash, "fingerprint_json": fingerprint_json, "state": "idle",
+        "current_task_id": None, "started_at": now, "last_heartbeat": now,
+        "lease_expires_at": now + timedelta(seconds=lease_s),
+        "templates_json": None if templates is None else canonical_json(dict(templates), what="templates"),
+    }
+    row = session.get(WorkerRow, worker_id, with_for_update=True)
+    if row is None:
+        row = WorkerRow(id=worker_id, **fields)
+        session.add(row)
+    elif (row.host, row.pid, row.current_task_id) == (host, pid, None):
+        for name, value in fields.items():
+            setattr(row, name, value)
+    else:
+        raise RecordConflictError(f"worker {worker_id} is already registered (by {row.host}, pid {row.pid})")
     session.flush()
     return to_record(WorkerRecord, row)
 
@@ -372,6 +384,11 @@ def claim_task(
     trials: they are claimable until a worker takes their final step (``begin_finalize``). The job's device
     and backend are the worker's, its template one the worker advertised (when it did), and the task is not
     one this worker gave up (``fail_attempt``). The worker becomes busy on it; the task and job run.
+
+    Locks: the task's row (``SKIP LOCKED``), and for a queued job its row too, skipped when another
+    transaction holds it (:func:`cancel_job`, which locks the job and then its tasks, or another worker's
+    first claim of the job): then None, and the worker asks again at its next poll. Waiting for that lock
+    while holding the task's would deadlock with a cancel.
     """
     claimable = or_(  # records.has_free_slot
         TaskRow.trials_reserved < TaskRow.trials_target,
@@ -409,6 +426,11 @@ def claim_task(
     now = store_now(session)
     job = session.get(JobRow, task.job_id)
     assert job is not None
+    if job.state == "queued":
+        locked = session.scalars(select(JobRow).where(JobRow.id == job.id).with_for_update(skip_locked=True)
+                                 .execution_options(populate_existing=True)).first()
+        if locked is None or locked.state not in ACTIVE_JOB_STATES:
+            return None
     if task.state == "queued":
         task.state, task.updated_at = "running", now
     if job.state == "queued":

@@ -27,6 +27,7 @@ from tuner.store.records import (
     Timer,
     check_candidate,
     check_role,
+    storable_text,
 )
 
 
@@ -77,7 +78,7 @@ def add_measurement(
         trial_number=trial_number,
         config_json=canonical_json(config_json, what="config_json"),
         status=Status(status).value,
-        reason=reason,
+        reason=storable_text(reason),
         errors_json=canonical_json(errors_json, what="errors_json"),
         kernels_json=canonical_json(kernels_json, what="kernels_json"),
         median_us=median_us,

@@ -24,6 +24,7 @@ from tuner.store.records import (
     JobRecord,
     MeasurementRecord,
     NewMeasurement,
+    RoundHold,
     StudyRecord,
     TaskAttemptRecord,
     TaskRecord,
@@ -111,10 +112,11 @@ class StoreMethods:
 
     def publish_unless_disproved(self, *, study_id: int, measurement_id: int,
                                  published_at: datetime | None = None,
-                                 replacing: int | None = None) -> BestRecord | None:
+                                 replacing: int | None = None, holding: RoundHold | None = None) -> BestRecord | None:
         with self.session() as s:
             return verifications.publish_unless_disproved(s, study_id=study_id, measurement_id=measurement_id,
-                                                          published_at=published_at, replacing=replacing)
+                                                          published_at=published_at, replacing=replacing,
+                                                          holding=holding)
 
     def get_best(self, *, template: str, shape_key: str, **filters: str | None) -> BestRecord | None:
         with self._reading() as s:

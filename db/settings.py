@@ -9,8 +9,10 @@
 
 With the defaults a request that starts while its database is partitioned away fails within about 4 s (a
 pooled connection's liveness check runs under the connect timeout, then a new connection is tried), so the
-API answers 503 within 5 s; a statement already in flight when the partition begins is given up after the
-statement timeout plus one second (4 s). The next request after the partition heals reconnects by itself.
+API answers 503 within 5 s; a statement, a COMMIT or a ROLLBACK already in flight when the partition begins
+is given up after the statement timeout plus one second (4 s), and the server ends a transaction its client
+left open after 12 s (:attr:`StoreSettings.idle_in_transaction_s`), releasing its locks. The next request
+after the partition heals reconnects by itself.
 SQLite files ignore these settings (their lock waits are ``busy_timeout``, see :mod:`tuner.db.sqlite`).
 
 Why 3 s for the statement timeout (and not more): a worker's heartbeat thread renews its lease and then
@@ -43,8 +45,18 @@ class StoreSettings(BaseSettings):
 
     @property
     def statement_deadline_s(self) -> float:
-        """When the client abandons a statement the server has not answered (its cancel gets a second)."""
+        """When the client abandons a statement, a COMMIT or a ROLLBACK the server has not answered (its
+        cancel gets a second)."""
         return self.statement_timeout_s + 1.0
+
+    @property
+    def idle_in_transaction_s(self) -> float:
+        """When the server ends a session whose transaction has waited that long for its next statement
+        (``idle_in_transaction_session_timeout``): a client that went away between a statement and its COMMIT
+        (a partition, a host that died) holds its row locks until then, and a worker's row lock held that
+        way would hide it from the reaper of lost workers. No transaction of the store waits for its client
+        between statements: each is one method's statements. Three statement deadlines, at least 10 s."""
+        return max(10.0, 3.0 * self.statement_deadline_s)
 
 
 @lru_cache(maxsize=1)

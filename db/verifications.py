@@ -18,9 +18,17 @@ from sqlalchemy.orm import Session
 from tuner.db._chunks import in_chunks
 from tuner.db._convert import canonical_json, to_record
 from tuner.db.best import publish_best, withdraw_best
-from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, VerificationRow, utcnow
-from tuner.errors import NotFoundError
-from tuner.store.records import COMPARATOR_PREFIX, BestRecord, Disproval, Status, VerificationRecord, check_disproval
+from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, TaskRow, VerificationRow, utcnow
+from tuner.errors import NotFoundError, SlotLostError
+from tuner.store.records import (
+    COMPARATOR_PREFIX,
+    BestRecord,
+    Disproval,
+    RoundHold,
+    Status,
+    VerificationRecord,
+    check_disproval,
+)
 
 
 def add_verification(
@@ -105,19 +113,27 @@ def record_disproval(
 
 
 def publish_unless_disproved(session: Session, *, study_id: int, measurement_id: int,
-                             published_at: datetime | None = None, replacing: int | None = None) -> BestRecord | None:
+                             published_at: datetime | None = None, replacing: int | None = None,
+                             holding: RoundHold | None = None) -> BestRecord | None:
     """:func:`tuner.db.best.publish_best` unless the measurement's config is among the study's
     :func:`disproved_configs`, or, with ``replacing``, unless the study's best is that measurement's (then
     None), the study's row locked meanwhile (``FOR UPDATE`` on PostgreSQL; a write session holds SQLite's
     write lock) as :func:`record_disproval` and :func:`tuner.db.best.publish_best` lock it: they are
-    serialised. Raises as publish_best."""
+    serialised. With ``holding``, the task's row is locked first and must still be finalising with that worker
+    as its finaliser (else SlotLostError). Raises as publish_best."""
+    if holding is not None:
+        task = session.get(TaskRow, holding.task_id, with_for_update=True)
+        if task is None or task.state != "finalizing" or task.finalizer_id != holding.worker_id:
+            raise SlotLostError(f"worker {holding.worker_id} no longer holds the final round of task "
+                                f"{holding.task_id}: it was declared lost and the round given to another worker")
     study = session.get(StudyRow, study_id, with_for_update=True)
     if study is None:
         raise NotFoundError(f"no study with id {study_id}")
     if _found_wrong(session, study_id, session.get(MeasurementRow, measurement_id)):
         return None
     if replacing is not None:
-        current = session.scalars(select(BestConfigRow.measurement_id).where(BestConfigRow.study_id == study_id)).first()
+        current = session.scalars(
+            select(BestConfigRow.measurement_id).where(BestConfigRow.study_id == study_id)).first()
         if current != replacing:
             return None
     return publish_best(session, study_id=study_id, measurement_id=measurement_id, published_at=published_at)

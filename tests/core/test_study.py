@@ -4,6 +4,7 @@ backend (Triton interpreter), real faults from the fault-injection template."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -265,6 +266,68 @@ def test_a_round_whose_job_was_cancelled_meanwhile_is_stored_not_published(tmp_p
     (row,) = report.rows
     assert row.best_us is not None and not row.published
     assert "not yet re-measured" not in render_verifications([report])
+
+
+def test_a_rounds_writes_whose_answers_are_lost_are_retried_and_stored_once(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    """A worker runs a final round's writes through its retries (``persist``): each write here goes through
+    and then its answer is lost (the commit happened, the caller got a StoreError), and is run again. The
+    round keeps one row per candidate and publishes its winner; before, one dropped connection lost a round
+    that takes minutes to measure on the MIMO template."""
+    from tuner.errors import StoreError
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=5)
+    run_trials(ctx, CountBudget(4))
+    tries: list[int] = []
+
+    def answer_lost_once(write):  # type: ignore[no-untyped-def]
+        tries.append(1)
+        write()
+        try:
+            raise StoreError("the connection dropped before the commit's answer")
+        except StoreError:
+            return write()  # the retry of tuner.db.retry.durable
+
+    final = finalize(ctx, finalists=2, comparators=True, persist=answer_lost_once)
+    rows = store.list_measurements(study_id=ctx.study_id, role="final")
+    assert len(rows) == len(final.entries) == len({(r.candidate, r.config_json) for r in rows})
+    assert [e.measurement_id for e in final.entries] == [r.id for r in rows]
+    # one try per row, one for the read of the disproved configs, one per publish tried
+    assert len(tries) == len(rows) + 1 + 1
+    best = store.get_study_best(study_id=ctx.study_id)
+    assert final.published and final.winner is not None and best is not None
+    assert best.measurement_id == final.winner.measurement_id
+
+
+def test_a_round_whose_worker_lost_its_hold_does_not_publish(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]
+    """The worker measuring a final round was declared lost and the round handed to another, which published
+    its own: the first worker's publish, with its hold, is refused (SlotLostError) and the best stays."""
+    from tuner.errors import SlotLostError
+    from tuner.store import RoundHold
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    job = store.create_job(template=NAME, template_version="1", backend="triton", device_kind="cpu",
+                           device_name=None, trials=1, sampler="random", samples=2, candidate_timeout_s=60.0,
+                           tasks=[("n=256", "n=256", '{"n": 256}')])
+    fields = {"host": "h", "device_kind": "cpu", "device_name": "CPU", "device_index": 0, "backends": ["triton"],
+              "fingerprint_hash": "f", "fingerprint_json": "{}"}
+    store.register_worker(worker_id="a", pid=1, lease_s=0.01, **fields)
+    claim = store.claim_task(worker_id="a", device_kind="cpu", device_name="CPU", backends=["triton"])
+    assert claim is not None and claim.job.id == job.id and store.end_search(task_id=claim.task.id)
+    assert store.begin_finalize(task_id=claim.task.id, worker_id="a")
+    ctx = open_study(NAME, Shape(n=256), store=store, measurer=measurer, sampler="random", seed=5)
+    run_trials(ctx, CountBudget(3))
+    time.sleep(0.05)
+    assert store.reap_lost_workers() == ["a"]
+    store.register_worker(worker_id="b", pid=2, lease_s=30.0, **fields)
+    assert store.claim_task(worker_id="b", device_kind="cpu", device_name="CPU", backends=["triton"]) is not None
+    assert store.begin_finalize(task_id=claim.task.id, worker_id="b")
+    theirs = finalize(ctx, finalists=1, comparators=False, hold=RoundHold(claim.task.id, "b"))
+    assert theirs.published
+    with pytest.raises(SlotLostError):
+        finalize(ctx, finalists=2, comparators=False, hold=RoundHold(claim.task.id, "a"))
+    best = store.get_study_best(study_id=ctx.study_id)
+    assert theirs.winner is not None and best is not None and best.measurement_id == theirs.winner.measurement_id
 
 
 def test_a_round_does_not_publish_a_winner_disproved_after_its_read(tmp_path, measurer: Measurer) -> None:  # type: ignore[no-untyped-def]

@@ -256,7 +256,7 @@ def test_postgres_optuna_url_keeps_the_password_and_adds_a_timeout(
         optuna_url = make_url(store.optuna_url)
     assert optuna_url.password == "pw"
     # The store's timeouts (db.settings defaults), the URL's own options kept.
-    options = f"{url.query['options']} -c statement_timeout=3000"
+    options = f"{url.query['options']} -c statement_timeout=3000 -c idle_in_transaction_session_timeout=12000"
     assert optuna_url.query == {**url.query, "connect_timeout": "2", "options": options}
     with Store.open(url.render_as_string(hide_password=False)) as store, store.session() as session:
         assert session.execute(text("SHOW statement_timeout")).scalar() == "3s"

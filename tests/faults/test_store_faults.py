@@ -111,3 +111,53 @@ def test_starters_on_a_fresh_database_create_optunas_tables_once(
         while not errors.empty():
             found.append(errors.get())
         assert [c.exitcode for c in children] == [0] * 4 and not found, (attempt, found)
+
+
+def test_a_commit_or_rollback_without_an_answer_is_given_up_and_a_vanished_writers_lock_is_freed(
+    fault_db: FaultDatabase,
+) -> None:
+    """A partition that begins between a transaction's last statement and its COMMIT (or its ROLLBACK): the
+    client gives up within the statement deadline (4 s), as for a statement; and the server ends the
+    transaction that client left open within ``idle_in_transaction_s`` (12 s), so that the lock it held on a
+    worker's row stops hiding that worker from the reaper (SKIP LOCKED) once its lease has run out. Before,
+    the COMMIT waited for TCP (hours) and the lock stayed."""
+    from sqlalchemy import text
+
+    from tuner.errors import StoreError
+
+    proxy = TcpProxy(fault_db.server_host, fault_db.server_port)
+    dying = db.Store.open(fault_db.url(port=proxy.port, host="127.0.0.1"))
+    other = db.Store.open(fault_db.url())
+    try:
+        assert dying.settings.idle_in_transaction_s == 12.0
+        fields = {"host": "h", "device_kind": "cpu", "device_name": "c", "device_index": 0, "backends": ["triton"],
+                  "fingerprint_hash": "f", "fingerprint_json": "{}", "lease_s": 2.0}
+        dying.register_worker(worker_id="w-dying", pid=1, **fields)
+        with dying.session(readonly=True) as session:
+            assert session.execute(text("SHOW idle_in_transaction_session_timeout")).scalar() == "12s"
+
+        started = time.monotonic()
+        with pytest.raises(StoreError), dying.session() as session:  # the COMMIT: cut at its deadline
+            session.execute(text("UPDATE tuner_workers SET last_heartbeat = now() WHERE id = 'w-dying'"))
+            proxy.partition()
+        assert time.monotonic() - started <= 5.5
+        partitioned = time.monotonic()
+        # the server still holds that transaction, and with it the worker's row: the reaper skips the row
+        assert other.reap_lost_workers() == []
+        while other.reap_lost_workers() != ["w-dying"]:
+            assert time.monotonic() - partitioned < 20, "the lock of a vanished client's transaction stayed"
+            time.sleep(0.5)
+
+        proxy.heal()
+        dying.register_worker(worker_id="w-two", pid=2, **fields)
+        started = time.monotonic()
+        # the ROLLBACK after a caller's error: not waited on either
+        with pytest.raises((StoreError, KeyError)), dying.session() as session:
+            session.execute(text("SELECT 1"))
+            proxy.partition()
+            raise KeyError("the caller's error")
+        assert time.monotonic() - started <= 5.5
+    finally:
+        proxy.close()
+        dying.close()
+        other.close()

@@ -55,3 +55,32 @@ def test_a_reap_meanwhile_a_slot_write_gives_back_only_what_it_deleted(postgres_
     expected = (0, 0) if write == "release" else (1, 1)
     assert (task.trials_reserved, task.trials_done) == expected, task
     store.close()
+
+
+@pytest.mark.postgres
+def test_a_first_claim_does_not_wait_on_a_job_a_cancel_holds(postgres_sandbox) -> None:  # type: ignore[no-untyped-def]
+    """A cancel locks the job's row, then its tasks'; a job's first claim locked its task's row, then waited
+    for the job's: a deadlock that PostgreSQL broke by failing one of them (the cancel: an API 503). The claim
+    now skips a queued job whose row another transaction holds, and claims it once that one is over."""
+    from sqlalchemy import select
+
+    from tuner.db.models import JobRow
+
+    store = db.Store.open(postgres_sandbox.new_url())
+    job = store.create_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                           device_name=None, trials=5, sampler="random", samples=3, candidate_timeout_s=10,
+                           tasks=[("a", "a", '{"n":1}')])
+    store.register_worker(worker_id="W", host="h", pid=1, device_kind="cpu", device_name="x", device_index=0,
+                          backends=["triton"], fingerprint_hash="f", fingerprint_json="{}", lease_s=30)
+    claimed: list[object] = []
+    with store.session() as session:  # a cancel's transaction, at the point it holds the job's row
+        session.scalars(select(JobRow).where(JobRow.id == job.id).with_for_update()).one()
+        claimer = threading.Thread(target=lambda: claimed.append(
+            store.claim_task(worker_id="W", device_kind="cpu", device_name="x", backends=["triton"])))
+        claimer.start()
+        claimer.join(timeout=3.0)
+        assert not claimer.is_alive(), "the claim waits on the job's row while holding its task's"
+    assert claimed == [None]
+    claim = store.claim_task(worker_id="W", device_kind="cpu", device_name="x", backends=["triton"])
+    assert claim is not None and claim.job.id == job.id and claim.job.state == "running"
+    store.close()

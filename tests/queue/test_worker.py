@@ -13,6 +13,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import ClassVar
 
 import optuna
 import pytest
@@ -361,3 +362,55 @@ def test_a_measurement_whose_commit_reply_was_lost_is_kept_once_and_its_trial_to
     # ("not recorded") with its config queued again
     assert sorted(t.user_attrs.get("measurement_id") for t in told) == sorted(m.id for m in measured), [
         (t.number, t.state, t.user_attrs) for t in study.trials]
+
+
+class _AnswersLost(db.Store):
+    """The SQL store whose worker registration, final-round rows and publish each commit and then raise, once
+    each, the error a connection dropped at commit gives (the worker cannot know whether they landed)."""
+
+    lost: ClassVar[set[str]] = set()
+
+    def _once(self, what: str) -> None:
+        if what not in type(self).lost:
+            type(self).lost.add(what)
+            raise StoreError(f"server closed the connection unexpectedly (after the commit of {what})")
+
+    def register_worker(self, **fields: object) -> db.WorkerRecord:  # type: ignore[override]
+        record = super().register_worker(**fields)  # type: ignore[arg-type]
+        self._once("register")
+        return record
+
+    def record_measurement(self, measurement: db.NewMeasurement, *, slot_id: int | None = None) -> db.MeasurementRecord:
+        record = super().record_measurement(measurement, slot_id=slot_id)
+        if measurement.role == "final":
+            self._once(f"final {measurement.candidate} {json.dumps(measurement.config_json, sort_keys=True)}")
+        return record
+
+    def publish_unless_disproved(self, **fields: object) -> db.BestRecord | None:  # type: ignore[override]
+        best = super().publish_unless_disproved(**fields)  # type: ignore[arg-type]
+        self._once("publish")
+        return best
+
+
+def test_a_worker_retries_its_registration_and_its_final_round_whose_answers_were_lost(db_url: str) -> None:
+    """A lost answer to the registration killed the worker at start-up (its retry met its own row as a key
+    conflict), and one to a final-round row left the task and threw the round away (measured again by the
+    next claim). Now each write is retried and found: one registration, one round stored once, published."""
+    registry.register(NAME, TUNABLE_REF)
+
+    class AnswersLost(_AnswersLost):  # a set of this test's own
+        lost: ClassVar[set[str]] = set()
+
+    store = AnswersLost.open(db_url)
+    job_id = _submit(store, [Shape(n=256)], trials=3)
+    worker = Worker(store, WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=10))
+    assert worker.run(exit_when_idle=True) == 1
+    assert {"register", "publish"} <= AnswersLost.lost and any(w.startswith("final") for w in AnswersLost.lost)
+    assert [w.id for w in store.list_workers(include_stopped=True)] == [worker.id]
+    (task,) = _job(store, job_id).tasks
+    assert task.state == "done" and task.study_id is not None
+    finals = store.list_measurements(study_id=task.study_id, role="final")
+    assert len({f.round_id for f in finals}) == 1  # one round, not measured again
+    assert len(finals) == len({(f.candidate, f.config_json) for f in finals})
+    best = store.get_study_best(study_id=task.study_id)
+    assert best is not None and best.measurement_id in {f.id for f in finals}

@@ -120,6 +120,16 @@ def test_a_measurement_of_an_unknown_study_is_refused(store: Any) -> None:
         store.record_measurement(_m(12345))
 
 
+def test_a_reason_with_a_nul_or_a_lone_surrogate_is_kept_escaped(store: Any) -> None:
+    """A compiler's message with a NUL byte or undecodable bytes (PostgreSQL's text refuses both) is stored
+    with those written as escapes: refused, it failed the task on every worker as the caller's input."""
+    study = _study(store)
+    m = store.record_measurement(_m(study.id, status=Status.COMPILE_ERROR, median_us=None,
+                                    reason="ptxas\x00 said \udcff é"))
+    assert m.reason == "ptxas\\x00 said \\udcff é"
+    assert store.list_measurements(study_id=study.id)[0].reason == m.reason
+
+
 def test_measurements_are_filtered_ordered_and_paged(store: Any) -> None:
     study, other = _study(store), _study(store, S=8192)
     slow = store.record_measurement(_m(study.id, median_us=9.0))
@@ -549,6 +559,34 @@ def test_a_publish_replacing_a_best_that_changed_meanwhile_changes_nothing(store
         store.publish_unless_disproved(study_id=999_999, measurement_id=a.id, replacing=a.id)
 
 
+def test_a_publish_holding_a_final_round_needs_the_round_still_held(store: Any) -> None:
+    """With ``holding``, a publish goes through only while that worker finalises that task: a worker declared
+    lost, whose round another worker took and published, is refused (SlotLostError) and the best stays."""
+    from tuner.store import RoundHold
+
+    study = _study(store)
+    ours = store.record_measurement(_m(study.id, role="final", round_id="a"))
+    theirs = store.record_measurement(_m(study.id, role="final", round_id="b", config_json={"BLOCK_H": 8}))
+    job = _job(store, trials=1)
+    (task,) = job.tasks
+    with pytest.raises(SlotLostError):  # nobody finalises it yet
+        store.publish_unless_disproved(study_id=study.id, measurement_id=ours.id, holding=RoundHold(task.id, "a"))
+    _worker(store, "a", lease_s=0.01)
+    assert _claim(store, "a") is not None and store.end_search(task_id=task.id)
+    assert store.begin_finalize(task_id=task.id, worker_id="a")
+    assert store.publish_unless_disproved(study_id=study.id, measurement_id=ours.id,
+                                          holding=RoundHold(task.id, "a")).measurement_id == ours.id
+    lease = store.list_workers()[0].lease_expires_at
+    assert store.reap_lost_workers(now=lease + timedelta(seconds=1)) == ["a"]
+    _worker(store, "b")
+    assert _claim(store, "b") is not None and store.begin_finalize(task_id=task.id, worker_id="b")
+    assert store.publish_unless_disproved(study_id=study.id, measurement_id=theirs.id,
+                                          holding=RoundHold(task.id, "b")).measurement_id == theirs.id
+    with pytest.raises(SlotLostError):
+        store.publish_unless_disproved(study_id=study.id, measurement_id=ours.id, holding=RoundHold(task.id, "a"))
+    assert store.get_study_best(study_id=study.id).measurement_id == theirs.id
+
+
 def test_a_disproval_the_store_refuses_stores_nothing(store: Any) -> None:
     """One transaction: a stand-in that is unknown, of another study or not publishable, a stand-in or a
     withdrawal asked of a verification on another device name or without a wrong process, both at once, or
@@ -942,6 +980,26 @@ def test_a_lost_worker_rejoins_and_an_unknown_one_is_told_to_register(store: Any
     assert back.id == w and back.state == "idle"
     assert store.rejoin_worker(worker_id="never-registered", lease_s=30.0) is False
     assert [x.id for x in store.list_workers(include_stopped=True)] == [w]
+
+
+def test_registering_again_is_idempotent_for_its_process_and_refused_to_another(store: Any) -> None:
+    """A registration retried because its commit's answer was lost finds its own row: registered afresh (it
+    killed the worker at start-up, as a key conflict). The id of another host or process, or of a worker
+    holding a task, stays refused."""
+    w = _worker(store, "w", lease_s=0.01)
+    again = store.register_worker(worker_id=w, host="h", pid=1, device_kind="cpu", device_name="CPU",
+                                  device_index=0, backends=["triton"], fingerprint_hash="g", fingerprint_json="{}",
+                                  lease_s=30.0)
+    assert (again.state, again.fingerprint_hash) == ("idle", "g") and again.lease_expires_at > store.clock()
+    assert [(x.id, x.fingerprint_hash) for x in store.list_workers()] == [(w, "g")]
+    with pytest.raises(RecordConflictError):
+        store.register_worker(worker_id=w, host="h", pid=2, device_kind="cpu", device_name="CPU", device_index=0,
+                              backends=["triton"], fingerprint_hash="f", fingerprint_json="{}", lease_s=30.0)
+    _job(store)
+    assert _claim(store, w) is not None
+    with pytest.raises(RecordConflictError):
+        _worker(store, w)
+    assert store.list_workers()[0].current_task_id is not None
 
 
 def test_a_page_of_jobs_holds_each_jobs_tasks_and_workers(store: Any) -> None:

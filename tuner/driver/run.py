@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import optuna
 
 from tuner.driver.budget import TrialBudget
-from tuner.driver.study import FinalRound, StudyContext, finalize, open_study
-from tuner.driver.trials import Persist, TrialRecord, run_trials
+from tuner.driver.study import FinalRound, Persist, StudyContext, finalize, open_study
+from tuner.driver.trials import TrialRecord, run_trials
 from tuner.frozen import Shape
 from tuner.measure.compile_cache import CompilePool
 from tuner.measure.contract import Measuring
-from tuner.store import TuningStore
+from tuner.store import RoundHold, TuningStore
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,14 @@ def run_study(
     take_final_round: Callable[[], bool] | None = None,
     persist: Persist | None = None,
     may_publish: Callable[[], bool] | None = None,
+    hold: RoundHold | None = None,
 ) -> StudyRun:
     """Open the study of (template, shape, the measurer's device), run trials while ``budget`` grants them
     and ``should_stop`` says no, then, unless stopped and if ``take_final_round`` says so (default: yes),
     re-measure the finalists and publish the best. ``on_open`` sees the context before the first trial;
-    ``persist`` runs the writes of a measurement already taken (see :func:`~tuner.driver.trials.run_trials`);
-    ``may_publish`` is asked before the final round publishes (see :func:`~tuner.driver.study.finalize`).
+    ``persist`` runs the writes of a measurement already taken, the trials' and the final round's (see
+    :func:`~tuner.driver.trials.run_trials`); ``may_publish`` is asked before the final round publishes, which
+    ``hold`` ties to the worker's hold on the task's final round (see :func:`~tuner.driver.study.finalize`).
 
     Raises what :func:`~tuner.driver.study.open_study`, the trial loop and the final round raise
     (UnknownTemplateError, SearchSpaceError, StoreError, DeviceError, RecordConflictError for a lost slot).
@@ -79,5 +81,5 @@ def run_study(
     stopped = should_stop is not None and should_stop()
     if not stopped and (take_final_round is None or take_final_round()):
         final = finalize(ctx, finalists=options.finalists, comparators=options.comparators, pool=pool,
-                         may_publish=may_publish)
+                         may_publish=may_publish, persist=persist, hold=hold)
     return StudyRun(ctx, tuple(records), final)

@@ -50,11 +50,20 @@ from tuner.results import (
 )
 from tuner.space import SearchSpace
 from tuner.spec import CarriedVersion
-from tuner.store import BestRecord, NewMeasurement, TrialHeartbeats, TuningStore
+from tuner.store import BestRecord, NewMeasurement, RoundHold, TrialHeartbeats, TuningStore
 from tuner.store.entries import disproved_in
 from tuner.template import KernelTemplate
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+# runs a store write (or read) of work already done that must not be lost: a worker retries it through an
+# outage (tuner.db.retry.durable); it must then be safe to run again after a try whose answer was lost
+Persist = Callable[[Callable[[], T]], T]
+
+
+def once(write: Callable[[], T]) -> T:
+    """The :data:`Persist` of a caller without retries: the write, run once."""
+    return write()
 
 METRIC_NAME = "median time (µs)"  # the trial value: median device time (CPU time on the CPU backend)
 
@@ -489,7 +498,7 @@ def finalize(
     ctx: StudyContext, *, finalists: int = 3, include_default: bool = True, comparators: bool = True,
     names: Sequence[str] | None = None, check_seeds: int = FINAL_CHECK_SEEDS,
     near_bound: NearBoundChecks | None = FINAL_NEAR_BOUND, pool: CompilePool | None = None,
-    may_publish: Callable[[], bool] | None = None,
+    may_publish: Callable[[], bool] | None = None, persist: Persist | None = None, hold: RoundHold | None = None,
 ) -> FinalRound:
     """Re-measure finalists, the incumbent, the default and comparators interleaved; publish the fastest
     verified config, or the config served now when the fastest is not clearly faster (:func:`keep_served`).
@@ -510,7 +519,12 @@ def finalize(
     included, so that the report can show what ran in the same round. ``may_publish`` is asked once the
     round is measured: False (its job was cancelled meanwhile) stores the round but publishes nothing. The
     publish itself leaves out a config a verification disproved since the round read the disproved configs
-    (:meth:`tuner.store.TuningStore.publish_unless_disproved`): the next fastest is published then.
+    (:meth:`tuner.store.TuningStore.publish_unless_disproved`): the next fastest is published then; with
+    ``hold`` it publishes only while that worker holds the task's final round (else SlotLostError: a worker
+    declared lost must not overwrite the round of the worker that took its place). ``persist`` runs the
+    round's writes once it is measured (its rows, the read of the disproved configs, the publish): a worker
+    retries them through an outage (a round of the MIMO template takes minutes to measure again); a row
+    whose try's answer was lost is found in the round, not stored twice.
     """
     disproved = disproved_configs(ctx)
     configs = top_configs(ctx, finalists, disproved)
@@ -552,13 +566,14 @@ def finalize(
     log.info("final round of %s (%s): %d candidates, prebuild %.1f s, measured in %.1f s (%s)", ctx.template.name,
              ctx.shape.key(), len(labelled), prebuild_s, measure_s, parts.describe() if parts else "no parts")
     results = [late[key] if (key := c.result_config()) in late else next(measured) for _, c in labelled]
+    persist = persist or once
     entries = tuple(
-        FinalEntry(label, result, store_result(ctx, result, role="final", candidate=label, round_id=round_id))
+        FinalEntry(label, result, persist(_round_row(ctx, result, label, round_id)))
         for (label, _), result in zip(labelled, results, strict=True)
     )
     # read again: a verification that ran meanwhile (a round of the MIMO template takes minutes) may have
     # disproved a config this round measured right on its own inputs
-    disproved = disproved_configs(ctx)
+    disproved = persist(lambda: disproved_configs(ctx))
     ok = [e for e in entries if not e.label.startswith(COMPARATOR_PREFIX) and e.result.ok]
     fastest_first = sorted((e for e in ok if e.config not in disproved), key=lambda e: e.median_us)
     winners = keep_served(fastest_first, held)
@@ -570,7 +585,8 @@ def finalize(
         # read above: then the next fastest of the round is published, or none
         winner = None
         for e in winners:
-            if ctx.store.publish_unless_disproved(study_id=ctx.study_id, measurement_id=e.measurement_id):
+            if persist(lambda e=e: ctx.store.publish_unless_disproved(  # type: ignore[misc]
+                    study_id=ctx.study_id, measurement_id=e.measurement_id, holding=hold)):
                 winner = e
                 break
             refused += 1
@@ -582,6 +598,24 @@ def finalize(
                  and winners[0] is not fastest_first[0] else None)
     return FinalRound(round_id, entries, winner, published, refused, prebuild_s=prebuild_s, measure_s=measure_s,
                       measure_times=parts, kept_over=kept_over)
+
+
+def _round_row(ctx: StudyContext, result: MeasureResult, label: str, round_id: str) -> Callable[[], int]:
+    """The write of one final-round row, safe to run again: a try after the first looks for the row in the
+    round first (a try whose commit went through but whose answer was lost stored it; ``round_id`` is this
+    round's alone, and a round measures each label and config once)."""
+    tries = 0
+
+    def write() -> int:
+        nonlocal tries
+        tries += 1
+        if tries > 1:
+            for row in ctx.store.list_measurements(study_id=ctx.study_id, role="final", round_id=round_id):
+                if row.candidate == label and Config.from_json(row.config_json) == result.config:
+                    return row.id
+        return store_result(ctx, result, role="final", candidate=label, round_id=round_id)
+
+    return write
 
 
 def clearly_faster(challenger: MeasureResult, served: MeasureResult) -> bool:

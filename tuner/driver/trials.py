@@ -36,7 +36,9 @@ from tuner.driver.samplers import exhausted, finite_list
 from tuner.driver.study import (
     CONFIG_LABEL,
     TRIAL_NEAR_BOUND,
+    Persist,
     StudyContext,
+    once,
     prebuild,
     settled_params,
     store_result,
@@ -50,7 +52,6 @@ from tuner.store import MeasurementRecord
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-Persist = Callable[[Callable[[], T]], T]  # runs a write that must not be lost (see run_trials)
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def run_trials(
         if not pending:
             break
         skips = 0
-        _measure_batch(ctx, budget, pending, compile_pool, emit, persist or _once)
+        _measure_batch(ctx, budget, pending, compile_pool, emit, persist or once)
     ctx.stalled = skips >= limit
     if ctx.stalled:
         log.info("stopped %s: %s", ctx.key.study_name(), "the study holds every valid config" if everything
@@ -191,10 +192,6 @@ def pick_unseen(valid: Sequence[Config], held: Container[Config], seed: str) -> 
     None when ``held`` holds them all. Pure; benchmarks/search.py's replay picks with it too."""
     unseen = [c for c in valid if c not in held]
     return random.Random(seed).choice(unseen) if unseen else None
-
-
-def _once(write: Callable[[], T]) -> T:
-    return write()
 
 
 def _measure_batch(

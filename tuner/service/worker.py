@@ -10,8 +10,11 @@ slots are written in one transaction: a completed measurement is never lost nor 
 
 Store outages are waited out (:mod:`tuner.db.retry`): every store error in the loop is retried with
 capped exponential backoff and jitter, logged once per outage; a measurement taken while the store is down
-is kept and written when it is back; leaving a task gives back every slot not being measured, and a lease
-that lapsed meanwhile is rejoined. After its own reconnection a worker waits one lease before reaping
+(a trial's, or a final round's rows and its publish) is kept and written when it is back, each write safe to
+run again after a try whose answer was lost at commit (the registration too); leaving a task gives back every
+slot not being measured, and a lease that lapsed meanwhile is rejoined. A final round publishes only while
+this worker still holds it (:class:`tuner.store.RoundHold`): declared lost meanwhile, it leaves the round to
+the worker that took it. After its own reconnection a worker waits one lease before reaping
 others, so that live workers cut off by the same outage can renew first. SIGTERM (``stop``) ends the
 candidate being measured at once (its process is killed, its config queued again).
 
@@ -62,7 +65,7 @@ from tuner.measure.compile_cache import CompilePool
 from tuner.measure.devices.base import DeviceSpec, Fingerprint
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.results import COMPARATOR_PREFIX
-from tuner.store import Claim, JobQueue, JobRecord, TuningStore
+from tuner.store import Claim, JobQueue, JobRecord, RoundHold, TuningStore
 from tuner.store.records import ACTIVE_JOB_STATES
 from tuner.template import KernelTemplate
 
@@ -383,6 +386,9 @@ class Worker:
         def job_active() -> bool:
             return self._job_active(job.id)
 
+        def may_publish() -> bool:  # and the store checks, with the publish, that the round is still this worker's
+            return not self._lost.is_set() and job_active()
+
         def should_stop() -> bool:
             return stop.is_set() or self._lost.is_set() or not job_active()
 
@@ -408,7 +414,7 @@ class Worker:
         return run_study(job.template, shape, store=self.store, measurer=measurer,
                          budget=SlotBudget(self.store, task_id, self.id), options=options, pool=pool,
                          on_open=on_open, should_stop=should_stop, take_final_round=take_final_round,
-                         persist=self._durable, may_publish=job_active)
+                         persist=self._durable, may_publish=may_publish, hold=RoundHold(task_id, self.id))
 
     def _finish(self, run: StudyRun, task_id: int) -> None:
         final = run.final

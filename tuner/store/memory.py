@@ -31,6 +31,7 @@ from tuner.store.records import (
     JsonInput,
     MeasurementRecord,
     NewMeasurement,
+    RoundHold,
     Status,
     StudyRecord,
     TaskAttemptRecord,
@@ -238,8 +239,13 @@ class MemoryStore:
     # -- best configs -----------------------------------------------------------------------------------
     def publish_unless_disproved(self, *, study_id: int, measurement_id: int,
                                  published_at: datetime | None = None,
-                                 replacing: int | None = None) -> BestRecord | None:
+                                 replacing: int | None = None, holding: RoundHold | None = None) -> BestRecord | None:
         with self._lock:
+            if holding is not None:
+                task = self._tasks.get(holding.task_id)
+                if task is None or task.state != "finalizing" or task.finalizer_id != holding.worker_id:
+                    raise SlotLostError(f"worker {holding.worker_id} no longer holds the final round of task "
+                                        f"{holding.task_id}: it was declared lost and the round given to another")
             if study_id not in self._studies:
                 raise NotFoundError(f"no study with id {study_id}")
             if self._found_wrong(study_id, self._measurements.get(measurement_id)):
@@ -517,7 +523,8 @@ class MemoryStore:
             templates_json=None if templates is None else canonical_json(dict(templates), what="templates"),
         )
         with self._lock:
-            if worker_id in self._workers:
+            held = self._workers.get(worker_id)
+            if held is not None and (held.host, held.pid, held.current_task_id) != (host, pid, None):
                 raise RecordConflictError(f"worker {worker_id} is already registered")
             self._workers[worker_id] = record
         return record

@@ -10,9 +10,9 @@ Conventions shared by every method:
 * Arguments and results are plain values and the frozen records of :mod:`tuner.store.records`; records
   are immutable snapshots, valid after the call (they hold no connection).
 * Lookups (``get_*``, ``list_*``, ``latest_round``) return None or an empty list when nothing matches.
-* Writes that name a row by id raise :class:`tuner.errors.NotFoundError` when it does not exist, and
-  :class:`tuner.errors.RecordConflictError` when the stored state forbids them (nothing is written then);
-  invalid arguments raise ValueError.
+* Writes that name a row by id raise :class:`tuner.errors.NotFoundError` when it does not exist (unless
+  their own docstring says otherwise: a worker's task writes), and :class:`tuner.errors.RecordConflictError`
+  when the stored state forbids them (nothing is written then); invalid arguments raise ValueError.
 * Infrastructure failures (database unreachable, locked, lost connection) raise
   :class:`tuner.errors.StoreError`, translated once inside the implementation.
 * Implementations are thread-safe (share one instance across threads) and safe across processes where
@@ -33,6 +33,7 @@ from tuner.store.records import (
     JobRecord,
     MeasurementRecord,
     NewMeasurement,
+    RoundHold,
     Status,
     StudyRecord,
     TaskAttemptRecord,
@@ -126,15 +127,18 @@ class TuningStore(Protocol):
 
     def publish_unless_disproved(self, *, study_id: int, measurement_id: int,
                                  published_at: datetime | None = None,
-                                 replacing: int | None = None) -> BestRecord | None:
+                                 replacing: int | None = None, holding: RoundHold | None = None) -> BestRecord | None:
         """:meth:`publish_best` (stamped now, or at ``published_at``), unless the measurement's config was found wrong
         (:meth:`disproved_configs`), or, with ``replacing`` (a measurement id), unless the study's best is that
         measurement's when the publish runs (another publish came first: ``tuner rejudge`` does not overwrite
         it): then nothing changes and None is returned, before the measurement's own checks. The check and the publish
         are one transaction, serialised with :meth:`record_disproval` (the study's row is locked): a final
         round that read the disproved configs before a verification disproved its winner does not publish
-        it after. Raises as :meth:`publish_best` (a measurement of a disproved config returns None before
-        its other checks). Thread-safe."""
+        it after. With ``holding``, only while that worker holds that task's final round (the task finalizing,
+        that worker its finaliser), checked in the same transaction: else SlotLostError and nothing changes (the
+        worker was declared lost and the round handed to another, whose publish must not be overwritten by the
+        older round's). Raises as :meth:`publish_best` (a measurement of a disproved config returns None
+        before its other checks). Thread-safe."""
 
     def get_best(
         self, *, template: str, shape_key: str, device_kind: str | None = None, device_name: str | None = None,
@@ -269,7 +273,9 @@ class JobQueue(Protocol):
     ) -> WorkerRecord:
         """A new idle worker with a lease. ``templates`` advertises the templates it has, name → version:
         it will claim only tasks of those (mixed fleets); None advertises nothing and claims any template.
-        RecordConflictError when the id is taken."""
+        Idempotent for its caller: the same id registered again from the same host and pid, holding no task
+        (a retry whose first commit went through but whose answer was lost), is registered afresh with these
+        fields. RecordConflictError when the id is another host's or process's, or holds a task."""
 
     def clock(self) -> datetime:
         """The store's current time (UTC, aware): what leases are set and judged by (on PostgreSQL the
@@ -299,7 +305,9 @@ class JobQueue(Protocol):
         device and a backend it runs, of a template and version it advertises (when it advertised any; see
         :meth:`withdraw_template`), and not one it already gave up (:meth:`fail_attempt`)."""
 
-    def attach_study(self, *, task_id: int, study_id: int) -> None: ...
+    def attach_study(self, *, task_id: int, study_id: int) -> None:
+        """Record the study a task's trials go to (the first one attached stays). An unknown task id changes
+        nothing (no error)."""
 
     def reserve_slot(self, *, task_id: int, worker_id: str) -> int | None:
         """Reserve one trial of the task; the slot id, or None when every trial is taken or the task no
@@ -332,7 +340,8 @@ class JobQueue(Protocol):
         unknown one, and nothing changes then."""
 
     def fail_task(self, *, task_id: int, error: str) -> None:
-        """Fail a task that cannot run anywhere; its job fails once no other task runs."""
+        """Fail a task that cannot run anywhere; its job fails once no other task runs. An unknown task id
+        changes nothing (no error): the worker's failure path must not fail in turn."""
 
     def release_task(self, *, worker_id: str) -> None:
         """The worker leaves its current task (it stays claimable by others) and becomes idle; the trial

@@ -456,11 +456,31 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class RoundHold:
+    """A worker's hold on a task's final round (:meth:`tuner.store.JobQueue.begin_finalize`), which a publish
+    may require (:meth:`tuner.store.TuningStore.publish_unless_disproved`). Immutable."""
+
+    task_id: int
+    worker_id: str
+
+
+def storable_text(text: str | None) -> str | None:
+    """Free text (a failure's reason) as every store keeps it: a NUL, which PostgreSQL's text refuses, and
+    characters UTF-8 cannot encode (lone surrogates, from bytes decoded with ``surrogateescape``) written as
+    backslash escapes. A compiler's message must not make its measurement unstorable: the refusal
+    (RecordRejectedError, the caller's input) would fail the task on every worker. Pure."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+@dataclass(frozen=True)
 class NewMeasurement:
     """One measurement to store (plain values: the store knows no engine types). Immutable.
 
     ``role`` is 'trial' or 'final'; ``candidate`` 'config', 'default' or 'comparator:<name>'; JSON fields are
     JSON text or mappings (stored canonically: sorted keys, no spaces). Times are µs, phases seconds.
+    ``reason`` is kept as :func:`storable_text` writes it.
     """
 
     study_id: int
@@ -487,6 +507,9 @@ class NewMeasurement:
     worker: str | None = None
     device_index: int | None = None  # the measuring device's index on its host
     device_uuid: str | None = None  # the GPU's UUID, where the backend knows it
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", storable_text(self.reason))
 
 
 @dataclass(frozen=True)
