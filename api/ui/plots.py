@@ -119,7 +119,8 @@ def trials_figure(trials: Sequence[db.MeasurementRecord]) -> Figure:
         yaxis={"title": {"text": "median µs (log)"}, "type": "log", "domain": [min(strip + 0.06, 0.5), 1],
                **log_ticks([m.median_us for m in ordered if m.ok])},
         yaxis2={"domain": [0, max(strip, 0.0)], "type": "category", "categoryorder": "array",
-                "categoryarray": failed, "visible": bool(failed), "tickfont": {"size": 10}},
+                "categoryarray": failed, "visible": bool(failed), "tickfont": {"size": 10},
+                "automargin": True},  # a status's name in full (WRONG_RESULT was cut at the left edge)
         height=420,
     )}
 
