@@ -59,6 +59,7 @@ from tuner.store.records import (
     check_job_kind,
     check_max_attempts,
     check_tasks,
+    repeated,
     task_may_still_run,
 )
 
@@ -88,22 +89,31 @@ def create_job(
     processes: int | None = None,
     max_attempts: int = 3,
     comparator_processes: int | None = None,
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
 ) -> JobRecord:
     """A queued job with one task per ``(label, shape_key, shape_json)``; ValueError when there is none or
     a shape repeats (callers validate shapes against the template before), or when ``kind`` is unknown,
     a tuning job has no trials or has ``comparator_processes``, a verify job has trials, no processes or
     ``comparator_processes`` outside 1..``processes`` (see :func:`create_verify_job`), or ``max_attempts``
-    (see :func:`fail_attempt`) is below 1."""
+    (see :func:`fail_attempt`) is below 1. With an ``idempotency_key`` already taken: the job that has it
+    when its ``request_hash`` is this one (nothing is created), else RecordConflictError; two creations
+    racing on a new key: the second one's insert is a RecordConflictError (its key)."""
     check_tasks(tasks)
     check_job_kind(kind, trials, processes, comparator_processes)
     check_max_attempts(max_attempts)
+    if idempotency_key is not None:
+        existing = job_with_key(session, idempotency_key=idempotency_key)
+        if existing is not None:
+            return repeated(existing, idempotency_key, request_hash)
     now = store_now(session)
     job = JobRow(
         template=template, template_version=template_version, backend=backend, device_kind=device_kind,
         device_name=device_name, trials=trials, sampler=sampler, seed=seed, samples=samples,
         candidate_timeout_s=candidate_timeout_s, finalists=finalists, comparators=comparators, priority=priority,
         state="queued", submitted_by=submitted_by, created_at=now, updated_at=now, kind=kind, processes=processes,
-        max_attempts=max_attempts, comparator_processes=comparator_processes,
+        max_attempts=max_attempts, comparator_processes=comparator_processes, idempotency_key=idempotency_key,
+        request_hash=request_hash,
     )
     session.add(job)
     session.flush()
@@ -115,6 +125,12 @@ def create_job(
         ))
     session.flush()
     return _job_record(session, job)
+
+
+def job_with_key(session: Session, *, idempotency_key: str) -> JobRecord | None:
+    """The job created under this idempotency key, or None."""
+    job = session.scalars(select(JobRow).where(JobRow.idempotency_key == idempotency_key)).first()
+    return None if job is None else _job_record(session, job)
 
 
 def create_verify_job(
@@ -134,17 +150,20 @@ def create_verify_job(
     submitted_by: str | None = None,
     max_attempts: int = 3,
     comparator_processes: int | None = None,
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
 ) -> JobRecord:
     """A queued verify job: for each ``(label, shape_key, shape_json)``, a worker of the device re-measures the
     published best of that shape (and the comparators) in ``processes`` fresh processes and records a
     verification (:func:`tuner.driver.reverify.verify_best`). ``comparator_processes`` (None: every process)
     limits the comparators to the first that many processes. Its tasks have no trials: one worker takes each.
-    ValueError as :func:`create_job`."""
+    ValueError and the idempotency key as :func:`create_job`."""
     return create_job(
         session, template=template, template_version=template_version, backend=backend, device_kind=device_kind,
         device_name=device_name, trials=0, sampler="none", samples=samples, candidate_timeout_s=candidate_timeout_s,
         tasks=tasks, finalists=1, comparators=comparators, priority=priority, submitted_by=submitted_by,
         kind="verify", processes=processes, max_attempts=max_attempts, comparator_processes=comparator_processes,
+        idempotency_key=idempotency_key, request_hash=request_hash,
     )
 
 

@@ -227,6 +227,10 @@ class JobRow(Base):
     # distinct workers that may give a task up (a task-specific local failure) before it may fail: the
     # server's setting at submission (TUNER_TASK_ATTEMPTS), the same for every worker
     max_attempts: Mapped[int] = mapped_column(Integer, default=3, server_default="3")
+    # a submission repeated with the same key (a client retrying after a lost answer) finds the job it created
+    # instead of creating another; the request's hash tells a repeat from another request (revision 0010)
+    idempotency_key: Mapped[str | None] = mapped_column(String(128), unique=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64))
 
 
 class TaskRow(Base):

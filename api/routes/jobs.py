@@ -2,13 +2,20 @@
 
 A job is validated completely (template, workloads, shapes, bounds) before anything is written; workers
 whose device and backends match claim its tasks (one per shape) from the database.
+
+A submission may carry an ``Idempotency-Key`` header (1–128 visible ASCII characters, e.g. a UUID): the
+same request sent again under it (a client that lost the answer, racing or not) gets the job it created,
+200 with ``Idempotent-Replayed: true``, and no second job is queued; another request under that key (another
+body, or another submitter) is 409. The key is kept with the job for good.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response, status
+from fastapi import APIRouter, Header, Path, Query, Response, status
 
 from tuner.api.catalog import CatalogEntry
 from tuner.api.deps import CatalogDep, Reader, StoreDep, Submitter
@@ -18,10 +25,14 @@ from tuner.api.schemas import MAX_ID, MAX_OFFSET, JobIn, JobOut, JobPage, JobSta
 from tuner.errors import UnknownTemplateError, UserInputError
 from tuner.frozen import Shape
 from tuner.settings import engine_settings
-from tuner.store.records import ACTIVE_JOB_STATES
+from tuner.store.records import ACTIVE_JOB_STATES, repeated
 
 router = APIRouter(tags=["jobs"])
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="A job's id.")]
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$",
+    description="The same request sent again under this key gets the job it created (200, "
+                "Idempotent-Replayed: true) instead of a second job; another request under it is 409.")]
 MAX_LABEL, MAX_SHAPE_KEY = 256, 1024  # the store's columns (tuner_tasks.label, shape_key)
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "No or unknown bearer token"},
@@ -32,22 +43,34 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 @router.post(
     "/jobs", status_code=status.HTTP_201_CREATED, response_model=JobOut, summary="Submit a tuning or verify job",
-    responses={**_ERRORS, 404: {"description": "Unknown template"}, 413: {"description": "Body too large"},
-               422: {"description": "Invalid job (field-level messages)"}},
+    responses={**_ERRORS, 200: {"description": "A repeat under its Idempotency-Key: the job it created",
+                                "model": JobOut},
+               404: {"description": "Unknown template"},
+               409: {"description": "The Idempotency-Key was used for another request"},
+               413: {"description": "Body too large"}, 422: {"description": "Invalid job (field-level messages)"}},
 )
-def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep, store: StoreDep) -> JobOut:
+def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep, store: StoreDep,
+           idempotency_key: IdempotencyKey = None) -> JobOut:
     try:
         entry = catalog.get(body.template)
     except UnknownTemplateError as exc:
         raise FieldError.wrap(exc, ("body", "template")) from None
     tasks = [(label, shape.key(), shape.to_json()) for label, shape in _shapes(entry, body)]
+    digest = request_hash(who.label, body) if idempotency_key is not None else None
+    if idempotency_key is not None and (found := store.job_with_key(idempotency_key=idempotency_key)) is not None:
+        job = repeated(found, idempotency_key, digest)  # RecordConflictError (409) for another request
+        response.status_code = status.HTTP_200_OK
+        response.headers["Idempotent-Replayed"] = "true"
+        response.headers["Location"] = f"/v1/jobs/{job.id}"
+        return job_out(store, job)
+    keyed: dict[str, Any] = {"idempotency_key": idempotency_key, "request_hash": digest}
     if body.kind == "verify":
         job = store.create_verify_job(
             template=entry.name, template_version=entry.spec.version, backend=entry.spec.backend,
             device_kind=body.device.kind, device_name=body.device.name, tasks=tasks, processes=body.processes,
             samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, comparators=body.comparators,
             priority=body.priority, submitted_by=who.label, max_attempts=engine_settings().task_attempts,
-            comparator_processes=body.comparator_processes,
+            comparator_processes=body.comparator_processes, **keyed,
         )
     else:
         job = store.create_job(
@@ -55,10 +78,17 @@ def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep,
             device_kind=body.device.kind, device_name=body.device.name, trials=body.trials, sampler=body.sampler,
             samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, tasks=tasks, seed=body.seed,
             finalists=body.finalists, comparators=body.comparators, priority=body.priority,
-            submitted_by=who.label, max_attempts=engine_settings().task_attempts,
+            submitted_by=who.label, max_attempts=engine_settings().task_attempts, **keyed,
         )
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     return job_out(store, job)
+
+
+def request_hash(submitter: str | None, body: JobIn) -> str:
+    """What an idempotency key is bound to: the submitter and the body as validated (its defaults filled, so
+    a repeat that spells a default out is the same request). Hex SHA-256."""
+    text = json.dumps({"by": submitter, "body": body.model_dump(mode="json")}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _shapes(entry: CatalogEntry, body: JobIn) -> list[tuple[str, Shape]]:

@@ -18,15 +18,8 @@ GOOD: dict[str, Any] = {"template": NAME, "shapes": [{"n": 256}], "device": {"ki
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, db.Store]]:
-    from tests.fixtures.fault_templates import TUNABLE_REF
-    from tuner import registry
-
-    registry.register(NAME, TUNABLE_REF)
-    store = db.Store.open(db.sqlite_url(tmp_path_factory.mktemp("bad") / "t.db"))
-    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False)  # type: ignore[arg-type]
-    with thread_server(settings, store) as base:
-        yield base, store
+def server(sqlite_server: tuple[str, db.Store]) -> tuple[str, db.Store]:
+    return sqlite_server
 
 
 def _jobs(store: db.Store) -> int:

@@ -84,3 +84,30 @@ def test_a_first_claim_does_not_wait_on_a_job_a_cancel_holds(postgres_sandbox) -
     claim = store.claim_task(worker_id="W", device_kind="cpu", device_name="x", backends=["triton"])
     assert claim is not None and claim.job.id == job.id and claim.job.state == "running"
     store.close()
+
+
+@pytest.mark.postgres
+def test_submissions_racing_on_a_new_idempotency_key_create_one_job(postgres_sandbox) -> None:  # type: ignore[no-untyped-def]
+    """Eight threads create the same job under one new key at once (a client's retries reaching several API
+    processes): one job is created and every call answers with it (the losers' inserts meet its key)."""
+    store = db.Store.open(postgres_sandbox.new_url())
+    go, found, errors = threading.Barrier(8), [], []
+
+    def create() -> None:
+        go.wait()
+        try:
+            found.append(store.create_job(
+                template="t", template_version="1", backend="triton", device_kind="cpu", device_name=None,
+                trials=5, sampler="random", samples=3, candidate_timeout_s=10, tasks=[("a", "a", '{"n":1}')],
+                idempotency_key="same", request_hash="h").id)
+        except Exception as exc:  # collected: a thread's assertion would be lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(found) == 8 and len(set(found)) == 1, (errors, found)
+    assert store.count_jobs() == 1
+    store.close()

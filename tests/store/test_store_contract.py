@@ -248,6 +248,23 @@ def test_a_job_needs_distinct_shapes(store: Any) -> None:
                             "candidate_timeout_s": 1.0, "tasks": [("a", "n=1", "{}"), ("b", "n=1", "{}")]})
 
 
+def test_a_job_repeated_under_its_idempotency_key_is_found_not_created_again(store: Any) -> None:
+    """The same key with the same request's hash: the job it created, nothing new (a client retrying after
+    a lost answer); with another hash: RecordConflictError. Keys are the store's, whatever the job's kind."""
+    first = _job(store, idempotency_key="k-1", request_hash="h")
+    again = _job(store, idempotency_key="k-1", request_hash="h")
+    assert again.id == first.id and (again.idempotency_key, again.request_hash) == ("k-1", "h")
+    assert store.count_jobs() == 1 and store.job_with_key(idempotency_key="k-1").id == first.id
+    with pytest.raises(RecordConflictError, match="was used for another request"):
+        _job(store, idempotency_key="k-1", request_hash="other")
+    with pytest.raises(RecordConflictError):  # a verify job under a tuning job's key, too
+        store.create_verify_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                                device_name=None, tasks=[("w0", "n=0", '{"n": 0}')], idempotency_key="k-1",
+                                request_hash="other")
+    assert _job(store).id != first.id and _job(store, idempotency_key="k-2", request_hash="h").id != first.id
+    assert store.count_jobs() == 3 and store.job_with_key(idempotency_key="nope") is None
+
+
 def test_jobs_are_listed_newest_first_and_counted(store: Any) -> None:
     a, b = _job(store), _job(store, shapes=2)
     assert [j.id for j in store.list_jobs()] == [b.id, a.id]

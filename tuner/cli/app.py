@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -804,7 +805,8 @@ def submit(
         except ValueError as exc:
             raise UserInputError(f"{exc} (--comparator-processes goes with --verify, at most --processes)") from None
         body.update(comparator_processes=comparator_processes)
-    job = call("POST", "/v1/jobs", url=url, token=token, json=body)
+    # one key per submission: a request whose answer is lost is sent again and finds its job, not a second one
+    job = call("POST", "/v1/jobs", url=url, token=token, json=body, idempotency_key=uuid.uuid4().hex)
     if as_json:
         print(json.dumps(job, indent=2))
         return

@@ -75,9 +75,18 @@ def resolve_token(token: str | None) -> str | None:
     return token or os.environ.get("TUNER_TOKEN") or local_token(create=False)
 
 
+RETRY_PAUSES_S = (0.5, 2.0)  # between the tries of a request sent under an idempotency key
+
+
 def call(method: str, path: str, *, url: str | None, token: str | None, json: Any = None,
-         params: dict[str, Any] | None = None, timeout_s: float = 30.0) -> Any:
-    """One API request; the decoded JSON body. Raises RemoteInputError (4xx, unreachable), RemoteError (5xx)."""
+         params: dict[str, Any] | None = None, timeout_s: float = 30.0, idempotency_key: str | None = None) -> Any:
+    """One API request; the decoded JSON body. Raises RemoteInputError (4xx, unreachable), RemoteError (5xx).
+
+    With ``idempotency_key`` (sent as ``Idempotency-Key``) a request whose answer did not come (the connection
+    failed or timed out: it may have been served) is sent again, twice at most (:data:`RETRY_PAUSES_S`): the
+    server answers a repeat with what the first one did (``POST /v1/jobs``: the job it created)."""
+    import time
+
     import httpx
 
     from tuner.service.client import error_message
@@ -85,12 +94,20 @@ def call(method: str, path: str, *, url: str | None, token: str | None, json: An
     base = resolve_url(url)
     token = resolve_token(token)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        with httpx.Client(base_url=base, timeout=timeout_s, headers=headers) as client:
-            response = client.request(method, path, json=json, params=params)
-    except httpx.HTTPError as exc:
-        raise RemoteInputError(f"cannot reach the tuner server at {base}: {type(exc).__name__}: {exc} (start one "
-                               "with `tuner serve`, or give its address with --url or $TUNER_URL)") from None
+    if idempotency_key is not None:
+        headers["Idempotency-Key"] = idempotency_key
+    pauses = list(RETRY_PAUSES_S) if idempotency_key is not None else []
+    while True:
+        try:
+            with httpx.Client(base_url=base, timeout=timeout_s, headers=headers) as client:
+                response = client.request(method, path, json=json, params=params)
+            break
+        except httpx.HTTPError as exc:
+            if pauses and isinstance(exc, httpx.TransportError):
+                time.sleep(pauses.pop(0))
+                continue
+            raise RemoteInputError(f"cannot reach the tuner server at {base}: {type(exc).__name__}: {exc} (start "
+                                   "one with `tuner serve`, or give its address with --url or $TUNER_URL)") from None
     if response.status_code >= 400:
         message = f"{response.status_code}: {error_message(response)}"
         if response.status_code in (401, 403):

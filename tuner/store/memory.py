@@ -48,6 +48,7 @@ from tuner.store.records import (
     check_role,
     check_tasks,
     claimable_tasks,
+    repeated,
     task_may_still_run,
 )
 
@@ -434,6 +435,7 @@ class MemoryStore:
         tasks: Sequence[tuple[str, str, str]], processes: int = 5, samples: int = 100,
         candidate_timeout_s: float = 120.0, comparators: bool = True, priority: int = 0,
         submitted_by: str | None = None, max_attempts: int = 3, comparator_processes: int | None = None,
+        idempotency_key: str | None = None, request_hash: str | None = None,
     ) -> JobRecord:
         return self.create_job(
             template=template, template_version=template_version, backend=backend, device_kind=device_kind,
@@ -441,20 +443,28 @@ class MemoryStore:
             candidate_timeout_s=candidate_timeout_s, tasks=tasks, finalists=1, comparators=comparators,
             priority=priority, submitted_by=submitted_by, kind="verify", processes=processes,
             max_attempts=max_attempts, comparator_processes=comparator_processes,
+            idempotency_key=idempotency_key, request_hash=request_hash,
         )
+
+    def job_with_key(self, *, idempotency_key: str) -> JobRecord | None:
+        with self._lock:
+            found = next((j.id for j in self._jobs.values() if j.idempotency_key == idempotency_key), None)
+            return None if found is None else self._job(found)
 
     def create_job(
         self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
         trials: int, sampler: str, samples: int, candidate_timeout_s: float, tasks: Sequence[tuple[str, str, str]],
         seed: int | None = None, finalists: int = 3, comparators: bool = True, priority: int = 0,
         submitted_by: str | None = None, kind: str = "tune", processes: int | None = None, max_attempts: int = 3,
-        comparator_processes: int | None = None,
+        comparator_processes: int | None = None, idempotency_key: str | None = None, request_hash: str | None = None,
     ) -> JobRecord:
         check_tasks(tasks)
         check_job_kind(kind, trials, processes, comparator_processes)
         check_max_attempts(max_attempts)
         now = _now()
         with self._lock:
+            if idempotency_key is not None and (existing := self.job_with_key(idempotency_key=idempotency_key)):
+                return repeated(existing, idempotency_key, request_hash)
             job = JobRecord(
                 id=next(self._ids), template=template, template_version=template_version, backend=backend,
                 device_kind=device_kind, device_name=device_name, trials=trials, sampler=sampler, seed=seed,
@@ -462,6 +472,7 @@ class MemoryStore:
                 comparators=comparators, priority=priority, state="queued", error=None, submitted_by=submitted_by,
                 created_at=now, updated_at=now, finished_at=None, kind=kind, processes=processes,
                 max_attempts=max_attempts, comparator_processes=comparator_processes,
+                idempotency_key=idempotency_key, request_hash=request_hash,
             )
             self._jobs[job.id] = job
             for position, (label, shape_key, shape_json) in enumerate(tasks):

@@ -235,25 +235,35 @@ class JobQueue(Protocol):
         trials: int, sampler: str, samples: int, candidate_timeout_s: float, tasks: Sequence[tuple[str, str, str]],
         seed: int | None = None, finalists: int = 3, comparators: bool = True, priority: int = 0,
         submitted_by: str | None = None, kind: str = "tune", processes: int | None = None, max_attempts: int = 3,
-        comparator_processes: int | None = None,
+        comparator_processes: int | None = None, idempotency_key: str | None = None,
+        request_hash: str | None = None,
     ) -> JobRecord:
         """A queued job with one task per ``(label, shape_key, shape_json)``; ``max_attempts``: the distinct
         workers that must give a task up before it may fail (:meth:`fail_attempt`; the server's setting,
         ``TUNER_TASK_ATTEMPTS``). ValueError when there is no task or a shape repeats, or the kind is unknown,
         a tuning job has no trials or has ``comparator_processes``, a verify job has trials, no processes or
-        ``comparator_processes`` outside 1..``processes``, or ``max_attempts`` < 1."""
+        ``comparator_processes`` outside 1..``processes``, or ``max_attempts`` < 1.
+
+        ``idempotency_key`` (a submitter's, e.g. ``POST /v1/jobs``'s ``Idempotency-Key``) with the hash of
+        the request: a creation under a key already taken creates nothing and returns the job that has it
+        when the hash is the same (a repeat: a client retrying after a lost answer, racing or not), else
+        RecordConflictError (:func:`tuner.store.records.repeated`)."""
 
     def create_verify_job(
         self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
         tasks: Sequence[tuple[str, str, str]], processes: int = 5, samples: int = 100,
         candidate_timeout_s: float = 120.0, comparators: bool = True, priority: int = 0,
         submitted_by: str | None = None, max_attempts: int = 3, comparator_processes: int | None = None,
+        idempotency_key: str | None = None, request_hash: str | None = None,
     ) -> JobRecord:
         """A queued verify job: per shape, a worker of the device re-measures its published best (and the
         comparators) in ``processes`` fresh processes and records a verification (no trials; one worker takes
         each task). ``comparator_processes`` (None: every process) limits the comparators to the first that
-        many processes (:func:`tuner.driver.reverify.verify_best`), kept with the job. ValueError as
-        :meth:`create_job`."""
+        many processes (:func:`tuner.driver.reverify.verify_best`), kept with the job. ValueError and the
+        idempotency key as :meth:`create_job`."""
+
+    def job_with_key(self, *, idempotency_key: str) -> JobRecord | None:
+        """The job created under this idempotency key (:meth:`create_job`), or None."""
 
     def get_job(self, *, job_id: int) -> JobRecord | None: ...
 

@@ -408,6 +408,8 @@ class JobRecord:
     processes: int | None = None  # fresh processes per shape of a verify job
     comparator_processes: int | None = None  # verify job: comparators in the first N processes only (None: all)
     max_attempts: int = 3  # distinct workers that may give a task up before it may fail (set at submission)
+    idempotency_key: str | None = None  # the submitter's key: a request repeated with it finds this job
+    request_hash: str | None = None  # of the request that created it: the same key with another request conflicts
 
     @property
     def trials_done(self) -> int:
@@ -453,6 +455,16 @@ class Claim:
 
     job: JobRecord
     task: TaskRecord
+
+
+def repeated(job: JobRecord, idempotency_key: str, request_hash: str | None) -> JobRecord:
+    """The job a submission repeated under ``idempotency_key`` finds: ``job`` (the one created under that key)
+    when it was created by the same request (``request_hash``), else RecordConflictError: a key names one
+    request. Pure."""
+    if job.request_hash != request_hash:
+        raise RecordConflictError(f"idempotency key {idempotency_key!r} was used for another request (job "
+                                  f"{job.id}): send a new key with a new request")
+    return job
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,120 @@
+"""``POST /v1/jobs`` under an ``Idempotency-Key``: a repeat finds the job it created, another request under the
+key is refused, and ``tuner submit`` (:func:`tuner.service.remote.call`) sends a request whose answer was lost
+again and gets its job, not a second one. A real server, a real store, a real TCP connection dropped."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from contextlib import suppress
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fixtures.servers import SUBMIT, auth
+from tuner import db
+
+NAME = "fault_vector_scale_tunable"
+BODY: dict[str, Any] = {"template": NAME, "shapes": [{"n": 256}], "device": {"kind": "cpu"}, "trials": 2}
+
+
+@pytest.fixture(scope="module")
+def server(sqlite_server: tuple[str, db.Store]) -> tuple[str, db.Store]:
+    return sqlite_server
+
+
+def _post(base: str, body: dict[str, Any], key: str | None) -> httpx.Response:
+    headers = {**auth(SUBMIT), **({"Idempotency-Key": key} if key is not None else {})}
+    return httpx.post(f"{base}/v1/jobs", json=body, headers=headers, timeout=30)
+
+
+def test_a_repeat_under_its_key_gets_its_job_and_another_request_is_refused(server: tuple[str, db.Store]) -> None:
+    base, store = server
+    before = store.count_jobs()
+    first = _post(base, BODY, "k-repeat")
+    assert first.status_code == 201 and "idempotent-replayed" not in first.headers
+    again = _post(base, {**BODY, "trials": 2, "sampler": "tpe"}, "k-repeat")  # the defaults spelled out: the same
+    assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true", again.text
+    assert again.json()["id"] == first.json()["id"] and again.headers["location"] == first.headers["location"]
+    other = _post(base, {**BODY, "trials": 3}, "k-repeat")
+    assert other.status_code == 409 and "was used for another request" in other.json()["detail"]
+    assert _post(base, BODY, None).json()["id"] != first.json()["id"]  # no key: a new job each time
+    verify = {**BODY, "kind": "verify", "processes": 2}
+    verify.pop("trials")
+    v1, v2 = _post(base, verify, "k-verify"), _post(base, verify, "k-verify")
+    assert (v1.status_code, v2.status_code) == (201, 200) and v1.json()["id"] == v2.json()["id"]
+    assert store.count_jobs() == before + 3
+
+
+@pytest.mark.parametrize("key", ["", "has space", "x" * 129, "é".encode("latin-1")])
+def test_a_malformed_key_is_422(server: tuple[str, db.Store], key: str | bytes) -> None:
+    base, store = server
+    before = store.count_jobs()
+    response = httpx.post(f"{base}/v1/jobs", json=BODY, headers={**auth(SUBMIT), "Idempotency-Key": key}, timeout=30)
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["header", "Idempotency-Key"]
+    assert store.count_jobs() == before
+
+
+class _AnswerLostOnce:
+    """A TCP proxy before the API that forwards the first connection's request and drops that connection once
+    the server has answered (its answer never reaches the client: the job was created); later connections
+    pass."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.dropped = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client, self.dropped == 0), daemon=True).start()
+            self.dropped = 1
+
+    def _serve(self, client: socket.socket, drop: bool) -> None:
+        upstream = socket.create_connection(self.target)
+        try:
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            while data := upstream.recv(65536):
+                if drop:
+                    return  # the server answered: the answer is lost with the connection
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (client, upstream):
+                with suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_tuner_submit_sends_a_request_whose_answer_was_lost_again_and_gets_one_job(
+    server: tuple[str, db.Store],
+) -> None:
+    from tuner.service.remote import RETRY_PAUSES_S, call
+
+    base, store = server
+    proxy = _AnswerLostOnce(int(base.rsplit(":", 1)[1]))
+    before = store.count_jobs()
+    try:
+        job = call("POST", "/v1/jobs", url=f"http://127.0.0.1:{proxy.port}", token=SUBMIT, json=BODY,
+                   idempotency_key="k-lost-answer")
+    finally:
+        proxy.close()
+    assert proxy.dropped == 1 and RETRY_PAUSES_S
+    assert store.count_jobs() == before + 1 and store.job_with_key(idempotency_key="k-lost-answer").id == job["id"]
