@@ -60,6 +60,7 @@ from tuner.store.records import (
     check_max_attempts,
     check_tasks,
     repeated,
+    storable_text,
     task_may_still_run,
 )
 
@@ -193,10 +194,16 @@ def cancel_job(session: Session, *, job_id: int) -> JobRecord:
     """Cancel a queued or running job and its unfinished tasks; workers stop at their next trial.
 
     Raises NotFoundError for an unknown id and RecordConflictError when the job has already finished.
+
+    Locks the job's tasks (in id order), then the job: the order of every write of the queue that holds both
+    (:func:`claim_task`, :func:`finish_task`, :func:`fail_task`, a task given up): the job first, then its
+    tasks, deadlocked with them (PostgreSQL then failed one side).
     """
-    job = session.get(JobRow, job_id, with_for_update=True)
-    if job is None:
+    if session.get(JobRow, job_id) is None:
         raise NotFoundError(f"no job {job_id}")
+    session.scalars(select(TaskRow.id).where(TaskRow.job_id == job_id).order_by(TaskRow.id).with_for_update()).all()
+    job = session.get(JobRow, job_id, with_for_update=True, populate_existing=True)
+    assert job is not None  # jobs are never deleted
     if job.state in FINISHED_JOB_STATES:
         raise RecordConflictError(f"job {job_id} is already {job.state}")
     now = store_now(session)
@@ -404,10 +411,8 @@ def claim_task(
     and backend are the worker's, its template one the worker advertised (when it did), and the task is not
     one this worker gave up (``fail_attempt``). The worker becomes busy on it; the task and job run.
 
-    Locks: the task's row (``SKIP LOCKED``), and for a queued job its row too, skipped when another
-    transaction holds it (:func:`cancel_job`, which locks the job and then its tasks, or another worker's
-    first claim of the job): then None, and the worker asks again at its next poll. Waiting for that lock
-    while holding the task's would deadlock with a cancel.
+    Locks: the task's row (``SKIP LOCKED``), then, for a queued job, the job's row (its state changes): the
+    queue's lock order, tasks before their job (:func:`cancel_job`).
     """
     claimable = or_(  # records.has_free_slot
         TaskRow.trials_reserved < TaskRow.trials_target,
@@ -445,11 +450,6 @@ def claim_task(
     now = store_now(session)
     job = session.get(JobRow, task.job_id)
     assert job is not None
-    if job.state == "queued":
-        locked = session.scalars(select(JobRow).where(JobRow.id == job.id).with_for_update(skip_locked=True)
-                                 .execution_options(populate_existing=True)).first()
-        if locked is None or locked.state not in ACTIVE_JOB_STATES:
-            return None
     if task.state == "queued":
         task.state, task.updated_at = "running", now
     if job.state == "queued":
@@ -585,7 +585,8 @@ def finish_task(
     a verify task keeps the verification it recorded (``verification_id``), and its study when it has none.
 
     Raises RecordConflictError when the worker no longer holds the final round (declared lost), NotFoundError
-    for an unknown verification."""
+    for an unknown verification. ``error`` is kept as :func:`tuner.store.records.storable_text` writes it."""
+    error = storable_text(error)
     task = session.get(TaskRow, task_id, with_for_update=True)
     if task is None or task.state != "finalizing" or task.finalizer_id != worker_id:
         raise RecordConflictError(f"task {task_id} is not being finalised by {worker_id}")
@@ -617,7 +618,9 @@ def finish_task(
 
 def fail_task(session: Session, *, task_id: int, error: str) -> None:
     """Fail a task that cannot run anywhere (e.g. its template no longer loads); the job fails with it
-    once no other task runs."""
+    once no other task runs. ``error`` is kept as :func:`tuner.store.records.storable_text` writes it (a
+    compiler's message with a NUL byte must not fail the worker's failure path in turn)."""
+    error = storable_text(error) or ""
     now = store_now(session)
     task = session.get(TaskRow, task_id, with_for_update=True)
     if task is None or task.state in ("done", "failed", "cancelled"):
@@ -667,7 +670,9 @@ def fail_attempt(session: Session, *, task_id: int, worker_id: str, reason: str)
     it): record the attempt (once per worker), leave the task as :func:`release_task` does (a final round
     it held goes back too). The task fails with every worker's reason once its job's ``max_attempts``
     distinct workers gave it up and no live worker is on it or may still claim it (its job fails with it
-    once no other task runs). A task already finished is left as it is. NotFoundError for an unknown task."""
+    once no other task runs). A task already finished is left as it is. NotFoundError for an unknown task.
+    ``reason`` is kept as :func:`tuner.store.records.storable_text` writes it."""
+    reason = storable_text(reason) or ""
     task = session.get(TaskRow, task_id, with_for_update=True)
     if task is None:
         raise NotFoundError(f"no task {task_id}")

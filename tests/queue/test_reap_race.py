@@ -58,32 +58,41 @@ def test_a_reap_meanwhile_a_slot_write_gives_back_only_what_it_deleted(postgres_
 
 
 @pytest.mark.postgres
-def test_a_first_claim_does_not_wait_on_a_job_a_cancel_holds(postgres_sandbox) -> None:  # type: ignore[no-untyped-def]
-    """A cancel locks the job's row, then its tasks'; a job's first claim locked its task's row, then waited
-    for the job's: a deadlock that PostgreSQL broke by failing one of them (the cancel: an API 503). The claim
-    now skips a queued job whose row another transaction holds, and claims it once that one is over."""
-    from sqlalchemy import select
+@pytest.mark.parametrize("write", ["claim", "finish"])
+def test_a_cancel_meanwhile_a_write_holding_a_task_then_its_job_does_not_deadlock(postgres_sandbox, write: str) -> None:  # type: ignore[no-untyped-def]
+    """A job's first claim and a task's finish lock the task's row, then the job's; a cancel locked the job's,
+    then its tasks': the two deadlocked and PostgreSQL failed one (the API's cancel answered 503). The cancel
+    now takes the tasks first: it waits for the write, then cancels, and both succeed."""
+    from sqlalchemy import select, update
 
-    from tuner.db.models import JobRow
+    from tuner.db.models import JobRow, TaskRow
 
     store = db.Store.open(postgres_sandbox.new_url())
     job = store.create_job(template="t", template_version="1", backend="triton", device_kind="cpu",
                            device_name=None, trials=5, sampler="random", samples=3, candidate_timeout_s=10,
-                           tasks=[("a", "a", '{"n":1}')])
-    store.register_worker(worker_id="W", host="h", pid=1, device_kind="cpu", device_name="x", device_index=0,
-                          backends=["triton"], fingerprint_hash="f", fingerprint_json="{}", lease_s=30)
-    claimed: list[object] = []
-    with store.session() as session:  # a cancel's transaction, at the point it holds the job's row
-        session.scalars(select(JobRow).where(JobRow.id == job.id).with_for_update()).one()
-        claimer = threading.Thread(target=lambda: claimed.append(
-            store.claim_task(worker_id="W", device_kind="cpu", device_name="x", backends=["triton"])))
-        claimer.start()
-        claimer.join(timeout=3.0)
-        assert not claimer.is_alive(), "the claim waits on the job's row while holding its task's"
-    assert claimed == [None]
-    claim = store.claim_task(worker_id="W", device_kind="cpu", device_name="x", backends=["triton"])
-    assert claim is not None and claim.job.id == job.id and claim.job.state == "running"
+                           tasks=[("a", "a", '{"n":1}'), ("b", "b", '{"n":2}')])
+    cancelled: list[object] = []
+    with store.session() as session:  # the write's transaction: its task first
+        task = session.scalars(select(TaskRow).where(TaskRow.id == job.tasks[0].id).with_for_update()).one()
+        canceller = threading.Thread(target=lambda: cancelled.append(_cancel(store, job.id)))
+        canceller.start()
+        time.sleep(1.0)  # the cancel now waits on the rows this transaction holds
+        task.state = "running" if write == "claim" else "done"
+        session.execute(update(JobRow).where(JobRow.id == job.id).values(state="running"))  # then its job
+    canceller.join(timeout=60)
+    assert not canceller.is_alive() and len(cancelled) == 1
+    assert not isinstance(cancelled[0], Exception), cancelled[0]
+    after = store.get_job(job_id=job.id)
+    expected = ["cancelled", "cancelled"] if write == "claim" else ["done", "cancelled"]
+    assert after.state == "cancelled" and [t.state for t in after.tasks] == expected
     store.close()
+
+
+def _cancel(store: db.Store, job_id: int) -> object:
+    try:
+        return store.cancel_job(job_id=job_id)
+    except Exception as exc:  # returned: the thread's caller asserts on it
+        return exc
 
 
 @pytest.mark.postgres

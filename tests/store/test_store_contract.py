@@ -130,6 +130,19 @@ def test_a_reason_with_a_nul_or_a_lone_surrogate_is_kept_escaped(store: Any) -> 
     assert store.list_measurements(study_id=study.id)[0].reason == m.reason
 
 
+def test_a_task_error_or_attempt_reason_with_a_nul_or_a_lone_surrogate_is_kept_escaped(store: Any) -> None:
+    """The same text reaches a task's error and a worker's attempt reason (a MeasureSetupError's message):
+    refused there, the worker's own failure path raised and the task stayed running for every worker."""
+    job = _job(store, shapes=3)
+    a, b, c = (t.id for t in job.tasks)
+    store.fail_task(task_id=a, error="setup\x00failed")
+    _worker(store, "w1")
+    assert store.fail_attempt(task_id=b, worker_id="w1", reason="bad \udcff byte") is not None
+    tasks = {t.id: t for t in store.get_job(job_id=job.id).tasks}
+    assert tasks[a].error == "setup\\x00failed" and tasks[c].error is None
+    assert [x.reason for x in store.list_attempts(task_id=b)] == ["bad \\udcff byte"]
+
+
 def test_measurements_are_filtered_ordered_and_paged(store: Any) -> None:
     study, other = _study(store), _study(store, S=8192)
     slow = store.record_measurement(_m(study.id, median_us=9.0))

@@ -617,7 +617,8 @@ def worker(
     index: Annotated[int, typer.Option(min=0, help="Device index among devices of the kind (one worker per GPU).")] = 0,
     backends: Annotated[str, typer.Option(help="Backends this worker runs, comma-separated.")] = "triton,tilelang",
     heartbeat: Annotated[float, typer.Option(min=0.2, help="Heartbeat interval, seconds.")] = 5.0,
-    lease: Annotated[float, typer.Option(min=1.0, help="Seconds without heartbeat before the worker is lost.")] = 30.0,
+    lease: Annotated[float, typer.Option(
+        min=1.0, help="Seconds without heartbeat before the worker is lost (PostgreSQL: above 20 s).")] = 30.0,
     exit_when_idle: Annotated[bool, typer.Option(help="Exit when no task is left instead of waiting.")] = False,
     all_gpus: Annotated[bool, typer.Option(
         "--all-gpus", help="One worker per visible GPU, each pinned to its GPU (CUDA_VISIBLE_DEVICES).")] = False,

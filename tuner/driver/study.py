@@ -522,9 +522,9 @@ def finalize(
     (:meth:`tuner.store.TuningStore.publish_unless_disproved`): the next fastest is published then; with
     ``hold`` it publishes only while that worker holds the task's final round (else SlotLostError: a worker
     declared lost must not overwrite the round of the worker that took its place). ``persist`` runs the
-    round's writes once it is measured (its rows, the read of the disproved configs, the publish): a worker
-    retries them through an outage (a round of the MIMO template takes minutes to measure again); a row
-    whose try's answer was lost is found in the round, not stored twice.
+    round's store calls once it is measured (its rows, the read of the disproved configs, ``may_publish``, the
+    publish): a worker retries them through an outage (a round of the MIMO template takes minutes to
+    measure again); a row whose try's answer was lost is found in the round, not stored twice.
     """
     disproved = disproved_configs(ctx)
     configs = top_configs(ctx, finalists, disproved)
@@ -579,7 +579,7 @@ def finalize(
     winners = keep_served(fastest_first, held)
     refused = len(ok) - len(winners)
     winner = winners[0] if winners else None
-    published = winner is not None and (may_publish is None or may_publish())
+    published = winner is not None and (may_publish is None or persist(may_publish))
     if published:
         # the store checks again, with the publish, against a verification disproving the winner since the
         # read above: then the next fastest of the round is published, or none

@@ -83,7 +83,10 @@ class WorkerOptions:
     device: DeviceSpec = field(default_factory=DeviceSpec)
     backends: tuple[str, ...] = BACKENDS
     heartbeat_s: float = 5.0  # lease renewal and Optuna trial heartbeat interval
-    lease_s: float = 30.0  # a worker silent this long is declared lost
+    # a worker silent this long is declared lost. On PostgreSQL keep it above 20 s: a heartbeat whose COMMIT
+    # never reached the server leaves its transaction holding the worker's row until the server ends it
+    # (TUNER_DB idle_in_transaction_s, 12 s), and the worker's next beats wait on that row meanwhile
+    lease_s: float = 30.0
     poll_s: float = 1.0  # idle wait between claims
     compile_workers: int = 0  # parallel compile processes for slow-compiling templates (0: the host's cores)
     device_index: int | None = None  # the index it registers and records (default device.index); a worker

@@ -49,6 +49,7 @@ from tuner.store.records import (
     check_tasks,
     claimable_tasks,
     repeated,
+    storable_text,
     task_may_still_run,
 )
 
@@ -695,6 +696,7 @@ class MemoryStore:
         self, *, task_id: int, worker_id: str, best_us: float | None, best_config_json: str | None,
         error: str | None = None, verification_id: int | None = None,
     ) -> JobRecord:
+        error = storable_text(error)
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None or task.state != "finalizing" or task.finalizer_id != worker_id:
@@ -718,6 +720,7 @@ class MemoryStore:
             return self._job(job.id)
 
     def fail_task(self, *, task_id: int, error: str) -> None:
+        error = storable_text(error) or ""
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None or task.state in ("done", "failed", "cancelled"):
@@ -753,6 +756,7 @@ class MemoryStore:
             self._settle_given_up()
 
     def fail_attempt(self, *, task_id: int, worker_id: str, reason: str) -> TaskRecord:
+        reason = storable_text(reason) or ""
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None:
