@@ -32,8 +32,9 @@ DEADLINE_OPTION = "tuner_deadline_s"  # execution option: this connection's stat
 
 
 class Watchdog:
-    """Runs an action when its deadline passes unless disarmed first. Thread-safe; one daemon thread,
-    started on first use (and again in a forked child, where the parent's thread does not exist)."""
+    """Runs an action when its deadline passes unless disarmed first; after :meth:`disarm` returns, the
+    action has run or never will. Thread-safe; one daemon thread, started on first use (and again in a
+    forked child, where the parent's thread does not exist)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -59,6 +60,9 @@ class Watchdog:
             self._due.pop(token, None)
 
     def _run(self) -> None:
+        # Actions run holding the lock (cutting a socket takes microseconds): once disarm() has returned, its
+        # action has run or never will, so a connection disarmed as it went back to the pool is not cut later,
+        # under the next thread that checks it out.
         while True:
             with self._cond:
                 now = time.monotonic()
@@ -68,11 +72,11 @@ class Watchdog:
                     wait = min((due for due, _ in self._due.values()), default=now + 60.0) - now
                     self._cond.wait(timeout=max(wait, 0.001))
                     continue
-            for action in actions:
-                try:
-                    action()
-                except Exception:  # a socket already closed: nothing left to cut
-                    log.debug("deadline action failed", exc_info=True)
+                for action in actions:
+                    try:
+                        action()
+                    except Exception:  # a socket already closed: nothing left to cut
+                        log.debug("deadline action failed", exc_info=True)
 
 
 WATCHDOG = Watchdog()

@@ -448,3 +448,29 @@ def test_a_forked_child_writes_through_its_own_connections(store: Store, make_st
     with store.session() as session:  # the parent's pooled connection still works
         assert _backend_pid(session) == parent_backend
         assert count_measurements(session, study_id=study.id) == 1
+
+
+def test_a_disarmed_deadline_has_run_or_never_will() -> None:
+    """The watchdog cut a connection whose deadline expired just as it finished: with the cut still running
+    when disarm() returned, the connection could be back in the pool, then cut under the next thread that took
+    it. disarm() now returns only once the action it raced has run."""
+    import threading
+    import time
+
+    from tuner.db.deadline import Watchdog
+
+    watchdog, entered, done = Watchdog(), threading.Event(), threading.Event()
+
+    def slow_cut() -> None:
+        entered.set()
+        time.sleep(0.3)
+        done.set()
+
+    token = watchdog.arm(0.0, slow_cut)
+    assert entered.wait(10)
+    watchdog.disarm(token)  # the action is running: disarm waits for it
+    assert done.is_set()
+    never = threading.Event()
+    watchdog.disarm(watchdog.arm(30.0, never.set))  # disarmed before its deadline: never runs
+    time.sleep(0.1)
+    assert not never.is_set()
