@@ -181,3 +181,31 @@ def test_down_to_0008_and_up_again_keeps_the_tasks_and_links_verifications_again
                                         device_name=None, tasks=[("n=3", "n=3", '{"n": 3}')], processes=1)
         second = verify(again.id)
         assert store.verifications_by_task(task_ids=[first, second]) == {second: check}
+
+
+def test_down_to_0009_and_up_again_keeps_the_jobs_and_takes_idempotency_keys_again(db_url: str) -> None:
+    """0010 adds ``tuner_jobs.idempotency_key`` (unique) and ``request_hash``: down, both go and every row stays;
+    up again, old jobs have no key and a key is unique again."""
+    with Store.open(db_url) as store:
+        _fill(store)
+        keyed = store.create_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                                 device_name=None, trials=2, sampler="tpe", samples=3, candidate_timeout_s=10.0,
+                                 tasks=[("k", "n=9", '{"n": 9}')], idempotency_key="k", request_hash="h")
+        before = _rows(store)
+        migrate_to(store.engine, "0009")
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == "0009"
+            columns = {c["name"] for c in inspect(conn).get_columns("tuner_jobs")}
+            assert not {"idempotency_key", "request_hash"} & columns
+        assert _rows(store) == before
+        migrate_to(store.engine, "head")
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == head_revision() and schema_drift(conn) == []
+        assert _rows(store) == before and store.job_with_key(idempotency_key="k") is None
+        assert store.get_job(job_id=keyed.id).idempotency_key is None  # type: ignore[union-attr]
+        again = store.create_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                                 device_name=None, trials=2, sampler="tpe", samples=3, candidate_timeout_s=10.0,
+                                 tasks=[("k", "n=9", '{"n": 9}')], idempotency_key="k", request_hash="h")
+        assert store.create_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                                device_name=None, trials=2, sampler="tpe", samples=3, candidate_timeout_s=10.0,
+                                tasks=[("k", "n=9", '{"n": 9}')], idempotency_key="k", request_hash="h").id == again.id
