@@ -584,10 +584,16 @@ def finish_task(
     """Close a task this worker finalised (done, or failed with ``error``), and its job with its last task;
     a verify task keeps the verification it recorded (``verification_id``), and its study when it has none.
 
-    Raises RecordConflictError when the worker no longer holds the final round (declared lost), NotFoundError
-    for an unknown verification. ``error`` is kept as :func:`tuner.store.records.storable_text` writes it."""
+    A repeat by the same worker of a finish that went through (a retry whose answer was lost) changes
+    nothing and returns the job. Raises RecordConflictError when the worker no longer holds the final round
+    (declared lost), NotFoundError for an unknown verification. ``error`` is kept as
+    :func:`tuner.store.records.storable_text` writes it."""
     error = storable_text(error)
     task = session.get(TaskRow, task_id, with_for_update=True)
+    if task is not None and task.state in ("done", "failed") and task.finalizer_id == worker_id:
+        job = session.get(JobRow, task.job_id)  # a repeat of this worker's finish (its answer was lost)
+        assert job is not None
+        return _job_record(session, job)
     if task is None or task.state != "finalizing" or task.finalizer_id != worker_id:
         raise RecordConflictError(f"task {task_id} is not being finalised by {worker_id}")
     if verification_id is not None:

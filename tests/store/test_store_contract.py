@@ -395,6 +395,21 @@ def test_one_worker_finalises_and_the_last_task_closes_the_job(store: Any) -> No
     assert finished.finished_at is not None
 
 
+def test_a_finish_repeated_by_its_worker_changes_nothing_and_another_is_refused(store: Any) -> None:
+    """A worker's finish whose answer was lost is sent again (the worker's retries): the job as it is, not
+    a RecordConflictError logged as an interrupted task. Another worker's finish stays refused."""
+    job = _job(store, trials=1)
+    (task,) = job.tasks
+    _worker(store, "w1")
+    assert _claim(store, "w1") is not None and store.end_search(task_id=task.id)
+    assert store.begin_finalize(task_id=task.id, worker_id="w1")
+    done = store.finish_task(task_id=task.id, worker_id="w1", best_us=4.0, best_config_json='{"BLOCK_H": 4}')
+    again = store.finish_task(task_id=task.id, worker_id="w1", best_us=9.0, best_config_json='{"BLOCK_H": 8}')
+    assert done.state == again.state == "done" and again.tasks[0].best_us == 4.0
+    with pytest.raises(RecordConflictError):
+        store.finish_task(task_id=task.id, worker_id="w2", best_us=None, best_config_json=None)
+
+
 def test_cancelling_stops_a_job_once(store: Any) -> None:
     job = _job(store, shapes=2)
     cancelled = store.cancel_job(job_id=job.id)

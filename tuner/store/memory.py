@@ -699,6 +699,8 @@ class MemoryStore:
         error = storable_text(error)
         with self._lock:
             task = self._tasks.get(task_id)
+            if task is not None and task.state in ("done", "failed") and task.finalizer_id == worker_id:
+                return self._job(task.job_id)  # a repeat of this worker's finish
             if task is None or task.state != "finalizing" or task.finalizer_id != worker_id:
                 raise RecordConflictError(f"task {task_id} is not being finalised by {worker_id}")
             now = _now()

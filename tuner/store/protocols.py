@@ -344,7 +344,8 @@ class JobQueue(Protocol):
         self, *, task_id: int, worker_id: str, best_us: float | None, best_config_json: str | None,
         error: str | None = None, verification_id: int | None = None,
     ) -> JobRecord:
-        """Close a task this worker finalised; RecordConflictError when it no longer holds the round.
+        """Close a task this worker finalised; RecordConflictError when it no longer holds the round. A
+        repeat by the same worker of a finish that went through (its answer lost) returns the job, unchanged.
         ``verification_id``: the verification a verify task recorded, kept with the task (its study becomes
         the task's when it has none; :meth:`verifications_by_task` reads it back); NotFoundError for an
         unknown one, and nothing changes then."""
