@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from tests.fixtures.faults import FaultDatabase, Outcome, submit, wait_job
+from tests.fixtures.faults import FaultDatabase, Outcome, TcpProxy, submit, wait_job
 from tests.fixtures.processes import start_worker, stop_all, wait_for
 from tuner import db
 
@@ -46,6 +46,41 @@ def test_workers_survive_outages_and_the_job_ends_with_exactly_its_trials(
     assert outcome == Outcome("done", 24, 24, 0), outcome
     assert codes == [0, 0] and not any("Traceback" in t for t in texts), "\n".join(t[-3000:] for t in texts)
     assert any("store unavailable" in t for t in texts) and any("store back after" in t for t in texts)
+    store.close()
+
+
+def test_workers_whose_commit_answers_are_lost_store_every_trial_and_the_round_once(
+    fault_db: FaultDatabase, tmp_path: Path
+) -> None:
+    """Two workers reach the database through a proxy that loses the answer of every 60th COMMIT (the server
+    committed; the connection drops before the client hears it): registrations, claims, slots, trials,
+    Optuna's writes, the final round and its publish are all sent again, or the task is left and claimed
+    again. No worker dies, the job is done with exactly its 8 trials, none measured twice, one final round
+    stored once and published."""
+    proxy = TcpProxy(fault_db.server_host, fault_db.server_port)
+    url = fault_db.url(host="127.0.0.1", port=proxy.port)
+    store = db.Store.open(fault_db.url())
+    job_id = submit(store, trials=8)
+    proxy.lose_commit_answers(60)
+    logs = [tmp_path / f"w{i}.log" for i in range(2)]
+    workers = [start_worker(url, "--heartbeat", "2", "--lease", "30", log=log) for log in logs]
+    try:
+        outcome = wait_job(store, job_id, 420)
+        alive = [w.poll() is None for w in workers]
+    finally:
+        codes = stop_all(workers)
+        proxy.close()
+    texts = [log.read_text() for log in logs]
+    print(f"{proxy.commits} commits, {proxy.answers_lost} answers lost")
+    assert proxy.answers_lost >= 2, proxy.answers_lost
+    assert alive == [True, True] and codes == [0, 0], "\n".join(t[-3000:] for t in texts)
+    assert not any("Traceback" in t for t in texts), "\n".join(t[-3000:] for t in texts)
+    assert outcome == Outcome("done", 8, 8, 0), outcome
+    (task,) = store.get_job(job_id=job_id).tasks  # type: ignore[union-attr]
+    finals = store.list_measurements(study_id=task.study_id, role="final")  # type: ignore[arg-type]
+    assert len({f.round_id for f in finals}) == 1 and len(finals) == len({(f.candidate, f.config_json) for f in finals})
+    best = store.get_study_best(study_id=task.study_id)  # type: ignore[arg-type]
+    assert best is not None and best.measurement_id in {f.id for f in finals}
     store.close()
 
 
