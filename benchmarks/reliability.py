@@ -9,6 +9,9 @@ workers (``--heartbeat 2 --lease 10``), and a fault while the job runs:
 * ``outage-15s``, ``outage-60s``: one outage, longer than the lease;
 * ``partition``: the workers reach the database through a TCP proxy on 127.0.0.1 that holds every byte for
   20 s; an API server behind the same proxy is asked ``GET /v1/jobs`` meanwhile (how long until it answers);
+* ``lost-answers``: the workers reach the database through a TCP proxy that loses the answer of every 200th
+  COMMIT (passed on to the server, which commits it; the connection is closed before its answer comes back:
+  the worker cannot know whether it committed), from the job's start to its end;
 * ``mixed-fleet``: a worker without the template and one whose template does not import start first (the
   first never claims the job, the second withdraws the template it cannot load: no attempt charged to the
   task), then a capable one;
@@ -183,6 +186,29 @@ def partition(logs: Path, trials: int) -> Row:
     return run.finish(row, job, trials)
 
 
+def lost_answers(logs: Path, trials: int, every: int = 200) -> Row:
+    run, row = Run("lost-answers", logs, trials, proxy=True), Row("lost-answers")
+    assert run.proxy is not None
+    job = submit(run.store, trials=trials)
+    run.proxy.lose_commit_answers(every)
+    started = time.monotonic()
+    run.start_workers(3)
+    wait_job(run.store, job, 900)
+    row.recover_s = f"job in {time.monotonic() - started:.0f}"
+    (task,) = run.store.get_job(job_id=job).tasks  # type: ignore[union-attr]
+    finals = run.store.list_measurements(study_id=task.study_id, role="final") if task.study_id else []
+    best = run.store.get_study_best(study_id=task.study_id) if task.study_id else None
+    rounds = len({f.round_id for f in finals})
+    twice = len(finals) - len({(f.candidate, f.config_json) for f in finals})
+    claims = sum((logs / f"lost-answers-w{i}.log").read_text(errors="replace").count(" interrupted: ")
+                 for i in range(len(run.workers)))
+    published = best is not None and best.measurement_id in {f.id for f in finals}
+    row.notes.append(f"{run.proxy.answers_lost} of {run.proxy.commits} COMMIT answers lost; final rounds stored: "
+                     f"{rounds} ({len(finals)} rows, {twice} stored twice), published: {published}; "
+                     f"task attempts left on a store error and claimed again: {claims}")
+    return run.finish(row, job, trials)
+
+
 def mixed_fleet(logs: Path, trials: int) -> Row:
     run, row = Run("mixed-fleet", logs, trials), Row("mixed-fleet")
     job = submit(run.store, trials=trials)
@@ -290,6 +316,7 @@ SCENARIOS: dict[str, Callable[[Path, argparse.Namespace], Row]] = {
     "outage-15s": lambda logs, a: outages("outage-15s", [15.0], 0.0, logs, a.trials),
     "outage-60s": lambda logs, a: outages("outage-60s", [60.0], 0.0, logs, a.trials),
     "partition": lambda logs, a: partition(logs, a.trials),
+    "lost-answers": lambda logs, a: lost_answers(logs, a.trials),
     "mixed-fleet": lambda logs, a: mixed_fleet(logs, a.trials),
     "sigkill-1": lambda logs, a: sigkill(1, logs, a.trials),
     "sigkill-2": lambda logs, a: sigkill(2, logs, a.trials),
