@@ -59,7 +59,6 @@ from tuner.store.records import (
     check_job_kind,
     check_max_attempts,
     check_tasks,
-    repeated,
     storable_text,
     task_may_still_run,
 )
@@ -97,16 +96,14 @@ def create_job(
     a shape repeats (callers validate shapes against the template before), or when ``kind`` is unknown,
     a tuning job has no trials or has ``comparator_processes``, a verify job has trials, no processes or
     ``comparator_processes`` outside 1..``processes`` (see :func:`create_verify_job`), or ``max_attempts``
-    (see :func:`fail_attempt`) is below 1. With an ``idempotency_key`` already taken: the job that has it
-    when its ``request_hash`` is this one (nothing is created), else RecordConflictError; two creations
-    racing on a new key: the second one's insert is a RecordConflictError (its key)."""
+    (see :func:`fail_attempt`) is below 1. RecordConflictError, nothing created, when the
+    ``idempotency_key`` is taken (racing creations: the later insert meets the key; the caller answers a repeat
+    with :func:`job_with_key`'s job, :func:`tuner.store.records.repeated`)."""
     check_tasks(tasks)
     check_job_kind(kind, trials, processes, comparator_processes)
     check_max_attempts(max_attempts)
-    if idempotency_key is not None:
-        existing = job_with_key(session, idempotency_key=idempotency_key)
-        if existing is not None:
-            return repeated(existing, idempotency_key, request_hash)
+    if idempotency_key is not None and job_with_key(session, idempotency_key=idempotency_key) is not None:
+        raise RecordConflictError(f"idempotency key {idempotency_key!r} is taken")
     now = store_now(session)
     job = JobRow(
         template=template, template_version=template_version, backend=backend, device_kind=device_kind,
@@ -703,12 +700,14 @@ def fail_attempt(session: Session, *, task_id: int, worker_id: str, reason: str)
 
 def _settle_given_up(session: Session, *, task_ids: Sequence[int] | None = None) -> None:
     """Fail the active tasks that their job's ``max_attempts`` workers gave up and that no live worker is on
-    or may still claim (``task_may_still_run``); each job fails with its last such task."""
+    or may still claim (``task_may_still_run``); each job fails with its last such task. Locks those tasks (in
+    id order), then their jobs: the queue's order (:func:`cancel_job`)."""
     query = (
         select(TaskRow).join(JobRow, JobRow.id == TaskRow.job_id)
         .where(TaskRow.state.in_(OPEN_TASK_STATES), JobRow.state.in_(ACTIVE_JOB_STATES),
                TaskRow.attempts >= JobRow.max_attempts)
         .order_by(TaskRow.id)
+        .with_for_update(of=TaskRow)
     )
     if task_ids is not None:
         query = query.where(TaskRow.id.in_(list(task_ids)))

@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 
 from tuner.db import best, explore, jobs, measurements, optuna_tables, studies, verifications
 from tuner.db.models import store_now
-from tuner.errors import RecordConflictError
 from tuner.store.protocols import JsonInput, TrialHeartbeats
 from tuner.store.records import (
     BestRecord,
@@ -31,7 +30,6 @@ from tuner.store.records import (
     TaskRecord,
     VerificationRecord,
     WorkerRecord,
-    repeated,
 )
 
 if TYPE_CHECKING:
@@ -171,24 +169,12 @@ class StoreMethods:
 
     # -- the job queue ------------------------------------------------------------------------------------
     def create_job(self, **fields: Any) -> JobRecord:
-        return self._created(jobs.create_job, fields)
+        with self.session() as s:
+            return jobs.create_job(s, **fields)
 
     def create_verify_job(self, **fields: Any) -> JobRecord:
-        return self._created(jobs.create_verify_job, fields)
-
-    def _created(self, create: Any, fields: dict[str, Any]) -> JobRecord:
-        """``create`` in one transaction; a creation that lost a race for its new idempotency key (its insert
-        refused: RecordConflictError) answers with the job the winner created, as a repeat would."""
-        try:
-            with self.session() as s:
-                job: JobRecord = create(s, **fields)
-                return job
-        except RecordConflictError:
-            key = fields.get("idempotency_key")
-            found = None if key is None else self.job_with_key(idempotency_key=str(key))
-            if found is None:
-                raise
-            return repeated(found, str(key), fields.get("request_hash"))
+        with self.session() as s:
+            return jobs.create_verify_job(s, **fields)
 
     def job_with_key(self, *, idempotency_key: str) -> JobRecord | None:
         with self._reading() as s:

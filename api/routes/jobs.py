@@ -22,9 +22,10 @@ from tuner.api.deps import CatalogDep, Reader, StoreDep, Submitter
 from tuner.api.errors import FieldError
 from tuner.api.jobs_view import job_out, task_attempts, task_verifications
 from tuner.api.schemas import MAX_ID, MAX_OFFSET, JobIn, JobOut, JobPage, JobState
-from tuner.errors import UnknownTemplateError, UserInputError
+from tuner.errors import RecordConflictError, UnknownTemplateError, UserInputError
 from tuner.frozen import Shape
 from tuner.settings import engine_settings
+from tuner.store import JobQueue, JobRecord
 from tuner.store.records import ACTIVE_JOB_STATES, repeated
 
 router = APIRouter(tags=["jobs"])
@@ -57,31 +58,39 @@ def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep,
         raise FieldError.wrap(exc, ("body", "template")) from None
     tasks = [(label, shape.key(), shape.to_json()) for label, shape in _shapes(entry, body)]
     digest = request_hash(who.label, body) if idempotency_key is not None else None
-    if idempotency_key is not None and (found := store.job_with_key(idempotency_key=idempotency_key)) is not None:
+    try:
+        job = _create(store, entry, body, tasks, who.label,
+                      {"idempotency_key": idempotency_key, "request_hash": digest})
+    except RecordConflictError:  # the key is taken (only a key conflicts here): a repeat, or another request
+        found = None if idempotency_key is None else store.job_with_key(idempotency_key=idempotency_key)
+        if found is None or idempotency_key is None:
+            raise
         job = repeated(found, idempotency_key, digest)  # RecordConflictError (409) for another request
         response.status_code = status.HTTP_200_OK
         response.headers["Idempotent-Replayed"] = "true"
-        response.headers["Location"] = f"/v1/jobs/{job.id}"
-        return job_out(store, job)
-    keyed: dict[str, Any] = {"idempotency_key": idempotency_key, "request_hash": digest}
+    response.headers["Location"] = f"/v1/jobs/{job.id}"
+    return job_out(store, job)
+
+
+def _create(store: JobQueue, entry: CatalogEntry, body: JobIn, tasks: list[tuple[str, str, str]],
+            submitter: str | None, keyed: dict[str, Any]) -> JobRecord:
+    """The job of a validated body (a tuning or a verify job), queued in the store; RecordConflictError when
+    its idempotency key is taken."""
     if body.kind == "verify":
-        job = store.create_verify_job(
+        return store.create_verify_job(
             template=entry.name, template_version=entry.spec.version, backend=entry.spec.backend,
             device_kind=body.device.kind, device_name=body.device.name, tasks=tasks, processes=body.processes,
             samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, comparators=body.comparators,
-            priority=body.priority, submitted_by=who.label, max_attempts=engine_settings().task_attempts,
+            priority=body.priority, submitted_by=submitter, max_attempts=engine_settings().task_attempts,
             comparator_processes=body.comparator_processes, **keyed,
         )
-    else:
-        job = store.create_job(
-            template=entry.name, template_version=entry.spec.version, backend=entry.spec.backend,
-            device_kind=body.device.kind, device_name=body.device.name, trials=body.trials, sampler=body.sampler,
-            samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, tasks=tasks, seed=body.seed,
-            finalists=body.finalists, comparators=body.comparators, priority=body.priority,
-            submitted_by=who.label, max_attempts=engine_settings().task_attempts, **keyed,
-        )
-    response.headers["Location"] = f"/v1/jobs/{job.id}"
-    return job_out(store, job)
+    return store.create_job(
+        template=entry.name, template_version=entry.spec.version, backend=entry.spec.backend,
+        device_kind=body.device.kind, device_name=body.device.name, trials=body.trials, sampler=body.sampler,
+        samples=body.samples, candidate_timeout_s=body.candidate_timeout_s, tasks=tasks, seed=body.seed,
+        finalists=body.finalists, comparators=body.comparators, priority=body.priority,
+        submitted_by=submitter, max_attempts=engine_settings().task_attempts, **keyed,
+    )
 
 
 def request_hash(submitter: str | None, body: JobIn) -> str:

@@ -7,6 +7,7 @@ Every function is pure: records in, a JSON-serialisable dict out.
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 import re
@@ -246,11 +247,14 @@ def lines_figure(rows: Sequence[Mapping[str, Any]]) -> Figure:
     families: dict[str, list[str]] = {}
     for name in names:
         families.setdefault(name.split("-", 1)[0], []).append(name)
-    palette = ["#546e7a", "#5c6bc0", "#8d6e63", "#26a69a", "#ab47bc", "#78909c"]
+    # drawn lines (a family's fastest, a line of its own) take distinct colours, up to eight of them; the
+    # lines a legend click shows take theirs from a second sequence
+    colours = itertools.cycle(["#546e7a", "#5c6bc0", "#8d6e63", "#26a69a", "#ab47bc", "#c0ca33", "#00838f", "#6d4c41"])
+    hidden_colours = itertools.cycle(["#90a4ae", "#9fa8da", "#bcaaa4", "#80cbc4", "#ce93d8", "#e6ee9c"])
 
     def trace(name: str, ys: Sequence[float | None], color: str, symbol: str, size: int,
               **extra: Any) -> dict[str, Any]:
-        return {"type": "scatter", "mode": "markers", "name": name, "y": y, "x": list(ys), "customdata": hover,
+        return {"type": "scatter", "mode": "markers", "name": _plain(name), "y": y, "x": list(ys), "customdata": hover,
                 "marker": {"color": color, "size": size, "symbol": symbol, "line": {"width": 1, "color": "#fff"}},
                 "hovertemplate": f"{_plain(name)}: %{{x:.2f}} µs<extra>%{{customdata}}</extra>", **extra}
 
@@ -258,25 +262,25 @@ def lines_figure(rows: Sequence[Mapping[str, Any]]) -> Figure:
             for name, key, color, symbol, size in (("best", "best_us", BEST_COLOR, "circle", 13),
                                                    ("default", "default_us", DEFAULT_COLOR, "diamond", 10))]
     shown: list[float | None] = [v for t in data for v in t["x"]]
-    for i, (family, members) in enumerate(families.items()):
+    for family, members in families.items():
         values = {name: [r["lines"].get(name) for r in rows] for name in members}
         if len(members) < FAMILY_LINES:
-            data += [trace(name, ys, palette[(i + k) % len(palette)], "square", 10)
-                     for k, (name, ys) in enumerate(values.items()) if any(v is not None for v in ys)]
+            data += [trace(name, ys, next(colours), "square", 10)
+                     for name, ys in values.items() if any(v is not None for v in ys)]
             shown += [v for ys in values.values() for v in ys]
             continue
         fastest = [min(((ys[j], name) for name, ys in values.items() if ys[j] is not None), default=None)
                    for j in range(len(rows))]
-        group = {"legendgroup": family, "legendgrouptitle": {"text": family}}
+        group = {"legendgroup": family, "legendgrouptitle": {"text": _plain(family)}}
         head = trace(f"fastest of {len(members)} lines", [f[0] if f else None for f in fastest],
-                     palette[i % len(palette)], "square", 11, **group)
+                     next(colours), "square", 11, **group)
         head["text"] = [_plain(f[1]) if f else "" for f in fastest]
         head["hovertemplate"] = "%{text}: %{x:.2f} µs<extra>%{customdata}</extra>"
         data.append(head)
         shown += head["x"]
-        data += [trace(name.removeprefix(family + "-") or name, ys, palette[(i + 1 + k) % len(palette)], "square", 8,
+        data += [trace(name.removeprefix(family + "-") or name, ys, next(hidden_colours), "square", 8,
                        visible="legendonly", **group)
-                 for k, (name, ys) in enumerate(values.items()) if any(v is not None for v in ys)]
+                 for name, ys in values.items() if any(v is not None for v in ys)]
     data = [t for t in data if any(v is not None for v in t["x"])]
     return {"data": data, "layout": _layout(
         xaxis={"type": "log", "title": {"text": "median µs (log)"}, **log_ticks(shown)},

@@ -47,6 +47,25 @@ def test_a_repeat_under_its_key_gets_its_job_and_another_request_is_refused(serv
     assert store.count_jobs() == before + 3
 
 
+def test_concurrent_repeats_under_one_key_get_one_201_and_replays(server: tuple[str, db.Store]) -> None:
+    """Four identical requests under one key at once (a client's retries racing): one creates the job (201),
+    each other one is told it is a replay (200, Idempotent-Replayed), every answer names the same job. Before,
+    a repeat that raced the creation got 201 without the header."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    base, store = server
+    before = store.count_jobs()
+    for round_ in range(3):
+        key = f"k-race-{round_}"
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _, key=key: _post(base, BODY, key), range(4)))
+        statuses = sorted(a.status_code for a in answers)
+        assert statuses == [200, 200, 200, 201], [a.text for a in answers]
+        assert {a.json()["id"] for a in answers} == {store.job_with_key(idempotency_key=key).id}
+        assert all(a.headers.get("idempotent-replayed") == "true" for a in answers if a.status_code == 200)
+    assert store.count_jobs() == before + 3
+
+
 @pytest.mark.parametrize("key", ["", "has space", "x" * 129, "é".encode("latin-1")])
 def test_a_malformed_key_is_422(server: tuple[str, db.Store], key: str | bytes) -> None:
     base, store = server

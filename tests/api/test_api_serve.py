@@ -118,3 +118,38 @@ def test_serve_stops_when_its_worker_cannot_start_on_this_host(tmp_path: Path) -
     assert run.returncode == 2, run.stderr[-3000:]
     assert "device kind 'cuda' is not available on this host" in run.stderr
     assert "the local worker could not start" in run.stderr and "--no-worker" in run.stderr
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_stops_serve_and_its_worker_without_an_error(tmp_path: Path) -> None:
+    """SIGINT to the terminal's process group (a Ctrl-C): the server shuts down, then stops its worker, exit 0,
+    and nothing says the worker failed (it got the same SIGINT first and the watcher logged it as gone)."""
+    import time
+
+    port, log = free_port(), tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "tuner.cli", "serve", "--port", str(port), "--db", db.sqlite_url(tmp_path / "t.db"),
+             "--device", "cpu", "--no-access-log"],
+            env={**env(), "TUNER_HOME": str(tmp_path / "home")}, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)  # a process group of its own, as a shell gives a command
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _up(base) and bool(httpx.get(f"{base}/v1/workers", timeout=5).json()), 120,
+                 "the server and its worker")
+        time.sleep(1.0)
+        os.killpg(serve.pid, signal.SIGINT)
+        code = serve.wait(timeout=90)
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    assert "exited with code" not in text and "could not start" not in text, text[-3000:]
+
+
+def _up(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -7,6 +7,7 @@ from sqlalchemy import inspect, text
 
 from tuner.db import Store
 from tuner.db.migrate import current_revision, head_revision, migrate_to, schema_drift
+from tuner.errors import RecordConflictError
 
 
 def _rows(store: Store) -> dict[str, list[tuple[object, ...]]]:
@@ -203,9 +204,10 @@ def test_down_to_0009_and_up_again_keeps_the_jobs_and_takes_idempotency_keys_aga
             assert current_revision(conn) == head_revision() and schema_drift(conn) == []
         assert _rows(store) == before and store.job_with_key(idempotency_key="k") is None
         assert store.get_job(job_id=keyed.id).idempotency_key is None  # type: ignore[union-attr]
-        again = store.create_job(template="t", template_version="1", backend="triton", device_kind="cpu",
-                                 device_name=None, trials=2, sampler="tpe", samples=3, candidate_timeout_s=10.0,
-                                 tasks=[("k", "n=9", '{"n": 9}')], idempotency_key="k", request_hash="h")
-        assert store.create_job(template="t", template_version="1", backend="triton", device_kind="cpu",
-                                device_name=None, trials=2, sampler="tpe", samples=3, candidate_timeout_s=10.0,
-                                tasks=[("k", "n=9", '{"n": 9}')], idempotency_key="k", request_hash="h").id == again.id
+        fields = {"template": "t", "template_version": "1", "backend": "triton", "device_kind": "cpu",
+                  "device_name": None, "trials": 2, "sampler": "tpe", "samples": 3, "candidate_timeout_s": 10.0,
+                  "tasks": [("k", "n=9", '{"n": 9}')], "idempotency_key": "k", "request_hash": "h"}
+        again = store.create_job(**fields)
+        with pytest.raises(RecordConflictError):  # the key is unique again
+            store.create_job(**fields)
+        assert store.job_with_key(idempotency_key="k").id == again.id  # type: ignore[union-attr]

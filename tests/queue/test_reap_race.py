@@ -98,7 +98,10 @@ def _cancel(store: db.Store, job_id: int) -> object:
 @pytest.mark.postgres
 def test_submissions_racing_on_a_new_idempotency_key_create_one_job(postgres_sandbox) -> None:  # type: ignore[no-untyped-def]
     """Eight threads create the same job under one new key at once (a client's retries reaching several API
-    processes): one job is created and every call answers with it (the losers' inserts meet its key)."""
+    processes): one job is created, every other call is refused with RecordConflictError (its insert meets
+    the key), and the key then names that one job."""
+    from tuner.errors import RecordConflictError
+
     store = db.Store.open(postgres_sandbox.new_url())
     go, found, errors = threading.Barrier(8), [], []
 
@@ -117,6 +120,54 @@ def test_submissions_racing_on_a_new_idempotency_key_create_one_job(postgres_san
         t.start()
     for t in threads:
         t.join(60)
-    assert not errors and len(found) == 8 and len(set(found)) == 1, (errors, found)
-    assert store.count_jobs() == 1
+    assert len(found) == 1 and len(errors) == 7 and all(isinstance(e, RecordConflictError) for e in errors), errors
+    assert store.count_jobs() == 1 and store.job_with_key(idempotency_key="same").id == found[0]
+    store.close()
+
+
+@pytest.mark.postgres
+def test_a_cancel_meanwhile_a_worker_stops_and_settles_a_given_up_task_does_not_deadlock(postgres_sandbox) -> None:  # type: ignore[no-untyped-def]
+    """A worker stopping settles the tasks every allowed worker gave up (``_settle_given_up``); it locked a job,
+    then updated its task, while a cancel holding the job's tasks waited for the job: a deadlock. It locks
+    the tasks first now, as every write of the queue does."""
+    from sqlalchemy import event
+
+    store = db.Store.open(postgres_sandbox.new_url())
+    job = store.create_job(template="t", template_version="1", backend="triton", device_kind="cpu",
+                           device_name=None, trials=2, sampler="tpe", samples=10, candidate_timeout_s=60.0,
+                           tasks=[("w0", "n=0", '{"n": 0}')], max_attempts=1)
+    for worker in ("A", "B"):
+        store.register_worker(worker_id=worker, host="h", pid=1, device_kind="cpu", device_name="CPU",
+                              device_index=0, backends=["triton"], fingerprint_hash="f", fingerprint_json="{}",
+                              lease_s=600.0)
+    claim = store.claim_task(worker_id="A", device_kind="cpu", device_name="CPU", backends=["triton"])
+    store.fail_attempt(task_id=claim.task.id, worker_id="A", reason="device gone")  # B may still take it
+    role = threading.local()
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def widen(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]
+        if getattr(role, "name", None) == "cancel" and "FROM tuner_jobs" in statement and "FOR UPDATE" in statement:
+            time.sleep(1.0)  # the cancel holds the tasks; it asks for the job next
+
+    out: dict[str, object] = {}
+
+    def cancel() -> None:
+        role.name = "cancel"
+        out["cancel"] = _cancel(store, job.id)
+
+    def stop() -> None:
+        time.sleep(0.3)
+        try:
+            store.stop_worker(worker_id="B")
+            out["stop"] = "ok"
+        except Exception as exc:
+            out["stop"] = exc
+
+    threads = [threading.Thread(target=cancel), threading.Thread(target=stop)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert out["stop"] == "ok" and not isinstance(out["cancel"], Exception), out
+    assert store.get_job(job_id=job.id).state in ("cancelled", "failed")
     store.close()

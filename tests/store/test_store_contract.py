@@ -261,19 +261,26 @@ def test_a_job_needs_distinct_shapes(store: Any) -> None:
                             "candidate_timeout_s": 1.0, "tasks": [("a", "n=1", "{}"), ("b", "n=1", "{}")]})
 
 
-def test_a_job_repeated_under_its_idempotency_key_is_found_not_created_again(store: Any) -> None:
-    """The same key with the same request's hash: the job it created, nothing new (a client retrying after
-    a lost answer); with another hash: RecordConflictError. Keys are the store's, whatever the job's kind."""
+def test_an_idempotency_key_names_one_job_and_a_repeat_finds_it(store: Any) -> None:
+    """A key is unique: a creation under a key taken (the same request again, or another) creates nothing and
+    raises RecordConflictError; job_with_key finds the job, and ``repeated`` tells a repeat (the same
+    request's hash: the job) from another request (RecordConflictError). Keys are the store's, whatever the
+    job's kind."""
+    from tuner.store.records import repeated
+
     first = _job(store, idempotency_key="k-1", request_hash="h")
-    again = _job(store, idempotency_key="k-1", request_hash="h")
-    assert again.id == first.id and (again.idempotency_key, again.request_hash) == ("k-1", "h")
-    assert store.count_jobs() == 1 and store.job_with_key(idempotency_key="k-1").id == first.id
-    with pytest.raises(RecordConflictError, match="was used for another request"):
-        _job(store, idempotency_key="k-1", request_hash="other")
+    assert (first.idempotency_key, first.request_hash) == ("k-1", "h")
+    for again in ({"request_hash": "h"}, {"request_hash": "other"}):
+        with pytest.raises(RecordConflictError, match="is taken"):
+            _job(store, idempotency_key="k-1", **again)
     with pytest.raises(RecordConflictError):  # a verify job under a tuning job's key, too
         store.create_verify_job(template="t", template_version="1", backend="triton", device_kind="cpu",
                                 device_name=None, tasks=[("w0", "n=0", '{"n": 0}')], idempotency_key="k-1",
-                                request_hash="other")
+                                request_hash="h")
+    found = store.job_with_key(idempotency_key="k-1")
+    assert found.id == first.id and repeated(found, "k-1", "h").id == first.id
+    with pytest.raises(RecordConflictError, match="was used for another request"):
+        repeated(found, "k-1", "other")
     assert _job(store).id != first.id and _job(store, idempotency_key="k-2", request_hash="h").id != first.id
     assert store.count_jobs() == 3 and store.job_with_key(idempotency_key="nope") is None
 

@@ -75,3 +75,13 @@ def test_lines_of_a_small_family_stay_lines_of_their_own() -> None:
     rows = [{"workload": "w", "best_us": 2.0, "default_us": 3.0, "lines": {"lib-a": 2.5, "lib-b": 2.6}}]
     names = [(t["name"], t.get("visible", True)) for t in lines_figure(rows)["data"]]
     assert names == [("best", True), ("default", True), ("lib-a", True), ("lib-b", True)]
+
+
+def test_the_lines_drawn_take_distinct_colours_and_names_are_escaped() -> None:
+    lines = {"torch-a": 1.0, "torch-b": 1.1, "triton": 1.2, "cublas-x": 1.3, "cublas-y": 1.4, "cublas-z": 1.5,
+             "<b>odd</b>": 1.6}
+    figure = lines_figure([{"workload": "w", "best_us": 1.0, "default_us": 2.0, "lines": lines}])
+    drawn = [t for t in figure["data"] if t.get("visible", True) is True]
+    colours = [t["marker"]["color"] for t in drawn]
+    assert len(colours) == len(set(colours)) == 7, [(t["name"], t["marker"]["color"]) for t in drawn]
+    assert "&lt;b&gt;odd&lt;/b&gt;" in [t["name"] for t in drawn] and "<b>" not in json.dumps(figure)

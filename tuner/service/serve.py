@@ -36,11 +36,13 @@ REFUSED = 2  # the exit code of `tuner worker` (any tuner command) whose input w
 
 
 def start_worker(store: db.Store, device: str, extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
-    """``python -m tuner.cli worker --device DEVICE`` on the same store (URL passed in the environment)."""
+    """``python -m tuner.cli worker --device DEVICE`` on the same store (URL passed in the environment), in a
+    session of its own: a Ctrl-C at the terminal reaches the server, which stops the worker after its own
+    shutdown (:func:`stop_worker`), not both at once."""
     env = {**os.environ, "TUNER_DB_URL": store.unmasked_url()}
     return subprocess.Popen(
         [sys.executable, "-m", "tuner.cli", "worker", "--device", device, *extra],
-        env=env, preexec_fn=die_with_parent if sys.platform == "linux" else None,
+        env=env, preexec_fn=die_with_parent if sys.platform == "linux" else None, start_new_session=True,
     )
 
 
@@ -86,7 +88,7 @@ def serve(app: object, *, host: str, port: int, log_level: str, access_log: bool
 
     def watch(child: subprocess.Popen[bytes]) -> None:
         code = child.wait()  # and reaps it: no zombie while the server goes on
-        if stopping.is_set():
+        if stopping.is_set() or server.should_exit:  # the server is stopping: so is its worker
             return
         if code == REFUSED:
             log.error("the local worker (pid %s) could not start: its error is above; stopping the server",

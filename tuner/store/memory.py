@@ -48,7 +48,6 @@ from tuner.store.records import (
     check_role,
     check_tasks,
     claimable_tasks,
-    repeated,
     storable_text,
     task_may_still_run,
 )
@@ -464,8 +463,8 @@ class MemoryStore:
         check_max_attempts(max_attempts)
         now = _now()
         with self._lock:
-            if idempotency_key is not None and (existing := self.job_with_key(idempotency_key=idempotency_key)):
-                return repeated(existing, idempotency_key, request_hash)
+            if idempotency_key is not None and self.job_with_key(idempotency_key=idempotency_key) is not None:
+                raise RecordConflictError(f"idempotency key {idempotency_key!r} is taken")
             job = JobRecord(
                 id=next(self._ids), template=template, template_version=template_version, backend=backend,
                 device_kind=device_kind, device_name=device_name, trials=trials, sampler=sampler, seed=seed,

@@ -244,10 +244,11 @@ class JobQueue(Protocol):
         a tuning job has no trials or has ``comparator_processes``, a verify job has trials, no processes or
         ``comparator_processes`` outside 1..``processes``, or ``max_attempts`` < 1.
 
-        ``idempotency_key`` (a submitter's, e.g. ``POST /v1/jobs``'s ``Idempotency-Key``) with the hash of
-        the request: a creation under a key already taken creates nothing and returns the job that has it
-        when the hash is the same (a repeat: a client retrying after a lost answer, racing or not), else
-        RecordConflictError (:func:`tuner.store.records.repeated`)."""
+        ``idempotency_key`` (a submitter's, e.g. ``POST /v1/jobs``'s ``Idempotency-Key``) and the hash of
+        the request are kept with the job; a key is unique: a creation under a key already taken (racing or
+        not) creates nothing and raises RecordConflictError. The caller tells a repeat (a client retrying
+        after a lost answer) from another request with :meth:`job_with_key` and
+        :func:`tuner.store.records.repeated`."""
 
     def create_verify_job(
         self, *, template: str, template_version: str, backend: str, device_kind: str, device_name: str | None,
