@@ -41,6 +41,10 @@ CASES = [
     ("mamba2-780m-b1-s4k", {**WARP, "layout": "hq", "pad": 4}),
     ("mamba2-1p3b-b8-s2k-dt-bias", {**WARP, "block_h": 4, "threads": 128}),
     ("mamba2-780m-b1-s4k-dt-bias", {**WARP, "block_h": 32, "threads": 512}),
+    # the small-grid seeds (2026-12-05): two warps of 32-lane rows at 2 heads, 16-lane rows at 4, one head
+    ("mamba2-780m-b1-s4k-dt-bias", {**WARP, "layout": "hq", "pad": 4, "block_h": 2, "threads": 64}),
+    ("mamba2-780m-b1-s4k-dt-bias", {**WARP, "layout": "hq", "pad": 4, "block_h": 4, "threads": 64}),
+    ("mamba2-780m-b1-s4k-dt-bias", {"store": "direct", "layout": "hq", "pad": 4, "block_h": 1, "threads": 64}),
     ("mamba2-2p7b-b2-s32k-dt-bias", {**WARP, "persist": 5}),
 ]
 
