@@ -16,6 +16,10 @@ Protocol (tuner.service.worker drives it):
     ``fail_attempt`` records a worker that could not run a task (a reason of the task's, on that worker)
     and leaves it to the others. A task fails by attempts only once its job's ``max_attempts`` workers gave
     it up and no live worker is on it or may still claim it (``task_may_still_run``).
+Lock order: a write that locks a task's row and its job's locks the tasks first (in id order when several),
+then the job (``claim_task``, ``finish_task``, ``fail_task``, ``cancel_job``, a task given up). A cancel
+that locked the job first and then its tasks deadlocked with a claim or a finish (PostgreSQL then failed
+one side).
 Timestamps come from the store's clock (:func:`tuner.db.models.store_now`: PostgreSQL's
 ``statement_timestamp()``, SQLite's host), UTC: hosts whose clocks differ neither reap each other early nor keep
 a dead worker's lease late.
@@ -192,9 +196,7 @@ def cancel_job(session: Session, *, job_id: int) -> JobRecord:
 
     Raises NotFoundError for an unknown id and RecordConflictError when the job has already finished.
 
-    Locks the job's tasks (in id order), then the job: the order of every write of the queue that holds both
-    (:func:`claim_task`, :func:`finish_task`, :func:`fail_task`, a task given up): the job first, then its
-    tasks, deadlocked with them (PostgreSQL then failed one side).
+    Locks the job's tasks (in id order), then the job (the module's lock order).
     """
     if session.get(JobRow, job_id) is None:
         raise NotFoundError(f"no job {job_id}")
@@ -408,8 +410,8 @@ def claim_task(
     and backend are the worker's, its template one the worker advertised (when it did), and the task is not
     one this worker gave up (``fail_attempt``). The worker becomes busy on it; the task and job run.
 
-    Locks: the task's row (``SKIP LOCKED``), then, for a queued job, the job's row (its state changes): the
-    queue's lock order, tasks before their job (:func:`cancel_job`).
+    Locks the task's row (``SKIP LOCKED``), then, for a queued job, the job's row (its state changes): the
+    module's lock order.
     """
     claimable = or_(  # records.has_free_slot
         TaskRow.trials_reserved < TaskRow.trials_target,
@@ -701,7 +703,7 @@ def fail_attempt(session: Session, *, task_id: int, worker_id: str, reason: str)
 def _settle_given_up(session: Session, *, task_ids: Sequence[int] | None = None) -> None:
     """Fail the active tasks that their job's ``max_attempts`` workers gave up and that no live worker is on
     or may still claim (``task_may_still_run``); each job fails with its last such task. Locks those tasks (in
-    id order), then their jobs: the queue's order (:func:`cancel_job`)."""
+    id order), then their jobs (the module's lock order)."""
     query = (
         select(TaskRow).join(JobRow, JobRow.id == TaskRow.job_id)
         .where(TaskRow.state.in_(OPEN_TASK_STATES), JobRow.state.in_(ACTIVE_JOB_STATES),

@@ -4,14 +4,12 @@ again and gets its job, not a second one. A real server, a real store, a real TC
 
 from __future__ import annotations
 
-import socket
-import threading
-from contextlib import suppress
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.fixtures.faults import TcpProxy
 from tests.fixtures.servers import SUBMIT, auth
 from tuner import db
 
@@ -75,65 +73,19 @@ def test_a_malformed_key_is_422(server: tuple[str, db.Store], key: str | bytes) 
     assert store.count_jobs() == before
 
 
-class _AnswerLostOnce:
-    """A TCP proxy before the API that forwards the first connection's request and drops that connection once
-    the server has answered (its answer never reaches the client: the job was created); later connections
-    pass."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target = ("127.0.0.1", target_port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.dropped = 0
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client, self.dropped == 0), daemon=True).start()
-            self.dropped = 1
-
-    def _serve(self, client: socket.socket, drop: bool) -> None:
-        upstream = socket.create_connection(self.target)
-        try:
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-            while data := upstream.recv(65536):
-                if drop:
-                    return  # the server answered: the answer is lost with the connection
-                client.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (client, upstream):
-                with suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        with suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
-
-    def close(self) -> None:
-        self.listener.close()
-
-
 def test_tuner_submit_sends_a_request_whose_answer_was_lost_again_and_gets_one_job(
     server: tuple[str, db.Store],
 ) -> None:
-    from tuner.service.remote import RETRY_PAUSES_S, call
+    from tuner.service.remote import call
 
     base, store = server
-    proxy = _AnswerLostOnce(int(base.rsplit(":", 1)[1]))
+    proxy = TcpProxy("127.0.0.1", int(base.rsplit(":", 1)[1]))
+    proxy.lose_next_answers(1)  # the server creates the job; its answer is lost with the connection
     before = store.count_jobs()
     try:
         job = call("POST", "/v1/jobs", url=f"http://127.0.0.1:{proxy.port}", token=SUBMIT, json=BODY,
                    idempotency_key="k-lost-answer")
     finally:
         proxy.close()
-    assert proxy.dropped == 1 and RETRY_PAUSES_S
+    assert proxy.answers_lost == 1 and proxy.connections == 2  # one retry, on a new connection
     assert store.count_jobs() == before + 1 and store.job_with_key(idempotency_key="k-lost-answer").id == job["id"]

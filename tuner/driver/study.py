@@ -618,10 +618,9 @@ def _round_row(ctx: StudyContext, result: MeasureResult, label: str, round_id: s
     return write
 
 
-def clearly_faster(challenger: MeasureResult, served: MeasureResult) -> bool:
-    """Whether ``challenger`` beat ``served`` in one interleaved round by more than the round's noise: at least
-    80% of its samples (its p80) under the served config's median (:func:`beats_beyond_noise`). Both must be
-    OK. Pure.
+def beats_beyond_noise(challenger_p80_us: float, served_median_us: float) -> bool:
+    """Whether a challenger beat the served config in one interleaved round by more than the round's noise:
+    at least 80% of its samples (its p80) under the served config's median. Pure.
 
     Why: a final round publishes the fastest config, and a config served now was replaced on a sub-percent
     win. On the H200 (2026-12-05) 2p7b-b1-s8k's served config (`block_h` 8) lost to a `block_h` 4 one by 0.9%
@@ -629,15 +628,8 @@ def clearly_faster(challenger: MeasureResult, served: MeasureResult) -> bool:
     config ran 24% slower than the old on the tuned H = 128 shape and as slow as the default on an unseen
     one served from it (benchmarks/h200/unseen_shapes.md). Over the committed stores' final rounds this rule
     keeps 8 of 13 chunk-cumsum replacements (gains of 0.0–2.5% on 2.5–19 µs kernels, within `tuner verify`'s
-    ±3%) and none of the 13 MIMO ones (gains from 0.2% on millisecond kernels whose samples are tight)."""
-    if challenger.summary is None or served.summary is None:
-        raise ValueError("clearly_faster compares two OK results")
-    return beats_beyond_noise(challenger.summary.p80_us, served.summary.median_us)
-
-
-def beats_beyond_noise(challenger_p80_us: float, served_median_us: float) -> bool:
-    """The figures' form of :func:`clearly_faster` (stored rows carry p80 and median): the challenger's p80
-    under the served config's median. Pure."""
+    ±3%) and none of the 13 MIMO ones (gains from 0.2% on millisecond kernels whose samples are tight). The
+    figures are a round's (:class:`FinalEntry`) or a stored row's (a replayed round, :mod:`tuner.driver.rejudge`)."""
     return challenger_p80_us < served_median_us
 
 
@@ -659,8 +651,8 @@ E = TypeVar("E", bound=RankedEntry)
 
 def keep_served(winners: Sequence[E], served: Config | None) -> list[E]:
     """A final round's publishable entries, fastest first, with the config served now (the incumbent, or the
-    carried config the lookup serves for the shape) moved to the front unless the fastest is
-    :func:`clearly_faster` than it: a published best changes on evidence, not on noise (a served config that
+    carried config the lookup serves for the shape) moved to the front unless the fastest
+    :func:`beats_beyond_noise` it: a published best changes on evidence, not on noise (a served config that
     changes on noise also changes what the lookup serves every neighbouring shape). Pure."""
     ranked = list(winners)
     at = next((i for i, e in enumerate(ranked) if served is not None and e.config == served), None)
