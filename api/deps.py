@@ -91,7 +91,9 @@ def authenticate(settings: ApiSettings, credentials: HTTPAuthorizationCredential
     """The caller, checked for ``scope`` when ``required``; FieldError 401/403 otherwise."""
     if credentials is None:
         if required:
-            raise _unauthorized(f"this endpoint needs a bearer token with the '{scope}' scope")
+            raise _unauthorized(f"this endpoint needs a bearer token with the '{scope}' scope (header "
+                                "'Authorization: Bearer <token>', a token of the server's TUNER_TOKENS; a server "
+                                "without TUNER_TOKENS wrote one to $TUNER_HOME/token on its host)")
         return ANONYMOUS
     scopes = settings.scopes_of(credentials.credentials)
     if scopes is None:

@@ -14,7 +14,16 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tuner.driver.sampler_names import SamplerName
 from tuner.store import JobRecord, MeasurementRecord, TaskAttemptRecord, TaskRecord
@@ -52,11 +61,19 @@ class _Request(BaseModel):
 
 
 class DeviceRequirement(_Request):
+    """The device a job's workers must have: ``{"kind": "cuda", "name": "NVIDIA H200"}``, or its kind alone as
+    a string (``"cuda"``: any device of the kind), the form ``GET /v1/best``'s ``device`` takes."""
+
     kind: DeviceKind = Field(description="Device kind a worker must have.")
     name: DeviceName | None = Field(
         default=None,
         description='Device name a worker must report, e.g. "NVIDIA H200" (default: any device of the kind).',
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_alone(cls, value: Any) -> Any:
+        return {"kind": value} if isinstance(value, str) else value
 
 
 class JobIn(_Request):

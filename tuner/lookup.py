@@ -484,11 +484,12 @@ def choose(
     # Two stable sorts: most recent first, then by rank, so that ties go to the most recent entry.
     recent_first = sorted(entries, key=lambda e: e.published_at or "", reverse=True)
     notes: list[str] = []
-    too_far = 0
+    too_far = apart = 0
     budget = [REPAIR_CHECKS]
     for e in sorted(recent_first, key=rank):
         d = far[id(e)]
         if math.isinf(d):
+            apart += 1
             continue
         if d > distance.max_distance:
             too_far += 1
@@ -524,6 +525,12 @@ def choose(
     if too_far:
         notes.append(f"{too_far} entr{'y' if too_far == 1 else 'ies'} farther than {distance.max_distance:g} "
                      f"not used (the distance {distance.name!r} serves nothing beyond it)")
+    if apart:
+        notes.append(f"{apart} entr{'y' if apart == 1 else 'ies'} of shapes not comparable with this one (they "
+                     "differ in a dim that no config is served across, e.g. a dtype of another width)")
+    if not entries:
+        notes.append("no best config published for this template here yet: its default (a tuning job of this "
+                     "shape publishes one)")
     if default is None:
         return None
     return Answer("default", dict(default), None, None, tuple(notes), (), unchecked_fields(who))

@@ -27,6 +27,7 @@ def test_submitting_and_cancelling_need_the_submit_scope(tmp_path: Path, caplog:
     with thread_server(_settings(tmp_path)) as base, httpx.Client(base_url=base) as http:
         none = http.post("/v1/jobs", json=JOB)
         assert none.status_code == 401 and none.headers["www-authenticate"] == "Bearer"
+        assert "'Authorization: Bearer <token>'" in none.text and "$TUNER_HOME/token" in none.text  # how to give one
         basic = http.post("/v1/jobs", json=JOB, headers={"Authorization": "Basic dXNlcjpwYXNz"})
         assert basic.status_code == 401
         wrong = http.post("/v1/jobs", json=JOB, headers=auth("not-a-known-token"))

@@ -50,6 +50,8 @@ def _with(**changes: Any) -> dict[str, Any]:
         (_with(sampler="anneal"), 422, ["body", "sampler"], "'tpe', 'random', 'grid' or 'cmaes'"),
         (_with(device={"kind": "tpu"}), 422, ["body", "device", "kind"], "'cuda', 'npu' or 'cpu'"),
         (_with(device={"kind": "cuda", "name": ""}), 422, ["body", "device", "name"], "at least 1 character"),
+        (_with(device="tpu"), 422, ["body", "device", "kind"], "'cuda', 'npu' or 'cpu'"),  # the kind alone
+        (_with(device=7), 422, ["body", "device"], "valid dictionary"),
         (_with(fixed={"BLOCK": 64}), 422, ["body", "fixed"], "Extra inputs are not permitted"),
         ({k: v for k, v in GOOD.items() if k != "device"}, 422, ["body", "device"], "Field required"),
         (_with(shapes=[{"n": i} for i in range(1, 300)]), 422, ["body", "shapes"], "at most 256 items"),
@@ -65,6 +67,16 @@ def test_a_bad_job_is_refused_with_a_located_message(
     errors = response.json()["detail"]
     assert any(e["loc"] == loc and message in e["msg"] for e in errors), errors
     assert _jobs(store) == before
+
+
+def test_the_device_may_be_its_kind_alone_as_get_best_takes_it(server: tuple[str, db.Store]) -> None:
+    base, store = server
+    response = httpx.post(f"{base}/v1/jobs", json=_with(device="cpu"), headers=auth(SUBMIT))
+    assert response.status_code == 201, response.text
+    assert response.json()["device"] == {"kind": "cpu", "name": None}
+    job = store.get_job(job_id=response.json()["id"])
+    assert job is not None and (job.device_kind, job.device_name) == ("cpu", None)
+    assert httpx.post(f"{base}/v1/jobs/{job.id}/cancel", headers=auth(SUBMIT)).status_code == 200
 
 
 def test_malformed_json_oversized_and_chunked_bodies(server: tuple[str, db.Store]) -> None:

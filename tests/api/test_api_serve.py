@@ -79,6 +79,13 @@ def test_serve_with_its_worker_and_the_cli_over_http(tmp_path: Path) -> None:
         assert "not-the-token" not in wrong.stderr
         unreachable = tuner("jobs", "--url", f"http://127.0.0.1:{free_port()}", home=home)
         assert unreachable.returncode == 2 and "cannot reach the tuner server" in unreachable.stderr
+        api_path = tuner("jobs", "--url", f"{base}/v1", home=home)  # before: "error: 404: Not Found"
+        assert api_path.returncode == 2 and f"give the server's base address, {base}, without /v1" in api_path.stderr
+        # a job no live worker can take says so when it is submitted (this server's worker is a CPU one)
+        cuda = tuner("submit", NAME, "--shape", "n=64", "--trials", "1", "--url", base, home=home)
+        assert cuda.returncode == 0 and "on cuda" in cuda.stdout, cuda.stderr
+        assert "waiting: no live worker of device cuda" in cuda.stderr and "--device cpu" in cuda.stderr
+        assert tuner("cancel", cuda.stdout.split()[1], "--url", base, home=home).returncode == 0
 
         (worker,) = httpx.get(f"{base}/v1/workers").json()
         assert worker["state"] == "idle" and worker["device_kind"] == "cpu"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -18,7 +20,15 @@ from tests.fixtures.processes import ROOT, env, wait_for
 from tests.fixtures.servers import READ, SUBMIT, export, free_port, publish
 from tuner import db
 from tuner.lookup import ConfigChange
-from tuner.service.client import BestConfig, Client, ClientError, ExportFile, split_launch_config, triton_launch_kwargs
+from tuner.service.client import (
+    BestConfig,
+    Client,
+    ClientError,
+    ExportFile,
+    server_base,
+    split_launch_config,
+    triton_launch_kwargs,
+)
 
 NAME = "fault_vector_scale_tunable"
 SHAPES = [{"n": 1024}, {"n": 2048}, {"n": 400}, {}, {"n": 64}]
@@ -95,7 +105,13 @@ def test_refusals_raise_and_outages_fall_back_to_the_file_then_the_callers_confi
 
 
 def test_the_export_file_answers_offline_as_the_server_does(store: db.Store, server: str, tmp_path: Path) -> None:
-    path = _export(store, tmp_path)
+    umask = os.umask(0o022)
+    try:
+        path = _export(store, tmp_path)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # as open() writes it: runtime clients of other users read it
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
     document = json.loads(path.read_text())
     assert document["format"] == "tuner-best-configs" and document["schema_version"] == 1
     assert document["generated_at"].endswith("Z") and len(document["entries"]) == 2
@@ -280,3 +296,25 @@ def test_a_busy_server_is_answered_from_the_file_not_raised(store: db.Store, tmp
         assert refused.value.status == 404
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("127.0.0.1:8000", "with its scheme, e.g. http://127.0.0.1:8000"),
+    ("localhost:8000", "with its scheme"),
+    ("http://127.0.0.1:8000/v1", "base address, http://127.0.0.1:8000, without /v1"),
+    ("http://127.0.0.1:8000/v1/", "without /v1"),
+])
+def test_a_server_address_that_is_not_a_base_address_is_refused_with_its_fix(url: str, message: str) -> None:
+    """Before: `Client("http://host:8000/v1")` sent /v1/v1/best and raised a bare "Not Found"; without a scheme
+    it said the server was unavailable. The CLI says the same, as a usage error (exit 2)."""
+    from tuner.service.remote import RemoteInputError, call
+
+    with pytest.raises(ClientError, match=re.escape(message)):
+        Client(url)
+    with pytest.raises(RemoteInputError, match=re.escape(message)):
+        call("GET", "/v1/jobs", url=url, token=None)
+
+
+def test_a_base_address_keeps_its_path_and_loses_its_trailing_slash() -> None:
+    assert server_base(" http://127.0.0.1:8000/ ") == "http://127.0.0.1:8000"
+    assert server_base("https://tuner.example/api") == "https://tuner.example/api"  # behind a proxy's prefix

@@ -46,6 +46,12 @@ def test_exact_then_nearest_then_default() -> None:
     assert a is not None and a.match == "nearest" and a.config == {"BLOCK_H": 1} and a.distance == 1.0
     a = choose({"S": 8192, "H": 48, "dtype": "float32"}, entries, default={"BLOCK_H": 9})
     assert a is not None and a.match == "default" and a.config == {"BLOCK_H": 9} and a.entry is None
+    # a default says why (before: no note at all, where a far shape's default had one)
+    assert a.notes == ("2 entries of shapes not comparable with this one (they differ in a dim that no config "
+                       "is served across, e.g. a dtype of another width)",)
+    none = choose({"S": 8192, "H": 48, "dtype": "float32"}, [], default={"BLOCK_H": 9})
+    assert none is not None and none.notes == ("no best config published for this template here yet: its "
+                                               "default (a tuning job of this shape publishes one)",)
     assert choose({"S": 8192, "H": 48, "dtype": "float32"}, entries, default=None) is None
     a = choose({"S": 8192, "H": 48, "dtype": "bfloat16"}, entries, default=None)  # equal width: near
     assert a is not None and a.match == "nearest" and a.distance == 2.0 and a.config == {"BLOCK_H": 1}

@@ -818,6 +818,10 @@ def submit(
     kind = "verify " if verify else ""
     console.print(f"job {job['id']} {job['state']}: {kind}{job['template']}, {len(job['tasks'])} shape(s) × "
                   f"{work} on {where}", highlight=False)
+    if job.get("waiting"):  # e.g. no live worker of the device asked for: it waits until one starts
+        hint = ("; on a host without a GPU, submit with --device cpu"
+                if device != "cpu" and "no live worker of device" in job["waiting"] else "")
+        err_console.print(f"waiting: {job['waiting']}{hint}", highlight=False)
 
 
 @app.command()

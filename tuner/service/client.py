@@ -50,6 +50,7 @@ import logging
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +141,20 @@ def split_launch_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict
     meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
     options = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
     return meta, options
+
+
+def server_base(url: str) -> str:
+    """``url`` as a server's base address, the API's paths (``/v1/...``) to be added to it, without a trailing
+    slash. Raises ClientError for an address without its scheme (``127.0.0.1:8000``) or one that ends in the
+    API's ``/v1`` (its requests would go to ``/v1/v1/...`` and come back as a bare 404). Pure."""
+    base = url.strip().rstrip("/")
+    parts = urllib.parse.urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ClientError(f"server address {url!r}: give it with its scheme, e.g. http://127.0.0.1:8000")
+    if parts.path.endswith("/v1"):
+        raise ClientError(f"server address {url!r}: give the server's base address, {base[:-len('/v1')]}, "
+                          "without /v1 (the API's paths are added to it)")
+    return base
 
 
 def triton_launch_kwargs(config: Mapping[str, Any], kernel: object | None = None) -> dict[str, Any]:
@@ -244,10 +259,11 @@ class Client:
         """``enqueue_job``: fields of the background job (``trials``, ``sampler``…; see ``POST /v1/jobs``).
         ``clock``: seconds, monotonic (injectable for tests). ``software``: the requester's driver, runtime
         and library versions (``"auto"``: detected on first use, see the module docstring; None: not sent).
-        Raises ClientError for an unreadable file."""
+        Raises ClientError for an unreadable file or a ``url`` that is not a server's base address
+        (:func:`server_base`)."""
         if url is None and file is None:
             raise ClientError("give a server url, an export file, or both")
-        self.url = url.rstrip("/") if url else None
+        self.url = server_base(url) if url else None
         self.ttl_s, self.timeout_s, self.retry_s = ttl_s, timeout_s, retry_s
         self.file = file if isinstance(file, ExportFile) or file is None else ExportFile.load(file)
         self.enqueue_on_miss, self.enqueue_job = enqueue_on_miss, dict(enqueue_job or {})

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -107,9 +107,13 @@ def build_export(
 
 
 def write_export(document: dict[str, Any], path: Path) -> None:
-    """Write atomically (a reader never sees half a file): temporary file in the same directory, then rename."""
+    """Write atomically (a reader never sees half a file): temporary file in the same directory, then rename.
+    The file gets the mode a plain ``open(path, "w")`` would give it (0666 less the umask), not mkstemp's
+    0600: it is shipped to the runtime clients, which may run as other users. Thread-safe (the temporary
+    file's name is unique)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    tmp = (path.parent or Path(".")) / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as to open()
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(document, f, indent=1, sort_keys=True)

@@ -68,7 +68,15 @@ def local_token(*, create: bool) -> str | None:
 
 
 def resolve_url(url: str | None) -> str:
-    return (url or os.environ.get("TUNER_URL") or DEFAULT_URL).rstrip("/")
+    """The server's base address: ``url``, else ``$TUNER_URL``, else the default. Raises RemoteInputError for an
+    address that is not one (:func:`tuner.service.client.server_base`)."""
+    from tuner.service.client import ClientError, server_base
+
+    given = url or os.environ.get("TUNER_URL") or DEFAULT_URL
+    try:
+        return server_base(given)
+    except ClientError as exc:
+        raise RemoteInputError(f"{exc} (--url or $TUNER_URL)") from None
 
 
 def resolve_token(token: str | None) -> str | None:
