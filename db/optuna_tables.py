@@ -47,7 +47,7 @@ def rdb_storage(store: Store, heartbeats: TrialHeartbeats | None) -> optuna.stor
             else "failed_trial_callback"
         retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) \
             or optuna.storages.RetryFailedTrialCallback
-        with warnings.catch_warnings():
+        with warnings.catch_warnings():  # an experimental class of Optuna's
             warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
             extra = {
                 "heartbeat_interval": heartbeats.interval_s,
@@ -55,8 +55,10 @@ def rdb_storage(store: Store, heartbeats: TrialHeartbeats | None) -> optuna.stor
                 callback: retry(max_retry=heartbeats.max_retry),
             }
     # Optuna creates its tables on first use, racing other starters on a fresh database (duplicate-key or
-    # "table already exists" errors): one process at a time, under the store's schema lock.
-    with store.schema_lock():
+    # "table already exists" errors): one process at a time, under the store's schema lock. Its heartbeat
+    # arguments and callback are "experimental" (a warning per storage: one per study a worker opens).
+    with store.schema_lock(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         storage = optuna.storages.RDBStorage(store.optuna_url, **extra)
     store.guard(storage.engine)  # the store's client-side deadlines on PostgreSQL
     if store.dialect == "sqlite":
