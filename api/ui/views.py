@@ -319,8 +319,8 @@ def study_page(store: db.Store, catalog: Catalog, study_id: int) -> dict[str, An
 @dataclass(frozen=True)
 class Candidate:
     """A live worker that advertises a job's template at its version, as the job page lists it: whether it
-    could claim a task of the job now (:func:`tuner.store.records.claimable_tasks`, the queue's claim rule,
-    on the records the page read) and why, in words (``verdict``)."""
+    could claim a task of the job now, or holds one already (:func:`tuner.store.records.claimable_tasks`, the
+    queue's claim rule, on the records the page read), and why, in words (``verdict``)."""
 
     worker: db.WorkerRecord
     heartbeat_s: float
@@ -336,7 +336,7 @@ def _verdict(job: db.JobRecord, worker: db.WorkerRecord, attempts: Sequence[Task
     if not serves(worker, job):
         return False, f"no: the job wants {job.device_kind}:{job.device_name or 'any'} with {job.backend}"
     if worker.id in job.workers:
-        return False, "on it"  # it holds a task of this job now
+        return True, "on it"  # it holds a task of this job now (drawn as a yes, not as a refusal)
     open_tasks = [t for t in job.tasks if t.state in OPEN_TASK_STATES]
     takes = claimable_tasks(job, job.tasks, worker, attempts)
     if takes:

@@ -55,9 +55,12 @@ def test_shapes_outside_the_workloads_have_their_own_geometric_mean() -> None:
     text = render_markdown(Report("t", "1", (_row("w1", "1"), other, contract)))
     assert "| **geometric mean** |  |  |  | **2.000x**" in text
     assert "| **geometric mean** @ dtype=float32 |  |  |  | **4.000x**" in text
-    assert "| **geometric mean**, other shapes |  |  |  | **1.100x**" in text
-    assert text.index("@ dtype=float32 |  |") < text.index("other shapes |")
+    assert "| **geometric mean**, shapes not among the workloads |  |  |  | **1.100x**" in text
+    assert text.index("@ dtype=float32 |  |") < text.index("not among the workloads |")
     assert _row("w1", "1").named and not other.named and contract.named
+    # shapes alone (no workload tuned, as the README's first command): their mean is the geometric mean
+    alone = render_markdown(Report("t", "1", (other,)))
+    assert "| **geometric mean** |  |  |  | **1.100x**" in alone and "workloads" not in alone
 
 
 def test_the_means_are_given_again_with_each_best_at_its_verification() -> None:

@@ -495,6 +495,8 @@ def test_job_page_says_why_it_waits_and_who_gave_its_shape_up(db_url: str) -> No
         assert held is not None and store.reserve_slot(task_id=held.task.id, worker_id="x") is not None
         taken = "no: every trial of n=256 is taken"
         assert could_claim(one.id) == {"card": "shown", "x": "on it", "v": taken}  # x holds the only slot
+        on_it = http.get(f"/ui/jobs/{one.id}").text  # drawn as a yes (it was in a refusal's red)
+        assert re.search(r'<tr data-worker="x">.*?<td class="c-verdict"><span class="good">on it</span>', on_it, re.S)
         assert store.claim_task(worker_id="v", **claim_as) is None
 
         # a verify job's page says how it re-measures, not a sampler's settings

@@ -509,9 +509,10 @@ def _mean_lines(
         return "| " + " | ".join([*cells, *summary.means(group), *trailing]) + " |"
 
     out = []
+    named = any(contract is not None for contract in groups)
     for contract, group in sorted(groups.items(), key=lambda item: (item[0] is None, item[0] or "")):
         label = ("**geometric mean**" + (f" @ {contract}" if contract else "") if contract is not None
-                 else "**geometric mean**, other shapes")
+                 else "**geometric mean**, shapes not among the workloads" if named else "**geometric mean**")
         out.append(mean_line(label, group))
         # The same means with each best at its latest verification's median (fresh processes, against the
         # lines' figures of the round that published it): a published ratio must survive a re-measurement.
