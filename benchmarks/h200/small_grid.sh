@@ -10,6 +10,7 @@
 #                    PROCESSES (4) fresh processes with every comparator line
 #   measure  OUTDIR  benchmarks/unseen_shapes.py measure on the committed store (every shape of the set as the
 #                    server answers it, against mamba_ssm as users call it)
+# Written 2026-12-05 (thirtieth session) and not yet run: no H200 could be started that session (ten tries).
 # Phases run in the order given (e.g. `probe tune`), each within its time limit; logs, JSON and the store go to
 # OUTDIR. Bundles (carry .gpu and .gpux):
 #   rm -rf /tmp/site && mkdir -p /tmp/site && tar -xJf .gpu/site.tar.xz -C /tmp/site &&
