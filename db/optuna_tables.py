@@ -40,26 +40,26 @@ def rdb_storage(store: Store, heartbeats: TrialHeartbeats | None) -> optuna.stor
     import optuna
 
     extra: dict[str, Any] = {}
-    if heartbeats is not None:
-        # Optuna 4.9 renamed the stale-trial callback (argument and class); older releases know the old names.
-        params = inspect.signature(optuna.storages.RDBStorage).parameters
-        callback = "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params \
-            else "failed_trial_callback"
-        retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) \
-            or optuna.storages.RetryFailedTrialCallback
-        with warnings.catch_warnings():  # an experimental class of Optuna's
-            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    # Optuna's heartbeat arguments and retry callback are "experimental": a warning per storage (one per study
+    # a worker opens) unless filtered, for the callback's class and the storage's constructor alike.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        if heartbeats is not None:
+            # Optuna 4.9 renamed the stale-trial callback (argument and class); older releases know the old names.
+            params = inspect.signature(optuna.storages.RDBStorage).parameters
+            callback = "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params \
+                else "failed_trial_callback"
+            retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) \
+                or optuna.storages.RetryFailedTrialCallback
             extra = {
                 "heartbeat_interval": heartbeats.interval_s,
                 "grace_period": heartbeats.grace_s,
                 callback: retry(max_retry=heartbeats.max_retry),
             }
-    # Optuna creates its tables on first use, racing other starters on a fresh database (duplicate-key or
-    # "table already exists" errors): one process at a time, under the store's schema lock. Its heartbeat
-    # arguments and callback are "experimental" (a warning per storage: one per study a worker opens).
-    with store.schema_lock(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-        storage = optuna.storages.RDBStorage(store.optuna_url, **extra)
+        # Optuna creates its tables on first use, racing other starters on a fresh database (duplicate-key or
+        # "table already exists" errors): one process at a time, under the store's schema lock.
+        with store.schema_lock():
+            storage = optuna.storages.RDBStorage(store.optuna_url, **extra)
     store.guard(storage.engine)  # the store's client-side deadlines on PostgreSQL
     if store.dialect == "sqlite":
         event.listen(storage.engine, "connect", _sqlite_synchronous_normal)
