@@ -70,13 +70,17 @@ def template_info(catalog: Catalog, name: str) -> TemplateInfo:
 
 
 def overview(store: db.Store, catalog: Catalog) -> dict[str, Any]:
-    """Templates with their studies per device, the studies most recently active, jobs, workers."""
+    """Templates with their studies per device, the studies most recently active, jobs (an active one with
+    why it waits, when it does), workers."""
     now = store.clock()  # leases and heartbeats are the store's clock's
     totals = store.device_totals()
     recent, n_studies = store.list_study_summaries(limit=12, by_activity=True)
-    jobs = [JobOut.of(j) for state in ACTIVE_JOB_STATES for j in store.list_jobs(state=state, limit=50)]
+    active = [j for state in ACTIVE_JOB_STATES for j in store.list_jobs(state=state, limit=50)]
     finished = [JobOut.of(j) for j in store.list_jobs(limit=8) if j.state not in ACTIVE_JOB_STATES]
     workers = store.list_workers()
+    # Each active job with why it waits, as GET /v1/jobs says it (one read of attempts for all of them).
+    attempts = task_attempts(store, active)
+    jobs = [job_out(store, j, workers, attempts, {}, now) for j in active]
     names = sorted(set(catalog.names()) | {t.template for t in totals})
     return {
         "templates": [template_info(catalog, n) for n in names],

@@ -468,6 +468,8 @@ def test_job_page_says_why_it_waits_and_who_gave_its_shape_up(db_url: str) -> No
         assert f"no live worker advertises {NAME} version 1 (1 live worker(s) in all" in text
         overview = html.unescape(http.get("/").text)
         assert "some_other_template&nbsp;v7" in overview.replace("\xa0", "&nbsp;")
+        row = re.search(rf'<tr data-job="{job.id}">(.*?)</tr>', overview, re.S)
+        assert row is not None and served["waiting"] in row.group(1), overview[:300]  # the overview says why too
 
         store.cancel_job(job_id=job.id)  # from here on, the jobs below are the only ones open
         store.register_worker(worker_id="v", templates={NAME: "1"}, **common)  # type: ignore[arg-type]

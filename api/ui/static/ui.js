@@ -198,6 +198,7 @@
               " shape(s) re-measured in " + j.processes + " processes</span>"
             : progress(j.progress.trials_done, j.progress.trials_total);
           return '<tr data-job="' + j.id + '"><td><a href="/ui/jobs/' + j.id + '">#' + j.id + "</a></td><td>" + stateBadge(j.state) +
+            (j.waiting ? '<div class="waiting-note small" title="why it waits">' + esc(j.waiting) + "</div>" : "") +
             "</td><td>" + esc(j.template) + ' <span class="muted">v' + esc(j.template_version) + "</span></td><td>" + esc(j.device.kind) +
             (j.device.name ? " · " + esc(j.device.name) : "") + "</td><td>" + work +
             "</td><td>" + (bests.length ? us(Math.min(...bests)) + " µs" : "–") + "</td><td>" + j.workers.length + "</td></tr>";
