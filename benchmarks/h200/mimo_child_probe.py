@@ -12,7 +12,15 @@ one process, same config, same seed, 30 samples each, per-kernel medians:
   measurer   a real Measurer (a fresh measuring child process, as `tuner verify` starts), VERIFY_NEAR_BOUND
   spawned    this script again (steps probe, child), in a process started as the Measurer starts its worker
              (a new session, stdin a pipe, output to a file, the parent's import path); spawned-bf: the same
-             with --backend-first
+             with --backend-first; the steps a spawned process runs are --spawn-order's (default probe,child)
+  handler    the measuring worker's own request handler (tuner.measure.child.measure) called in this process
+             with the request a Measurer sends (template by its reference, shape and config through JSON,
+             VERIFY_NEAR_BOUND): everything the worker does except its process and its frame loop
+  ref        only the template's reference on fresh inputs (torch, autograd, cuBLAS), nothing timed; matmul: one
+             bf16 matmul (cuBLAS's first use); alloc: 4 GiB allocated and freed (these three give no row)
+  hold=MiB   allocate that much and keep it to the end (no row): what a cuBLAS workspace does to later addresses
+  cfg        a row whose total is the context's cache config (cuCtxGetCacheConfig: 0 none, 1 shared, 2 L1,
+             3 equal) and its stack size limit (cuCtxGetLimit); cache=N and stack=BYTES set them
   ctx+       start another process that opens a CUDA context on the device, holds --idle-gib GiB there and
              idles (ctx-: stop it), so that the steps after it run beside a second context, as a measuring
              child runs beside its parent
@@ -51,7 +59,7 @@ def _spawned(args: argparse.Namespace, step: str) -> list[dict[str, object]]:
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile() as log:
         out = os.path.join(tmp, "rows.json")
         argv = [sys.executable, os.path.abspath(__file__), "--workload", args.workload, "--config", args.config,
-                "--order", "probe,child", "--samples", str(args.samples), "--seed", str(args.seed), "--json", out]
+                "--order", args.spawn_order, "--samples", str(args.samples), "--seed", str(args.seed), "--json", out]
         proc = subprocess.Popen(argv + (["--backend-first"] if step == "spawned-bf" else []), stdin=subprocess.PIPE,
                                 stdout=log, stderr=log, env=env, start_new_session=True)
         proc.communicate(timeout=600)
@@ -71,6 +79,7 @@ def main() -> None:
     ap.add_argument("--workload", required=True)
     ap.add_argument("--config", required=True)
     ap.add_argument("--order", default="probe,child,child-1,measurer,probe")
+    ap.add_argument("--spawn-order", default="probe,child", help="the steps of spawned and spawned-bf")
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
@@ -98,6 +107,7 @@ def main() -> None:
     backend = early if early is not None else backend_from_env(0)
     rows = []
     idle: subprocess.Popen[bytes] | None = None
+    held_mib: list[torch.Tensor] = []
     for step in args.order.split(","):
         started = time.perf_counter()
         if step == "ctx+":
@@ -114,6 +124,47 @@ def main() -> None:
                 idle.wait()
                 idle = None
             print("the other process is gone", flush=True)
+            continue
+        if step == "cfg" or step.startswith(("cache=", "stack=")):
+            import ctypes
+
+            libcuda = ctypes.CDLL("libcuda.so.1")
+            if step.startswith("cache="):
+                code = libcuda.cuCtxSetCacheConfig(ctypes.c_int(int(step.split("=")[1])))
+                if code:
+                    raise SystemExit(f"{step}: cuCtxSetCacheConfig returned {code}")
+                continue
+            if step.startswith("stack="):  # CU_LIMIT_STACK_SIZE, bytes per thread
+                code = libcuda.cuCtxSetLimit(ctypes.c_int(0), ctypes.c_size_t(int(step.split("=")[1])))
+                if code:
+                    raise SystemExit(f"{step}: cuCtxSetLimit returned {code}")
+                continue
+            value, stack = ctypes.c_int(-1), ctypes.c_size_t(0)
+            code = libcuda.cuCtxGetCacheConfig(ctypes.byref(value)) or libcuda.cuCtxGetLimit(ctypes.byref(stack),
+                                                                                             ctypes.c_int(0))
+            row = {"step": f"cfg={value.value} stack={stack.value}" if code == 0 else f"cfg error {code}",
+                   "total_us": float(value.value), "kernels": {}, "wall_s": 0.0}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            continue
+        if step.startswith("hold="):  # MiB allocated and kept to the end: later allocations land elsewhere
+            held_mib.append(torch.empty(int(float(step.split("=")[1]) * 2**20), dtype=torch.uint8, device="cuda"))
+            continue
+        if step in ("ref", "matmul", "alloc"):
+            if step == "ref":
+                inputs = template.make_inputs(shape, "cuda", args.seed)
+                template.reference(shape, inputs)
+                del inputs
+            elif step == "matmul":
+                a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+                (a @ a).sum().item()
+                del a
+            else:
+                held = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+                del held
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            print(f"{step} done", flush=True)
             continue
         if step in ("spawned", "spawned-bf"):
             rows += _spawned(args, step)
@@ -138,6 +189,18 @@ def main() -> None:
             result = timed.results[0][1]
             total, kernels = result.median_us, _medians(result.kernels)
             del runnable, timed
+        elif step == "handler":
+            from tuner.measure.protocol import Done, MeasureRequest, WireCandidate
+
+            options = MeasureOptions(n_samples=args.samples, near_bound=VERIFY_NEAR_BOUND)
+            request = MeasureRequest(registry.ref_of(template.name), shape.to_json(),
+                                     (WireCandidate.of(Candidate(config=config)),), args.seed, options)
+            done = [r for r in child.measure(backend, request) if isinstance(r, Done)]
+            if not done or not done[-1].results:
+                raise SystemExit(f"{step}: no result: {done}")
+            result = done[-1].results[0][1]
+            total, kernels = result.median_us, _medians(result.kernels)
+            del request, done
         elif step == "measurer":
             options = MeasureOptions(n_samples=args.samples, timeout_s=240)
             with Measurer(DeviceSpec(kind="cuda"), options) as measurer:

@@ -5,12 +5,15 @@
 #                    per CTA, 64 threads), interleaved in one process, on 130m-b1-s2k and 130m-b1-s1k under the
 #                    timing contract (benchmarks/l2_flush_effect.py --flush zero: L2 flushed by zero_() before
 #                    every sample, CUPTI, median of 100), each checked against the reference
+#   sweep    OUTDIR  instead of tune's trials, every config of the small-grid subspace of the warp scan (2, 4 or
+#                    8 heads per CTA, 64-256 threads, hq or qh staging, min_blocks 0 or 16), then tune's verify
 #   tune     OUTDIR  TRIALS (24) more trials of 130m-b1-s2k in the committed store (the seeds it has not
 #                    measured come first), its final round, then `tuner verify` of the served best in
 #                    PROCESSES (4) fresh processes with every comparator line
 #   measure  OUTDIR  benchmarks/unseen_shapes.py measure on the committed store (every shape of the set as the
 #                    server answers it, against mamba_ssm as users call it)
-# Written 2026-12-05 (thirtieth session) and not yet run: no H200 could be started that session (ten tries).
+# Written 2026-12-05 (thirtieth session); first run 2026-12-05 16:15-16:22 UTC (`probe tune`, then `sweep`) on
+# an H100, not an H200 (small_grid_2026-12-05/README.md): the H200's figures need the same call there.
 # Phases run in the order given (e.g. `probe tune`), each within its time limit; logs, JSON and the store go to
 # OUTDIR. Bundles (carry .gpu and .gpux):
 #   rm -rf /tmp/site && mkdir -p /tmp/site && tar -xJf .gpu/site.tar.xz -C /tmp/site &&
@@ -48,9 +51,17 @@ for phase in "$@"; do
         --config '{"store":"direct","layout":"hq","pad":4,"block_h":1,"threads":64}' \
         --json "$OUT/probe.json"
       tail -30 "$OUT/probe.log" ;;
-    tune)
-      run tune "${TUNE_TIMEOUT:-200}" python3 -m tuner.cli tune mamba2_chunk_cumsum_tilelang -s "$S2K" \
-        --trials "${TRIALS:-24}" --samples 100 --finalists 3 --device cuda --seed 7 --db "$DB"
+    tune|sweep)
+      if [ "$phase" = tune ]; then
+        run tune "${TUNE_TIMEOUT:-200}" python3 -m tuner.cli tune mamba2_chunk_cumsum_tilelang -s "$S2K" \
+          --trials "${TRIALS:-24}" --samples 100 --finalists 3 --device cuda --seed 7 --db "$DB"
+      else  # the small-grid subspace of the warp scan, every config of it
+        run tune "${TUNE_TIMEOUT:-200}" python3 -m tuner.cli tune mamba2_chunk_cumsum_tilelang -s "$S2K" \
+          --exhaustive --only scan=warp --only store=direct --only block_h=2,4,8 --only threads=64,128,256 \
+          --only layout=hq,qh --only pad=4 --only min_blocks=0,16 --only fast_math=true --only load_cache=default \
+          --only persist=1 --only prefix=tree --only rows=1 --only sweep=heads --only vec=1 \
+          --samples 100 --finalists 3 --device cuda --db "$DB"
+      fi
       grep -E "measured trials|best config|rc=|rror" "$OUT/tune.log" | cut -c1-220 | tail -8
       run verify "${VERIFY_TIMEOUT:-150}" python3 -m tuner.cli verify mamba2_chunk_cumsum_tilelang -s "$S2K" \
         --processes "${PROCESSES:-4}" --samples 100 --device cuda --db "$DB" --json
