@@ -17,8 +17,9 @@ exhaustion. Optuna's in-memory storage stands in for the store (a few thousand r
 hours on this machine; the loop is the driver's, see ``simulate``). Strategies: tpe (startup 10, and 5/20 with
 warm starts; variants of the driver's TPE with warm starts: univariate, 64 EI candidates),
 random, cmaes, and grid order, each with three kinds of start: none (the sampler alone), seeds
-(the space's default and expert seeds first, as a first shape is tuned) and warm (plus the exhaustive bests of
-the record's other shapes, nearest first, as neighbouring shapes' published bests are). Each runs for 40% of
+(the space's default and expert seeds first, as a first shape is tuned) and warm (the default, then the
+exhaustive bests of the record's other shapes, nearest first, as neighbouring shapes' published bests are, then
+the seeds). Each runs for 40% of
 the valid configs (at least 40 trials, at most all or 400), or until it has found the exhaustive best and
 passed 20% of the space (the rest of its curve is then flat).
 
@@ -71,7 +72,7 @@ MAX_SKIPS = 200  # tuner.driver.trials.run_trials's default
 MAX_VALID = 5000  # larger recorded subspaces are not exhaustive records (a sampled sweep over the whole space)
 MAX_BUDGET = 400
 FINALISTS = (1, 2, 3, 5)
-NONE, SEEDS, WARM = "none", "seeds", "warm"  # what is measured first: nothing, default + seeds, + neighbours
+NONE, SEEDS, WARM = "none", "seeds", "warm"  # measured first: nothing, default + seeds, default + neighbours + seeds
 # Variants of the driver's TPE (tuner.driver.samplers.make_sampler: multivariate, constant liar) tried as
 # defaults: Optuna TPESampler options over the driver's.
 TPE_VARIANTS: dict[str, dict[str, object]] = {

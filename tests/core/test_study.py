@@ -399,6 +399,38 @@ def test_a_neighbours_config_invalid_for_the_shape_is_repaired_into_the_warm_sta
     assert repaired == [winner.replace(chunk_rows=64, block_n=32)] and space.is_valid(repaired[0], r16)
 
 
+def test_the_neighbours_bests_come_before_the_seeds_so_a_short_study_measures_what_was_served() -> None:
+    """A study shorter than the space's seed list (the TileLang chunk cumsum has dozens of seeds) measures the
+    nearest neighbour's best, which the lookup served the shape until then, right after the default; then
+    the other neighbours, then each valid seed once."""
+    from tuner import registry
+    from tuner.driver.study import order_warm_starts
+    from tuner.frozen import Config
+    from tuner.lookup import Entry
+
+    spec = registry.spec("mamba2_chunk_cumsum_tilelang")
+    space = spec.space()
+    assert len(space.seeds) > 24  # longer than a short study
+    here = spec.make_shape({"B": 1, "S": 2048, "H": 24, "has_bias": True, "dtype": "float16"})
+    near = spec.workload("mamba2-780m-b1-s4k")
+    far = spec.workload("mamba2-2p7b-b2-s32k-dt-bias")
+    served = Config({**space.default.to_dict(), "scan": "warp", "store": "direct", "layout": "hq", "pad": 4,
+                     "block_h": 4, "threads": 128, "min_blocks": 16})
+    other = Config({**space.default.to_dict(), "min_blocks": 8, "load_cache": "streaming", "pad": 2})
+    assert served not in space.seeds and other not in space.seeds
+    assert space.is_valid(served, here) and space.is_valid(other, here)
+
+    def entry(shape: Shape, config: Config) -> Entry:
+        return Entry(spec.name, spec.version, shape.to_dict(), "cuda", "H200", config.to_dict())
+
+    starts = order_warm_starts(space, here, [entry(far, other), entry(near, served)], limit=4)
+    seeds = [c for c in dict.fromkeys(space.seeds) if c != space.default and space.is_valid(c, here)]
+    assert starts[:3] == [space.default, served, other], starts[:3]
+    assert starts[3:] == seeds and len(starts) == len(set(starts))
+    # Without neighbours (a first shape): the default, then the seeds, as before.
+    assert order_warm_starts(space, here, [], limit=4) == [space.default, *seeds]
+
+
 def test_warm_starts_take_each_neighbour_shape_once_its_latest_best_nearest_first(db_url: str) -> None:
     from tests.fixtures.fault_templates import TunableFaultVectorScale
     from tests.fixtures.servers import publish

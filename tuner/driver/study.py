@@ -297,11 +297,11 @@ def warm_starts(store: TuningStore, space: SearchSpace, key: StudyKey, limit: in
                 carries: Sequence[CarriedVersion] = ()) -> list[Config]:
     """Configs a new study measures first: the default (the incumbent), this shape's best under a version the
     template carries (:class:`tuner.spec.CarriedVersion`, completed: what the lookup serves here until this
-    version publishes, so that the study's first best is measured against it), the space's expert seeds, then
-    the best configs published for other shapes of this template version on this device (nearest shapes
-    first, each shape's latest best, whatever software it was tuned under: where a shape has bests under
-    several fingerprints the lookup would serve this worker the one of its own software, the warm start takes
-    the latest), each once and only if valid for this shape (:func:`order_warm_starts`)."""
+    version publishes, so that the study's first best is measured against it), the best configs published for
+    other shapes of this template version on this device (nearest shapes first, each shape's latest best,
+    whatever software it was tuned under: where a shape has bests under several fingerprints the lookup would
+    serve this worker the one of its own software, the warm start takes the latest), then the space's expert
+    seeds, each once and only if valid for this shape (:func:`order_warm_starts`)."""
     published = store.list_best(template=key.template, device_kind=key.device_kind, device_name=key.device_name)
     others = [Entry(template=b.template, template_version=b.template_version, shape=b.shape,
                     device_kind=b.device_kind, device_name=b.device_name, config=b.config,
@@ -346,10 +346,13 @@ def carried_best(published: Sequence[BestRecord], shape_key: str,
 
 def order_warm_starts(space: SearchSpace, shape: Shape, neighbours: Sequence[Entry], limit: int = 4,
                       carried: Sequence[Mapping[str, Scalar]] = ()) -> list[Config]:
-    """The default, ``carried`` (this shape's configs of carried versions), the space's seeds, then the configs
-    of the ``limit`` nearest ``neighbours`` (other shapes' best configs, by the lookup's distance fitted over
-    them, however far; ties in shape order), each once,
-    keeping only configs of the space's domain that are valid for ``shape``. A shape with several entries
+    """The default, ``carried`` (this shape's configs of carried versions), the configs of the ``limit``
+    nearest ``neighbours`` (other shapes' best configs, by the lookup's distance fitted over them, however far;
+    ties in shape order), then the space's seeds, each once, keeping only configs of the space's domain that
+    are valid for ``shape``. The neighbours come before the seeds: the nearest one's config is what the lookup
+    serves this shape until it is tuned, so a study shorter than the seed list (the TileLang chunk cumsum's
+    has 33) still measures it, and cannot publish a best slower than what was served without having timed
+    it. A shape with several entries
     counts once, with its latest (:func:`tuner.lookup.latest_per_shape`, the examples the lookup's
     :func:`tuner.lookup.fit_distance` fits on). A neighbour's config that is invalid for ``shape`` is repaired
     as the lookup repairs it (:func:`tuner.lookup.repair_config`: the smallest valid change), else left out
@@ -362,8 +365,8 @@ def order_warm_starts(space: SearchSpace, shape: Shape, neighbours: Sequence[Ent
     valid = [c for c in (space.default, *space.seeds) if _in_domain(space, c) and space.is_valid(c, shape)]
     mended = [c for c in (valid_or_repaired(space, here, raw) for raw in carried) if c is not None]
     head = valid[:1] if valid and valid[0] == space.default else []
-    for config in [*head, *mended, *valid]:
-        if config not in chosen:  # the default, the carried configs (repaired as the lookup repairs them), seeds
+    for config in [*head, *mended]:
+        if config not in chosen:  # the default, the carried configs (repaired as the lookup repairs them)
             chosen.append(config)
     for entry in nearest:
         if Config(dict(entry.config)) in chosen:  # chosen configs are valid: nothing to check
@@ -371,6 +374,7 @@ def order_warm_starts(space: SearchSpace, shape: Shape, neighbours: Sequence[Ent
         fixed = valid_or_repaired(space, here, entry.config)
         if fixed is not None and fixed not in chosen:
             chosen.append(fixed)
+    chosen.extend(c for c in dict.fromkeys(valid) if c not in chosen)  # then the seeds, each once
     return chosen
 
 
