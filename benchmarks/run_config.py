@@ -3,6 +3,7 @@
 
 usage: python benchmarks/run_config.py TEMPLATE (--workload NAME | --shape B=2,S=32768,...)
        (--config JSON | --served DB_URL | --comparator NAME) [--iters 5] [--device cuda] [--nvtx-last RANGE]
+       [--matmul-first]
 ``--config`` is a JSON object (missing parameters take the default), checked against the template's search
 space. ``--served DB_URL`` takes the config the lookup serves for exactly that shape from that store (this
 template version's best, else a carried version's; an error when there is none). ``--comparator NAME`` runs
@@ -46,6 +47,10 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--nvtx-last", default=None, help="NVTX range around the last iteration (CUDA)")
+    ap.add_argument("--matmul-first", action="store_true",
+                    help="one cuBLAS matmul on this thread before the first call (CUDA): the state of a measuring "
+                         "process, in which some kernels run slower for the process's life "
+                         "(benchmarks/h200/mimo_2026-12-05b/README.md)")
     args = ap.parse_args()
     if args.iters < 1:
         ap.error("--iters must be at least 1")
@@ -83,6 +88,10 @@ def main() -> None:
         print(f"config {config.to_json()} on {shape.key()}")
     inputs = template.make_inputs(shape, args.device, 0)
     outputs = template.allocate_outputs(shape, inputs)
+    if args.matmul_first:
+        a = torch.randn(1024, 1024, device=args.device, dtype=torch.bfloat16)
+        (a @ a).sum().item()
+        del a
     for i in range(args.iters):
         if args.nvtx_last and args.device == "cuda" and i == args.iters - 1:
             torch.cuda.synchronize()
