@@ -27,6 +27,7 @@ from pydantic import (
 
 from tuner.driver.sampler_names import SamplerName
 from tuner.store import JobRecord, MeasurementRecord, TaskAttemptRecord, TaskRecord
+from tuner.store.records import WaitCause, Waiting
 
 DeviceKind = Literal["cuda", "npu", "cpu"]
 JobState = Literal["queued", "running", "done", "failed", "cancelled"]
@@ -235,11 +236,16 @@ class JobOut(BaseModel):
                                                           "version (or none of its device and backend does), or "
                                                           "every live worker that could gave a task up (with "
                                                           "their reasons). Null otherwise.")
+    waiting_cause: WaitCause | None = Field(
+        default=None, description="What ``waiting`` says, for programs: no_template (no live worker advertises "
+                                  "the template and version), no_device (none of the job's device and backend "
+                                  "does), gave_up (every live worker that could gave a task up). Null when "
+                                  "``waiting`` is.")
 
     @classmethod
     def of(
         cls, job: JobRecord, attempts: Mapping[int, Sequence[TaskAttemptRecord]] | None = None,
-        waiting: str | None = None, verifications: Mapping[int, TaskVerificationOut] | None = None,
+        waiting: Waiting | None = None, verifications: Mapping[int, TaskVerificationOut] | None = None,
     ) -> JobOut:
         attempts, verifications = attempts or {}, verifications or {}
         return cls(
@@ -254,7 +260,8 @@ class JobOut(BaseModel):
             updated_at=job.updated_at, finished_at=job.finished_at,
             progress=Progress(trials_done=job.trials_done, trials_total=job.trials_total),
             tasks=[TaskOut.of(t, attempts.get(t.id, ()), verifications.get(t.id)) for t in job.tasks],
-            workers=list(job.workers), max_attempts=job.max_attempts, waiting=waiting,
+            workers=list(job.workers), max_attempts=job.max_attempts,
+            waiting=None if waiting is None else waiting.text, waiting_cause=None if waiting is None else waiting.cause,
         )
 
 

@@ -306,11 +306,13 @@ def test_a_job_no_live_worker_can_take_says_why_it_waits(tmp_path: Path, capsys:
         job = http.post("/v1/jobs", json=JOB, headers=auth(SUBMIT)).json()
         version = job["template_version"]
         assert job["waiting"] == f"no live worker advertises {NAME} version {version}", job
+        assert job["waiting_cause"] == "no_template", job
         assert job["max_attempts"] == 3 and job["tasks"][0]["attempts"] == 0
         store.register_worker(worker_id="w", host="h", pid=1, device_kind="cpu", device_name="CPU", device_index=0,
                               backends=["triton"], fingerprint_hash="f", fingerprint_json="{}", lease_s=60.0,
                               templates={NAME: version})
-        assert http.get(f"/v1/jobs/{job['id']}").json()["waiting"] is None
+        unheld = http.get(f"/v1/jobs/{job['id']}").json()
+        assert unheld["waiting"] is None and unheld["waiting_cause"] is None, unheld
         (worker,) = http.get("/v1/workers").json()
         assert worker["templates"] == {NAME: version}
         claim = store.claim_task(worker_id="w", device_kind="cpu", device_name="CPU", backends=["triton"])
@@ -321,6 +323,7 @@ def test_a_job_no_live_worker_can_take_says_why_it_waits(tmp_path: Path, capsys:
     label = got["tasks"][0]["label"]
     assert got["state"] == "running" and got["error"] is None and listed["waiting"] == got["waiting"]
     assert got["waiting"] == f"every live worker gave {label} up: w: DeviceError: gone", got["waiting"]
+    assert got["waiting_cause"] == "gave_up" and listed["waiting_cause"] == "gave_up", got
     (attempt,) = got["tasks"][0]["attempt_reasons"]
     assert got["tasks"][0]["attempts"] == 1 and (attempt["worker_id"], attempt["reason"]) == ("w", "DeviceError: gone")
     _print_job(got, as_json=False)

@@ -26,7 +26,7 @@ from tuner.frozen import Shape
 from tuner.measure.devices.base import DeviceSpec
 from tuner.results import Status
 from tuner.service.worker import Worker, WorkerOptions
-from tuner.store.records import ACTIVE_JOB_STATES, TaskAttemptRecord, waiting_reason
+from tuner.store.records import ACTIVE_JOB_STATES, TaskAttemptRecord, Waiting, waiting_reason
 
 NAME = "fault_vector_scale_tunable"
 
@@ -179,8 +179,8 @@ def test_cancelled_jobs_are_not_claimed_and_a_template_the_worker_lacks_is_left_
     assert worker.templates is not None and "no_such_template" not in worker.templates
     now = datetime.now(timezone.utc)
     live = dataclasses.replace(worker, state="idle", lease_expires_at=now + timedelta(seconds=60))
-    assert waiting_reason(left, [live], {}, now) == (
-        "no live worker advertises no_such_template version 1")
+    assert waiting_reason(left, [live], {}, now) == Waiting(
+        "no_template", "no live worker advertises no_such_template version 1")
     # Once every live worker has given the task up, the job says why, in their words only: a stopped
     # worker's attempt (its device gone) is history, not what holds the job now.
     able = dataclasses.replace(live, templates_json=json.dumps({**(live.templates or {}), "no_such_template": "1"}))
@@ -188,8 +188,8 @@ def test_cancelled_jobs_are_not_claimed_and_a_template_the_worker_lacks_is_left_
     task_id = left.tasks[0].id
     attempts = {task_id: [TaskAttemptRecord(task_id, "gone", "DeviceError: lost", now),
                           TaskAttemptRecord(task_id, able.id, "ImportError: no module", now)]}
-    assert waiting_reason(left, [able, gone], attempts, now) == (
-        f"every live worker gave n=1 up: {able.id}: ImportError: no module")
+    assert waiting_reason(left, [able, gone], attempts, now) == Waiting(
+        "gave_up", f"every live worker gave n=1 up: {able.id}: ImportError: no module")
 
 
 @pytest.mark.postgres

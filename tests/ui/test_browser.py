@@ -164,8 +164,9 @@ def test_the_overview_jobs_table_keeps_every_active_job_when_it_updates(served: 
         _wait(lambda: d.find_element("id", "jobs-updated").text != "", 30, "the jobs table's first update")
         assert str(waiting) in rows() and rows()[0] != str(newer[-1])  # active jobs first, then finished
         # Why it waits, as the API says it, in its row after the update as when the server rendered it.
-        said = httpx.get(f"{served.base}/v1/jobs/{waiting}", timeout=30).json()["waiting"]
-        assert said and said.startswith("no live worker of device cuda"), said
+        job = httpx.get(f"{served.base}/v1/jobs/{waiting}", timeout=30).json()
+        said = job["waiting"]
+        assert job["waiting_cause"] == "no_device" and said.startswith("no live worker of device cuda"), job
         row = d.find_element("css selector", f'#jobs tbody tr[data-job="{waiting}"]')
         assert row.find_element("css selector", ".waiting-note").text == said
     finally:

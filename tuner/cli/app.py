@@ -820,7 +820,7 @@ def submit(
                   f"{work} on {where}", highlight=False)
     if job.get("waiting"):  # e.g. no live worker of the device asked for: it waits until one starts
         hint = ("; on a host without a GPU, submit with --device cpu"
-                if device != "cpu" and "no live worker of device" in job["waiting"] else "")
+                if device != "cpu" and job.get("waiting_cause") == "no_device" else "")
         err_console.print(f"waiting: {job['waiting']}{hint}", highlight=False)
 
 

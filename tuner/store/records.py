@@ -13,7 +13,7 @@ import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from tuner.errors import RecordConflictError
 from tuner.results import COMPARATOR_PREFIX, DEFAULT_LABEL, Status, Timer
@@ -22,7 +22,8 @@ __all__ = [
     "ACTIVE_JOB_STATES", "COMPARATOR_PREFIX", "DEFAULT_LABEL", "OPEN_TASK_STATES", "ROLES", "VERIFIED_LABEL",
     "BestRecord", "Claim", "Claimant", "ClaimingWorker", "Disproval",
     "JobRecord", "MeasurementRecord", "NewMeasurement", "Status", "StudyRecord", "TaskAttemptRecord", "TaskRecord",
-    "Timer", "WorkerRecord", "advertises", "attempts_error", "canonical_json", "check_candidate", "check_disproval",
+    "Timer", "WaitCause", "Waiting", "WorkerRecord", "advertises", "attempts_error", "canonical_json",
+    "check_candidate", "check_disproval",
     "check_max_attempts", "check_role", "check_tasks", "claimable_tasks", "current_studies", "has_free_slot",
     "has_template",
     "is_live", "serves",
@@ -177,23 +178,37 @@ def task_may_still_run(
     return False
 
 
+WaitCause = Literal["no_template", "no_device", "gave_up"]  # Waiting.cause
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Why an active job waits with no worker on it. ``cause``: ``no_template`` (no live worker advertises
+    its template and version), ``no_device`` (some do, but none of its device and backend), ``gave_up``
+    (every live worker that could take a task of it gave the task up); ``text``: the same for its user, with
+    the names and the workers' reasons. Immutable."""
+
+    cause: WaitCause
+    text: str
+
+
 def waiting_reason(
     job: JobRecord, workers: Sequence[WorkerRecord], attempts: Mapping[int, Sequence[TaskAttemptRecord]],
     now: datetime,
-) -> str | None:
-    """Why an active job waits with no worker on it, for its user; None when it does not (finished, or a
-    live worker is on it or may take it). ``attempts`` lists the attempts of each task by task id."""
+) -> Waiting | None:
+    """Why an active job waits with no worker on it; None when it does not (finished, or a live worker is
+    on it or may take it). ``attempts`` lists the attempts of each task by task id. Pure."""
     if job.state not in ACTIVE_JOB_STATES or job.workers:
         return None
     live = [w for w in workers if is_live(w, now)]
     wanted = f"{job.template} version {job.template_version}"
     if not any(advertises(w, job) for w in live):
-        return f"no live worker advertises {wanted}"
+        return Waiting("no_template", f"no live worker advertises {wanted}")
     capable = [w for w in live if serves(w, job)]
     if not capable:
         name = job.device_name or "any"
-        return (f"no live worker of device {job.device_kind}:{name} with backend {job.backend} "
-                f"advertises {wanted}")
+        return Waiting("no_device", f"no live worker of device {job.device_kind}:{name} with backend "
+                                    f"{job.backend} advertises {wanted}")
     open_tasks = [t for t in job.tasks if t.state in OPEN_TASK_STATES]
     for task in open_tasks:
         tried = {a.worker_id for a in attempts.get(task.id, ())}
@@ -201,7 +216,7 @@ def waiting_reason(
             # Only the live workers' reasons: a stopped worker's (its device gone) no longer holds the job.
             ids = {w.id for w in capable}
             reasons = "; ".join(f"{a.worker_id}: {a.reason}" for a in attempts.get(task.id, ()) if a.worker_id in ids)
-            return f"every live worker gave {task.label} up: {reasons}"
+            return Waiting("gave_up", f"every live worker gave {task.label} up: {reasons}")
     return None
 
 
