@@ -17,8 +17,9 @@ import pytest
 
 from tests.fixtures.fault_templates import _scale
 from tests.fixtures.processes import ROOT, env, wait_for
-from tests.fixtures.servers import READ, SUBMIT, export, free_port, publish
+from tests.fixtures.servers import READ, SUBMIT, TOKENS, export, free_port, publish, thread_server
 from tuner import db
+from tuner.api.settings import ApiSettings
 from tuner.lookup import ConfigChange
 from tuner.service.client import (
     BestConfig,
@@ -296,6 +297,41 @@ def test_a_busy_server_is_answered_from_the_file_not_raised(store: db.Store, tmp
         assert refused.value.status == 404
     finally:
         server.shutdown()
+
+
+def test_a_refused_token_is_dropped_and_the_lookup_answered_without_it(
+    store: db.Store, server: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rotated or mistyped token must not stop the application's lookups: the server refuses it (401), the
+    client says so once, reads without it (reads are open) and enqueues nothing; where the server wants a
+    token for reads, the export file answers, else ClientError says why."""
+    def jobs() -> list[db.JobRecord]:
+        with store.session() as session:
+            return db.list_jobs(session)
+
+    stale = Client(server, token="rotated-token-0123456789", enqueue_on_miss=True, enqueue_job={"trials": 2})
+    with caplog.at_level("WARNING", logger="tuner.service.client"):
+        answer = stale.best(NAME, {"n": 1024}, device="cpu")
+        nearest = stale.best(NAME, {"n": 2048}, device="cpu")
+    assert (answer.source, answer.match, nearest.source, nearest.match) == ("server", "exact", "server", "nearest")
+    refusals = [r.getMessage() for r in caplog.records if "refused the client's token" in r.getMessage()]
+    assert len(refusals) == 1 and "unknown token" in refusals[0], caplog.text
+    time.sleep(0.5)
+    assert jobs() == [], "a refused token submits nothing"
+
+    path = _export(store, tmp_path)
+    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False,  # type: ignore[arg-type]
+                           best_cache_ttl_s=0, read_requires_token=True)
+    with thread_server(settings, store) as closed:
+        assert Client(closed, token=READ).best(NAME, {"n": 1024}, device="cpu").source == "server"
+        from_file = Client(closed, token="rotated-token-0123456789", file=path).best(NAME, {"n": 1024}, device="cpu")
+        assert from_file.source == "file" and from_file.config["BLOCK"] == 512
+        with pytest.raises(ClientError) as no_file:
+            Client(closed, token="rotated-token-0123456789").best(NAME, {"n": 1024}, device="cpu")
+        assert no_file.value.status == 401 and "wants a token with the read scope" in str(no_file.value)
+        assert "refused the client's token" in str(no_file.value)
+        with pytest.raises(ClientError, match="the client has none"):
+            Client(closed).best(NAME, {"n": 1024}, device="cpu")
 
 
 @pytest.mark.parametrize(("url", "message"), [

@@ -16,14 +16,19 @@ to a server); the lookup itself is :func:`tuner.lookup.choose`, shared with the 
 Answers are cached in the process for ``ttl_s`` seconds, keyed by everything in the request (template,
 shape items, device, device name); a cached answer costs one dict lookup (about a microsecond). Where an
 answer comes from, in order: the server (``source="server"``; its 4xx answers raise :class:`ClientError`,
-but for 408 and 429, which say it is busy), the export file (``"file"``) when there is no server, it failed
-or it was busy (then it is not asked again for
+but for 408 and 429, which say it is busy, and 401/403 for the token, below), the export file (``"file"``)
+when there is no server, it failed or it was busy (then it is not asked again for
 ``retry_s`` seconds), the caller's ``fallback`` config (``"fallback"``, cached for ``retry_s`` only), else
 :class:`ClientError`. With ``enqueue_on_miss=True`` (and a token with the ``submit`` scope), an answer that
 is not exact, or is a carried version's best (:attr:`BestConfig.carried`: not tuned under the current
 version), submits a background tuning job for the shape, once per shape and process, unless the server
 already lists a queued or running tune job for that shape and device (another process's); the call never
 waits for it and a failure is only logged.
+
+A token the server refuses (401 unknown, 403 lacking the read scope: a rotated or mistyped token) never stops a
+lookup: it is logged once and dropped, and the client reads without it (reads are open unless the server sets
+``TUNER_READ_REQUIRES_TOKEN``) and enqueues nothing more. Where the server wants a token for reads too, the
+export file answers, else ClientError says so.
 
 The requester's fingerprint: ``device_name`` (given, or torch's current device when ``device="auto"``) and
 ``software`` — by default (``software="auto"``) the installed torch, triton and tilelang versions (package
@@ -84,6 +89,7 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 SUPPORTED_SCHEMA = 1
 # a server (or a proxy before it) busy now, not refusing the request: answered as an outage is
 BUSY = frozenset({408, 429})
+REFUSED = frozenset({401, 403})  # the token: unknown, or lacking the read scope
 
 
 class ClientError(Exception):
@@ -275,6 +281,7 @@ class Client:
         self._enqueued: set[tuple[Any, ...]] = set()
         self._auto: tuple[str, str | None] | None = None
         self._software = software
+        self._token_refused: str | None = None  # the server's reason, once it refused the token
 
     @classmethod
     def from_file(cls, path: str | Path, ttl_s: float = 60.0, **kwargs: Any) -> Client:
@@ -384,9 +391,18 @@ class Client:
             params.append(("software", ",".join(f"{k}={v}" for k, v in sorted(software.items()))))
         params.extend((k, _query_value(v)) for k, v in shape.items())
         try:
-            response = self._client().get("/v1/best", params=params)
+            response = self._get_best(params)
         except httpx.HTTPError as exc:
             log.warning("tuner server %s unavailable: %s", self.url, type(exc).__name__)
+            self._down_until = self._clock() + self.retry_s
+            return None
+        if response.status_code in REFUSED:  # refused even without the token: reads need one
+            whose = "refused the client's token" if self._token_refused is not None else "the client has none"
+            message = (f"{template}: the server {self.url} wants a token with the read scope for lookups and "
+                       f"{whose}: {error_message(response)}")
+            if self.file is None:
+                raise ClientError(message, response.status_code)
+            log.warning("%s; answering from %s", message, self.file.source)
             self._down_until = self._clock() + self.retry_s
             return None
         if 400 <= response.status_code < 500 and response.status_code not in BUSY:
@@ -412,10 +428,23 @@ class Client:
             template_version=data.get("template_version"), measured_version=data.get("measured_version"),
         )
 
+    def _get_best(self, params: list[tuple[str, Any]]) -> httpx.Response:
+        """GET /v1/best, with the token until the server refuses it, then without (once refused, the token is
+        dropped for good, with one warning). Raises httpx.HTTPError."""
+        if self._token_refused is not None:
+            return self._client().get("/v1/best", params=params, headers={"Authorization": ""})
+        response = self._client().get("/v1/best", params=params)
+        if response.status_code in REFUSED and self._token:
+            self._token_refused = error_message(response)
+            log.warning("tuner server %s refused the client's token (%s): reading without it, enqueueing "
+                        "no tuning jobs", self.url, self._token_refused)
+            response = self._client().get("/v1/best", params=params, headers={"Authorization": ""})
+        return response
+
     def _enqueue(self, result: BestConfig, device_name: str | None) -> None:
         key = (result.template, tuple(sorted(result.shape.items())), result.device_kind, device_name)
         with self._lock:
-            if key in self._enqueued or self.url is None:
+            if key in self._enqueued or self.url is None or self._token_refused is not None:
                 return
             self._enqueued.add(key)
         body = {"trials": 40, **self.enqueue_job, "template": result.template, "shapes": [dict(result.shape)],
