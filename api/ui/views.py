@@ -169,7 +169,8 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
     bests = store.list_best(template=name)
     shown = current_studies([s.study for s in summaries], bests)
     published = {b.study_id: Config.from_json(b.config_json) for b in bests}
-    latest = sorted((st for k, st in shown.items() if k[2] == device), key=lambda st: st.shape_key)
+    # shapes in numeric order of their dims (H=8 before H=16), not as text
+    latest = sorted((st for k, st in shown.items() if k[2] == device), key=lambda st: plots.natural_key(st.shape_key))
     outcomes = store.study_outcomes(study_ids=[st.id for st in latest])
     checks = store.latest_verifications(study_ids=[st.id for st in latest])
     disproved = disproved_by_study(store, [st.id for st in latest])
@@ -183,13 +184,16 @@ def template_page(store: db.Store, catalog: Catalog, best: BestService, name: st
     line_names = sorted({n for row in rows for n, us in row.lines.items() if us is not None}, key=plots.natural_key)
     figure = plots.lines_figure([{"workload": row.workload, "best_us": row.best_us,
                                   "default_us": row.default_us, "lines": row.lines} for row in rows])
-    kind = ask_kind or next((st.device_kind for st in latest), None) or KINDS[0]
+    page_kind = next((st.device_kind for st in latest), None)
+    kind = ask_kind or page_kind or KINDS[0]
     example = json.loads(latest[0].shape_json) if latest else None
+    # the page's device name goes with its own kind only: a name of another kind's device matches nothing
+    ask_name = device if kind == page_kind else None
     return {
         "info": template_info(catalog, name), "entry": entry, "devices": devices, "device": device,
         "rows": rows, "line_names": line_names, "figure": figure,
         "studies": [explore.brief(catalog, s) for s in summaries if s.study.device_name == device],
-        "ask": ask_lookup(best, entry, kind, device, ask, example),
+        "ask": ask_lookup(best, entry, kind, ask_name, ask, example),
     }
 
 

@@ -94,7 +94,8 @@ def test_the_template_page_asks_the_lookup_as_the_api_does(served: tuple[str, St
     page's device: exact for a tuned shape, nearest with the repair the lookup made, the default on a kind
     with no entry, the API's 422 message inline for a shape the template rejects (the page still renders; a
     dim sent twice, which the form never does, gets the error page), and a link to the same API call,
-    whose answer is the page's. Unsent, the form holds the first row's shape (n=1024: rows go by shape key)."""
+    whose answer is the page's. Unsent, the form holds the first row's shape (n=256: rows go by their dims'
+    numbers, n=256 before n=1024, not as text)."""
     base = served[0]
     page = f"/ui/templates/{NAME}"
 
@@ -104,7 +105,10 @@ def test_the_template_page_asks_the_lookup_as_the_api_does(served: tuple[str, St
         return html.unescape(r.text)
 
     unsent = html.unescape(httpx.get(base + page, timeout=60).text)
-    assert 'name="shape.n" value="1024"' in unsent and 'id="ask-answer"' not in unsent
+    assert 'name="shape.n" value="256"' in unsent and 'id="ask-answer"' not in unsent
+    rows = re.findall(r'<tr[^>]*data-shape="([^"]+)"', unsent) or re.findall(r'>n=(\d+)<', unsent)
+    assert rows and rows.index(next(r for r in rows if r.endswith("256"))) < rows.index(
+        next(r for r in rows if r.endswith("1024"))), rows
     exact = ask("shape.n=256")
     assert 'class="match m-exact">exact' in exact and "19.00 µs" in exact and "BLOCK=256" in exact
     near = ask("shape.n=128&kind=cpu")
@@ -114,7 +118,10 @@ def test_the_template_page_asks_the_lookup_as_the_api_does(served: tuple[str, St
     assert api is not None and "shape=n%3D128" in api.group(1) and "device_name=test-cpu" in api.group(1)
     answer = httpx.get(base + api.group(1), timeout=60).json()
     assert (answer["match"], answer["config"]) == ("nearest", {"mode": "ok", "BLOCK": 128})
-    assert ask("shape.n=64&kind=npu").count('class="match m-default">default') == 1  # nothing measured on npu
+    npu = ask("shape.n=64&kind=npu")
+    assert npu.count('class="match m-default">default') == 1  # nothing measured on npu
+    npu_api = re.search(r'href="(/v1/best\?[^"]+)"', npu)  # the page's device name is a cpu's: not sent for npu
+    assert npu_api is not None and "device=npu" in npu_api.group(1) and "device_name" not in npu_api.group(1)
     rejected = ask("shape.n=x", 422)
     assert 'id="ask-error"' in rejected and "shape dim n: expected an integer, got 'x'" in rejected
     assert 'id="shapes"' in rejected  # the rest of the page is there
