@@ -173,6 +173,29 @@ def test_the_overview_jobs_table_keeps_every_active_job_when_it_updates(served: 
         httpx.post(f"{served.base}/v1/jobs/{waiting}/cancel", headers=auth(served.token), timeout=30)
 
 
+def test_the_overview_gives_a_several_shape_job_its_shapes_bests_not_their_minimum(served: Served) -> None:
+    """A job of two shapes has no one best: the overview says how many shapes have one and their range (with
+    each shape's in the title), as the server renders it and as the live table redraws it."""
+    body = {"template": NAME, "shapes": [{"n": 256}, {"n": 512}], "device": {"kind": "cpu"}, "trials": 1,
+            "sampler": "random", "seed": 4, "samples": 3, "comparators": False, "finalists": 1}
+    r = httpx.post(f"{served.base}/v1/jobs", json=body, headers=auth(served.token), timeout=30)
+    assert r.status_code == 201, r.text
+    job_id = int(r.json()["id"])
+    _wait(lambda: httpx.get(f"{served.base}/v1/jobs/{job_id}", timeout=30).json()["state"] in ("done", "failed"),
+          300, f"job {job_id} to end")
+    tasks = httpx.get(f"{served.base}/v1/jobs/{job_id}", timeout=30).json()["tasks"]
+    bests = sorted(t["best_us"] for t in tasks if t["best_us"] is not None)
+    assert len(bests) == 2, tasks
+    d = served.driver
+    _open(served, "/", "overview-two-shapes")
+    cell = lambda: d.find_element("css selector", f'#jobs tbody tr[data-job="{job_id}"] td:nth-child(6)')  # noqa: E731
+    rendered = cell().text
+    assert rendered.startswith("2 of 2 shapes: ") and rendered.endswith(" µs") and "–" in rendered, rendered
+    assert "n=256: " in cell().find_element("css selector", "span").get_attribute("title")
+    _wait(lambda: d.find_element("id", "jobs-updated").text != "", 30, "the jobs table's first update")
+    assert cell().text == rendered  # the live table says the same
+
+
 def test_running_job_advances_without_reload_and_cancel_needs_the_token(served: Served) -> None:
     running = _submit(served, 40)  # enough trials to be still running when the page has loaded, under load too
     waiting = _submit(served, 40)  # queued behind the first (the server has one worker), then running

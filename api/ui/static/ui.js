@@ -192,7 +192,13 @@
           .filter((j) => j.state !== "queued" && j.state !== "running" && !byId.has(j.id));
         const items = active.concat(finished);
         if (items.length) body.innerHTML = items.map((j) => {
-          const bests = j.tasks.map((t) => t.best_us).filter((v) => v !== null);
+          // one shape: its best; several: how many have one, and their range (a minimum over shapes is no one's best)
+          const done = j.tasks.filter((t) => t.best_us !== null);
+          const bests = done.map((t) => t.best_us);
+          const best = !done.length ? "–" : j.tasks.length === 1 ? us(bests[0]) + " µs"
+            : '<span class="small" title="' + esc(done.map((t) => t.label + ": " + us(t.best_us) + " µs").join("; ")) + '">' +
+              done.length + " of " + j.tasks.length + " shapes: " + us(Math.min(...bests)) +
+              (done.length > 1 ? "–" + us(Math.max(...bests)) : "") + " µs</span>";
           const work = j.kind === "verify" // no trials: each shape's best re-measured in fresh processes
             ? '<span class="small">verify: ' + j.tasks.filter((t) => t.state === "done").length + " / " + j.tasks.length +
               " shape(s) re-measured in " + j.processes + " processes</span>"
@@ -201,7 +207,7 @@
             (j.waiting ? '<div class="waiting-note small" title="why it waits">' + esc(j.waiting) + "</div>" : "") +
             "</td><td>" + esc(j.template) + ' <span class="muted">v' + esc(j.template_version) + "</span></td><td>" + esc(j.device.kind) +
             (j.device.name ? " · " + esc(j.device.name) : "") + "</td><td>" + work +
-            "</td><td>" + (bests.length ? us(Math.min(...bests)) + " µs" : "–") + "</td><td>" + j.workers.length + "</td></tr>";
+            "</td><td>" + best + "</td><td>" + j.workers.length + "</td></tr>";
         }).join("");
         document.getElementById("jobs-updated").textContent = "updated " + new Date().toLocaleTimeString();
       }
