@@ -116,7 +116,8 @@ def trials_figure(trials: Sequence[db.MeasurementRecord]) -> Figure:
     failed = sorted({m.status.value for m in ordered if not m.ok}, key=STATUS_ORDER.index)
     strip = 0.06 * len(failed) + (0.06 if failed else 0.0)
     return {"data": data, "layout": _layout(
-        xaxis={"title": {"text": "trial"}, "zeroline": False, "anchor": "y2" if failed else "y"},
+        xaxis={"title": {"text": "trial"}, "zeroline": False, "anchor": "y2" if failed else "y",
+               "tickformat": "d", **({"dtick": 1} if len(ordered) <= 10 else {})},  # whole trials, no 0.5
         yaxis={"title": {"text": "median µs (log)"}, "type": "log", "domain": [min(strip + 0.06, 0.5), 1],
                **log_ticks([m.median_us for m in ordered if m.ok])},
         yaxis2={"domain": [0, max(strip, 0.0)], "type": "category", "categoryorder": "array",
@@ -149,10 +150,20 @@ def parameter_figures(trials: Sequence[db.MeasurementRecord], names: Sequence[st
             margin={"l": 50, "r": 10, "t": 28, "b": 40}, height=230, showlegend=False,
             title={"text": name, "font": {"size": 13}},
             xaxis={"type": "log" if numeric and _wide(values) else ("linear" if numeric else "category"),
-                   **({"categoryorder": "array", "categoryarray": categories} if categories else {})},
-            yaxis={"type": "log", "title": {"text": "µs"}, **log_ticks([m.median_us for _, m in points])},
+                   **({"categoryorder": "array", "categoryarray": categories} if categories else {}),
+                   **_value_ticks(values if numeric else [])},
+            yaxis={"type": "log", "title": {"text": "µs", "standoff": 6}, "automargin": True,
+                   **log_ticks([m.median_us for _, m in points])},
         )}))
     return figures
+
+
+def _value_ticks(values: Sequence[object]) -> dict[str, Any]:
+    """Ticks at a numeric parameter's own values when it takes few (block sizes 2/4/8: no tick at 6 or 2.5)."""
+    distinct = sorted({float(v) for v in values if isinstance(v, (int, float))})
+    if not distinct or len(distinct) > 12:
+        return {}
+    return {"tickvals": distinct, "ticktext": [f"{v:g}" for v in distinct]}
 
 
 def _wide(values: Sequence[object]) -> bool:
@@ -294,14 +305,21 @@ def ecdf_figure(named: Sequence[tuple[str, Sequence[db.MeasurementRecord]]]) -> 
     """The distribution of OK trial medians of several studies (fraction of trials at or below a time)."""
     palette = ["#1565c0", "#ef6c00", "#2e7d32", "#8e24aa"]
     data = []
+    every: list[float] = []
     for i, (name, trials) in enumerate(named):
         times = sorted(m.median_us for m in trials if m.ok and m.median_us is not None)
+        every.extend(t for t in times if t > 0)
         n = len(times)
         data.append({"type": "scatter", "mode": "lines", "name": name, "x": times,
                      "y": [(k + 1) / n for k in range(n)], "line": {"shape": "hv", "color": palette[i % 4]}})
-    return {"data": data, "layout": _layout(xaxis={"type": "log", "title": {"text": "median µs (log)"}},
-                                            yaxis={"title": {"text": "fraction of OK trials"}, "range": [0, 1.02]},
-                                            height=340)}
+    span = {"range": [math.log10(min(every) / 1.15), math.log10(max(every) * 1.15)]} if every else {}
+    # the legend under the plot (above it, it covered the curves' last steps near 1) and the x range padded
+    # by log_ticks (the slowest trial sat on the right edge)
+    return {"data": data, "layout": _layout(
+        xaxis={"type": "log", "title": {"text": "median µs (log)"}, **log_ticks(every), **span},
+        yaxis={"title": {"text": "fraction of OK trials"}, "range": [0, 1.04], "automargin": True},
+        legend={"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top"},
+        margin={"l": 60, "r": 20, "t": 20, "b": 90}, height=380)}
 
 
 def finite(value: float | None) -> float | None:

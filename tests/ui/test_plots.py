@@ -85,3 +85,41 @@ def test_the_lines_drawn_take_distinct_colours_and_names_are_escaped() -> None:
     colours = [t["marker"]["color"] for t in drawn]
     assert len(colours) == len(set(colours)) == 7, [(t["name"], t["marker"]["color"]) for t in drawn]
     assert "&lt;b&gt;odd&lt;/b&gt;" in [t["name"] for t in drawn] and "<b>" not in json.dumps(figure)
+
+
+def _trial(number: int, config: dict[str, object], median_us: float) -> object:
+    from datetime import datetime, timezone
+
+    from tuner import db
+    from tuner.results import Status
+
+    return db.MeasurementRecord(
+        id=number + 1, study_id=1, role="trial", round_id=None, candidate="config", trial_number=number,
+        config_json=json.dumps(config), status=Status.OK, reason=None, errors_json="{}", kernels_json="[]",
+        median_us=median_us, p20_us=median_us, p80_us=median_us, mean_us=median_us, min_us=median_us,
+        max_us=median_us, n_samples=3, timer="cupti", build_s=None, verify_s=None, measure_s=None, worker=None,
+        created_at=datetime.now(timezone.utc))
+
+
+def test_small_sweeps_get_ticks_at_whole_trials_and_at_the_parameters_own_values() -> None:
+    """A block size swept over 2/4/8 is ticked at 2, 4 and 8 (not at 2.5 or 6), a sweep of three trials at
+    whole trial numbers, and the µs title of a parameter panel makes room for its tick labels."""
+    from tuner.api.ui.plots import parameter_figures, trials_figure
+
+    trials = [_trial(k, {"block": b, "mode": "ok"}, us) for k, (b, us) in enumerate([(2, 9000.0), (4, 21000.0),
+                                                                                        (8, 15000.0)])]
+    ((name, figure), (_, mode)) = parameter_figures(trials, ["block", "mode"])  # type: ignore[arg-type]
+    xaxis, yaxis = figure["layout"]["xaxis"], figure["layout"]["yaxis"]
+    assert name == "block" and xaxis["tickvals"] == [2.0, 4.0, 8.0] and xaxis["ticktext"] == ["2", "4", "8"]
+    assert yaxis["automargin"] is True and "tickvals" not in mode["layout"]["xaxis"]  # a category axis: its own
+    timeline = trials_figure(trials)["layout"]["xaxis"]  # type: ignore[arg-type]
+    assert timeline["dtick"] == 1 and timeline["tickformat"] == "d"
+
+
+def test_the_distribution_legend_sits_under_the_curves() -> None:
+    from tuner.api.ui.plots import ecdf_figure
+
+    layout = ecdf_figure([("#1", [_trial(0, {}, 10.0), _trial(1, {}, 20.0)]),  # type: ignore[list-item]
+                          ("#2", [_trial(2, {}, 278.0)])])["layout"]
+    assert layout["legend"]["y"] < 0 and layout["yaxis"]["range"][1] > 1
+    assert 10 ** layout["xaxis"]["range"][1] > 278.0 * 1.1 and 10 ** layout["xaxis"]["range"][0] < 10.0 / 1.1

@@ -155,7 +155,7 @@ def _progress(console: Console) -> Progress:
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("best {task.fields[best]}"),
+        TextColumn("fastest trial {task.fields[best]}"),  # the sweep's; the published best is the final round's
         TimeElapsedColumn(),
         console=console,
         transient=False,

@@ -6,6 +6,7 @@
   const esc = (v) => String(v === null || v === undefined ? "" : v)
     .replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
   // as the server's `us` filter: 2 decimals below 100 µs, else 1 and thousands separated (20,265.5)
+  const clip = (text, n) => text.length > n ? text.slice(0, n - 1) + "…" : text;  // the whole text is the cell's title
   const us = (v) => (v === null || v === undefined) ? "–"
     : (v < 100 ? v.toFixed(2) : v.toLocaleString("en-US", {minimumFractionDigits: 1, maximumFractionDigits: 1}));
   const cfg = (c) => c ? '<code class="cfg">' + Object.entries(c).map(([k, v]) => esc(k) + "=" + esc(v)).join(", ") + "</code>" : '<span class="muted">–</span>';
@@ -61,7 +62,7 @@
         "<td>" + esc(m.trial_number === null ? "" : m.trial_number) + "</td><td>" + cfg(m.config) + "</td><td>" + badge(m.status) +
         '</td><td class="num">' + us(m.median_us) + '</td><td class="num">' +
         (m.p20_us === null ? "" : us(m.p20_us) + "–" + us(m.p80_us)) + '</td><td class="reason" title="' + esc(m.reason || "") + '">' +
-        esc((m.reason || "").split("\n")[0].slice(0, 140)) + "</td><td>" + esc(m.created_at.slice(0, 19).replace("T", " ")) +
+        esc(clip((m.reason || "").split("\n")[0], 140)) + "</td><td>" + esc(m.created_at.slice(0, 19).replace("T", " ")) +
         "</td></tr>").join("") : '<tr class="empty"><td colspan="7">no trial matches</td></tr>';
       const pages = Math.max(1, Math.ceil(page.total / size));
       document.getElementById("trials-page").textContent = "page " + (state.offset / size + 1) + " of " + pages;
