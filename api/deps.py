@@ -97,7 +97,8 @@ def authenticate(settings: ApiSettings, credentials: HTTPAuthorizationCredential
         return ANONYMOUS
     scopes = settings.scopes_of(credentials.credentials)
     if scopes is None:
-        raise _unauthorized("unknown token", "invalid_token")
+        raise _unauthorized("unknown token: not one of the server's TUNER_TOKENS (a server without TUNER_TOKENS "
+                            "takes only the token it wrote to $TUNER_HOME/token on its host)", "invalid_token")
     principal = Principal(token_label(credentials.credentials), scopes)
     if required and scope not in scopes:
         raise FieldError(f"this token lacks the '{scope}' scope", ("header", "Authorization"), status=403,

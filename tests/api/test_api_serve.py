@@ -85,6 +85,8 @@ def test_serve_with_its_worker_and_the_cli_over_http(tmp_path: Path) -> None:
         cuda = tuner("submit", NAME, "--shape", "n=64", "--trials", "1", "--url", base, home=home)
         assert cuda.returncode == 0 and "on cuda" in cuda.stdout, cuda.stderr
         assert "waiting: no live worker of device cuda" in cuda.stderr and "--device cpu" in cuda.stderr
+        status = tuner("status", cuda.stdout.split()[1], "--url", base, home=home)  # says it again, with the hint
+        assert "waiting: no live worker of device cuda" in status.stdout and "--device cpu" in status.stdout
         assert tuner("cancel", cuda.stdout.split()[1], "--url", base, home=home).returncode == 0
 
         (worker,) = httpx.get(f"{base}/v1/workers").json()

@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tuner.dims import Dim
 from tuner.errors import DeviceError, StoreError, TunerError, UserInputError
 
 app = typer.Typer(
@@ -81,7 +82,10 @@ def templates() -> None:
     that does not load (exit code 2 if any)."""
     from tuner import registry
 
-    table = Table("template", "version", "backend", "parameters", "workloads")
+    table = Table("template", "version", "backend", "shape dims (--shape)", "parameters", "workloads")
+    table.columns[0].no_wrap = True  # the names tell templates apart: never cut them
+    for column in table.columns[3:]:
+        column.overflow = "fold"  # wrapped, never cut with an ellipsis (a workload's name is an argument)
     failed = 0
     for name in registry.names():
         try:
@@ -91,10 +95,26 @@ def templates() -> None:
             err_console.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False, soft_wrap=True)
             failed += 1
             continue
-        table.add_row(name, t.version, t.backend, ", ".join(space.names), "\n".join(w.name for w in t.workloads))
+        table.add_row(name, t.version, t.backend, ", ".join(_dim_text(d) for d in t.dims), ", ".join(space.names),
+                      "\n".join(w.name for w in t.workloads))
     console.print(table)
     if failed:
         raise typer.Exit(2)
+
+
+def _waiting_line(job: Mapping[str, Any]) -> str:
+    """Why a job waits (the API's ``waiting``), with what to do when no worker of its device is live."""
+    hint = ("; on a host without a GPU, submit with --device cpu"
+            if job["device"]["kind"] != "cpu" and job.get("waiting_cause") == "no_device" else "")
+    return f"waiting: {job['waiting']}{hint}"
+
+
+def _dim_text(dim: Dim) -> str:
+    """A shape dim as ``--shape`` takes it: ``S`` (required), ``Q=256`` (its default), and a choice dim's
+    other values in parentheses: ``dtype=float16 (bfloat16, float32)``."""
+    text = dim.name if dim.default is None else f"{dim.name}={str(dim.default).lower()}"
+    others = [c for c in dim.choices or () if c != dim.default]
+    return f"{text} ({', '.join(others)})" if others else text
 
 
 @app.command()
@@ -819,9 +839,7 @@ def submit(
     console.print(f"job {job['id']} {job['state']}: {kind}{job['template']}, {len(job['tasks'])} shape(s) × "
                   f"{work} on {where}", highlight=False)
     if job.get("waiting"):  # e.g. no live worker of the device asked for: it waits until one starts
-        hint = ("; on a host without a GPU, submit with --device cpu"
-                if device != "cpu" and job.get("waiting_cause") == "no_device" else "")
-        err_console.print(f"waiting: {job['waiting']}{hint}", highlight=False)
+        err_console.print(_waiting_line(job), highlight=False)
 
 
 @app.command()
@@ -843,6 +861,7 @@ def jobs(
         return
     table = Table("id", "state", "kind", "template", "device", "shapes", "trials", "created",
                   title=f"{len(page['items'])} of {page['total']} job(s)", title_justify="left")
+    table.columns[3].overflow = "fold"  # a template's name wrapped, never cut (two differ only at their ends)
     for j in page["items"]:
         dev = j["device"]["kind"] + (f" ({j['device']['name']})" if j["device"]["name"] else "")
         progress = j["progress"]
@@ -897,7 +916,7 @@ def _print_job(job: dict[str, Any], as_json: bool) -> None:
                   + (f"; workers: {', '.join(job['workers'])}" if job["workers"] else "")
                   + (f"; error: {job['error']}" if job["error"] else ""), highlight=False)
     if job.get("waiting"):
-        console.print(f"waiting: {job['waiting']}", highlight=False)
+        console.print(_waiting_line(job), highlight=False)
     if verify:  # its figure is the median over the processes; the drift is in `GET /v1/best` and `tuner report`
         table = Table("shape", "state", "gave up", "re-measured µs", "published config")
     else:
