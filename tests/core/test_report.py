@@ -30,6 +30,17 @@ def _row(workload: str, version: str) -> ReportRow:
     )
 
 
+def test_a_ceiling_is_a_percentage_on_a_device_and_none_on_the_cpu() -> None:
+    import dataclasses
+
+    from tuner.report.markdown import Line
+
+    ceiling = Line("ceiling-block512", 8.0, ceiling=True)
+    on_gpu = dataclasses.replace(_row("w1", "2"), ceiling=ceiling)
+    assert on_gpu.ceiling_pct == 80.0
+    assert dataclasses.replace(on_gpu, timer="cpu-wall").ceiling_pct is None  # the interpreter is no memory system
+
+
 def test_rows_of_the_current_version_keep_the_plain_title() -> None:
     text = render_markdown(Report("t", "2", (_row("w1", "2"),)))
     assert text.startswith("# t (template version 2)\n") and "| w1 |" in text

@@ -88,8 +88,10 @@ class ReportRow:
 
     @property
     def ceiling_pct(self) -> float | None:
-        """Percent of the ceiling kernel's speed the best config reaches (ceiling µs / best µs)."""
-        if self.ceiling is None or not self.ceiling.median_us or not self.best_us:
+        """Percent of the ceiling kernel's speed the best config reaches (ceiling µs / best µs); None on the
+        CPU (``cpu-wall``), where the ceiling runs under Triton's interpreter and says nothing of memory: a
+        TileLang row there read "525% of" it."""
+        if self.ceiling is None or not self.ceiling.median_us or not self.best_us or self.timer == "cpu-wall":
             return None
         return 100.0 * self.ceiling.median_us / self.best_us
 
