@@ -337,8 +337,8 @@ def render(results: list[tuple[Case, list[Row]]], notes: list[str], seeds: int, 
         "recorded median of the best config found so far over the exhaustive best (1.000 = found it), median "
         "[p10–p90] over the seeds; trials to come within 3% of the exhaustive best, median [p10–p90] (\">N\": "
         "not within the budget of N trials for that share of seeds). Starts: none = the sampler alone; seeds = the "
-        "space's default and expert seeds first; warm = those, then the exhaustive bests of the record's other "
-        "shapes, nearest first. CMA-ES models integer ranges only "
+        "space's default and expert seeds first; warm = the default, then the exhaustive bests of the record's "
+        "other shapes, nearest first, then the seeds. CMA-ES models integer ranges only "
         "(and at least two of them): the spaces' categorical and power-of-two parameters go to its independent "
         "sampler, which is random search with the same seed, so where a subspace has fewer than two integer "
         "ranges its rows equal random's.",
