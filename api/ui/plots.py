@@ -149,7 +149,8 @@ def parameter_figures(trials: Sequence[db.MeasurementRecord], names: Sequence[st
         }], "layout": _layout(
             margin={"l": 50, "r": 10, "t": 28, "b": 40}, height=230, showlegend=False,
             title={"text": name, "font": {"size": 13}},
-            xaxis={"type": "log" if numeric and _wide(values) else ("linear" if numeric else "category"),
+            xaxis={"type": "log" if numeric and (_wide(values) or _doubling(values))
+                   else ("linear" if numeric else "category"),
                    **({"categoryorder": "array", "categoryarray": categories} if categories else {}),
                    **_value_ticks(values if numeric else [])},
             yaxis={"type": "log", "title": {"text": "µs", "standoff": 6}, "automargin": True,
@@ -164,6 +165,13 @@ def _value_ticks(values: Sequence[object]) -> dict[str, Any]:
     if not distinct or len(distinct) > 12:
         return {}
     return {"tickvals": distinct, "ticktext": [f"{v:g}" for v in distinct]}
+
+
+def _doubling(values: Sequence[object]) -> bool:
+    """Powers of two spanning at least a factor of 4 (block sizes 32/64/256): a log axis spaces them evenly."""
+    nums = {v for v in values if isinstance(v, int) and not isinstance(v, bool)}
+    return len(nums) == len(set(values)) and len(nums) >= 2 and all(v > 0 and v & (v - 1) == 0 for v in nums) \
+        and max(nums) >= 4 * min(nums)
 
 
 def _wide(values: Sequence[object]) -> bool:

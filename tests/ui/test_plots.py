@@ -102,7 +102,7 @@ def _trial(number: int, config: dict[str, object], median_us: float) -> object:
 
 
 def test_small_sweeps_get_ticks_at_whole_trials_and_at_the_parameters_own_values() -> None:
-    """A block size swept over 2/4/8 is ticked at 2, 4 and 8 (not at 2.5 or 6), a sweep of three trials at
+    """A block size swept over 2/4/8 is ticked at 2, 4 and 8 (not at 2.5 or 6) on a log axis, a sweep of three trials at
     whole trial numbers, and the µs title of a parameter panel makes room for its tick labels."""
     from tuner.api.ui.plots import parameter_figures, trials_figure
 
@@ -111,6 +111,7 @@ def test_small_sweeps_get_ticks_at_whole_trials_and_at_the_parameters_own_values
     ((name, figure), (_, mode)) = parameter_figures(trials, ["block", "mode"])  # type: ignore[arg-type]
     xaxis, yaxis = figure["layout"]["xaxis"], figure["layout"]["yaxis"]
     assert name == "block" and xaxis["tickvals"] == [2.0, 4.0, 8.0] and xaxis["ticktext"] == ["2", "4", "8"]
+    assert xaxis["type"] == "log"  # powers of two, evenly spaced (32 and 64 crowded each other near 256)
     assert yaxis["automargin"] is True and "tickvals" not in mode["layout"]["xaxis"]  # a category axis: its own
     timeline = trials_figure(trials)["layout"]["xaxis"]  # type: ignore[arg-type]
     assert timeline["dtick"] == 1 and timeline["tickformat"] == "d"
