@@ -70,13 +70,15 @@ def list_studies(
         "Dims to match, e.g. B=8,H=64: a study is listed when its shape has each dim at exactly that value. "
         "Names and values are compared case-sensitively, as the template writes them (true/false in any "
         "case); with a template, a dim it does not have is a 422."))] = None,
+    order: Annotated[Literal["newest", "activity"], Query(description=(
+        "newest: the newest study first; activity: the study measured last first (the overview's list)."))] = "newest",
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> StudyPage:
     dims = shape_dims(shape, catalog, template)
     summaries, total = store.list_study_summaries(
         template=template, template_version=version, device_kind=device, device_name=device_name, dims=dims,
-        limit=limit, offset=offset,
+        limit=limit, offset=offset, by_activity=order == "activity",
     )
     return StudyPage(items=[explore.brief(catalog, s) for s in summaries], total=total, limit=limit, offset=offset)
 

@@ -71,6 +71,30 @@ def test_studies_list_detail_and_trials(db_url: str) -> None:
         assert http.get(f"/v1/studies/{first.study_id}/trials", params={"role": "all"}).json()["total"] == 12
 
 
+def test_studies_by_activity_put_the_study_measured_last_first(db_url: str) -> None:
+    """``order=activity`` (the overview's live list): the study with the latest measurement first, whatever
+    its age; ``newest`` (the default) keeps the newest study first; any other order is a 422."""
+    from tuner.frozen import Config
+
+    store = db.Store.open(db_url)
+    older = store_sweep(store, shape={"n": 256})
+    newer = store_sweep(store, shape={"n": 1024})
+    with store.session() as session:  # the older study is measured again, after the newer one's trials
+        db.add_measurement(session, study_id=older.study_id, role="trial", candidate="config",
+                           config_json=Config({"mode": "ok", "BLOCK": 64}).to_json(), status="OK", reason=None,
+                           round_id=None, trial_number=99, errors_json={"y": 1e-7}, median_us=30.0, p20_us=29.0,
+                           p80_us=31.0, n_samples=5, timer="cpu-wall")
+    with thread_server(_settings(db_url), store) as base, httpx.Client(base_url=base, timeout=30) as http:
+        def ids(**params: object) -> list[int]:
+            return [s["id"] for s in http.get("/v1/studies", params=params).json()["items"]]
+
+        assert ids() == [newer.study_id, older.study_id]
+        assert ids(order="activity") == [older.study_id, newer.study_id]
+        assert ids(order="activity", limit=1) == [older.study_id]
+        bad = http.get("/v1/studies", params={"order": "oldest"})
+        assert bad.status_code == 422 and "order" in bad.text
+
+
 def test_the_shape_filter_matches_dims_exactly_and_case_sensitively_on_every_database(db_url: str) -> None:
     """``shape=`` answers the same on SQLite and PostgreSQL: a dim's name and value as the template writes
     them (SQLite's LIKE ignored case: ``n=16`` matched ``N=16`` there and not on PostgreSQL), a whole value

@@ -175,8 +175,12 @@ def test_the_overview_jobs_table_keeps_every_active_job_when_it_updates(served: 
 
 def test_the_overview_gives_a_several_shape_job_its_shapes_bests_not_their_minimum(served: Served) -> None:
     """A job of two shapes has no one best: the overview says how many shapes have one and their range (with
-    each shape's in the title), as the server renders it and as the live table redraws it."""
-    body = {"template": NAME, "shapes": [{"n": 256}, {"n": 512}], "device": {"kind": "cpu"}, "trials": 1,
+    each shape's in the title), as the server renders it and as the live table redraws it. The recently active
+    studies are redrawn too: the study of a shape first tuned while the page is open appears without a reload."""
+    d = served.driver
+    _open(served, "/", "overview-before")
+    d.execute_script("window.__sameDocument = true;")
+    body = {"template": NAME, "shapes": [{"n": 256}, {"n": 768}], "device": {"kind": "cpu"}, "trials": 1,
             "sampler": "random", "seed": 4, "samples": 3, "comparators": False, "finalists": 1}
     r = httpx.post(f"{served.base}/v1/jobs", json=body, headers=auth(served.token), timeout=30)
     assert r.status_code == 201, r.text
@@ -186,7 +190,11 @@ def test_the_overview_gives_a_several_shape_job_its_shapes_bests_not_their_minim
     tasks = httpx.get(f"{served.base}/v1/jobs/{job_id}", timeout=30).json()["tasks"]
     bests = sorted(t["best_us"] for t in tasks if t["best_us"] is not None)
     assert len(bests) == 2, tasks
-    d = served.driver
+    studies = lambda: d.find_element("id", "studies").text  # noqa: E731
+    _wait(lambda: "n=768" in studies(), 30, "the new shape's study in the live list")
+    assert d.execute_script("return window.__sameDocument === true")  # redrawn in place, not reloaded
+    total = httpx.get(f"{served.base}/v1/studies", timeout=30).json()["total"]
+    assert f"({total} in the store)" == d.find_element("id", "studies-total").text
     _open(served, "/", "overview-two-shapes")
     cell = lambda: d.find_element("css selector", f'#jobs tbody tr[data-job="{job_id}"] td:nth-child(6)')  # noqa: E731
     rendered = cell().text

@@ -217,12 +217,41 @@
     setTimeout(tick, 2000);
   }
 
+  // -- overview: the recently active studies, redrawn as they are measured -------------------------------
+  function ago(iso) {  // as the server's `ago` filter writes it
+    const seconds = (Date.now() - Date.parse(iso)) / 1000;
+    for (const [unit, size] of [["d", 86400], ["h", 3600], ["min", 60]]) {
+      if (seconds >= size) return Math.round(seconds / size) + " " + unit + " ago";
+    }
+    return Math.round(Math.max(seconds, 0)) + " s ago";
+  }
+
+  function overviewStudies() {
+    const table = document.getElementById("studies");
+    if (!table || !table.dataset.poll) return;
+    const body = table.querySelector("tbody");
+    const tick = async () => {
+      const answer = await getJSON(table.dataset.poll).catch(() => null);
+      if (answer && answer.ok && answer.body.items.length) {
+        body.innerHTML = answer.body.items.map((s) => '<tr data-study="' + s.id + '"><td><a href="' + esc(s.page) +
+          '" title="' + esc(s.name) + '">' + esc(s.workload || s.shape_key) + '</a> <span class="muted">' + esc(s.template) +
+          " v" + esc(s.template_version) + "</span></td><td>" + esc(s.device_name) + '</td><td class="num">' + us(s.best_us) +
+          (s.best_p20_us !== null ? ' <span class="muted">(' + us(s.best_p20_us) + "–" + us(s.best_p80_us) + ")</span>" : "") +
+          '</td><td class="num">' + us(s.fastest_trial_us) + '</td><td class="num">' + s.trials + " (" + s.failed + ")</td><td>" +
+          ago(s.last_activity) + "</td></tr>").join("");
+        document.getElementById("studies-total").textContent = "(" + answer.body.total + " in the store)";
+      }
+      setTimeout(tick, 3000);
+    };
+    setTimeout(tick, 3000);
+  }
+
   function autoSubmit() {
     document.querySelectorAll("select[data-autosubmit]").forEach((s) => s.addEventListener("change", () => s.form.submit()));
   }
 
   document.addEventListener("DOMContentLoaded", () => {
     autoSubmit();
-    drawPlots(); trialsTable(); importance(); copyButtons(); jobPage(); overviewJobs();
+    drawPlots(); trialsTable(); importance(); copyButtons(); jobPage(); overviewJobs(); overviewStudies();
   });
 })();
