@@ -12,14 +12,16 @@ import sys
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from tuner.dims import Dim
 from tuner.errors import DeviceError, StoreError, TunerError, UserInputError
+
+if TYPE_CHECKING:
+    from tuner.dims import Dim
 
 app = typer.Typer(
     name="tuner",
