@@ -32,6 +32,8 @@ one wave (2p7b: 2560 tiles, persist 5 = 512 CTAs).
 ``min_blocks`` > 0 asks ptxas to fit that many CTAs on one SM (``__launch_bounds__``), capping the registers
 per thread: more warps in flight for a latency-bound kernel, or spills. ``load_cache`` = streaming reads dt
 with ``__ldcs`` (lines that L2 evicts first; CUDA only, plain loads on the C target).
+The plan's ``load`` (``regs`` or ``copy``; a probe's variant, not a search-space parameter) makes phase A of
+the one-tile kernel copy the raw tile with vector loads first, as the looping kernel does (_raw_tile_macro).
 
 Heads are the fastest thread index in phases B and C (the rows of different heads are ``pad``-skewed, those
 of one head are not), the sequence position in phase D (coalesced stores). When ``block_h`` does not divide
@@ -78,6 +80,11 @@ class CumsumPlan:
     persist: int = 1  # tiles per CTA; above 1 the CTA loops over them, loading the next while it scans
     min_blocks: int = 0  # CTAs per SM that ptxas must leave registers for (__launch_bounds__); 0: its choice
     load_cache: str = "default"  # streaming: dt loaded with ld.global.cs (evict-first lines in L1 and L2)
+    # how the one-tile kernel brings dt in: fused = each thread loads, activates and stages its values one at
+    # a time (the search space's kernels); regs / copy = the raw tile is first copied whole with vector loads
+    # into registers / shared memory, then activated into the stage. Not a search-space parameter: a
+    # plan-level variant for probes (benchmarks/h200/cumsum_load_probe.py; on an H100 neither was faster)
+    load: str = "fused"
 
     @property
     def groups(self) -> int:
@@ -222,6 +229,9 @@ def _body_macro(p: CumsumPlan, *, streaming: bool = False, cuda: bool = True) ->
 
     if p.persist > 1:
         return _persistent_body_macro(p, at, scan_and_store)
+    if p.load != "fused" and (p.H % p.block_h or p.load_cache != "default" or p.load not in ("copy", "regs")):
+        raise ConfigError(f"load={p.load}: needs block_h dividing H={p.H} and load_cache default")
+    stage_raw = _raw_tile_macro(p, at)
 
     @T.macro
     def body(dt, A, dt_bias, dt_limit, dt_out, dA_cumsum):
@@ -234,9 +244,16 @@ def _body_macro(p: CumsumPlan, *, streaming: bool = False, cuda: bool = True) ->
             acc = T.alloc_fragment((r_, nseg, bh_), "float32")
             lo = dt_limit[0]
             hi = dt_limit[1]
-            for q, h in T.Parallel(rq, bh_, coalesced_width=width_a):  # A: load, activate, stage
-                x = _load_x(dt, dt_bias, bb, bc * rq + q, bh * bh_ + h, p.H, p.masked, streaming)
-                st[at(0, q, h)] = _activate(x, lo, hi, p)
+            if p.load == "fused":
+                for q, h in T.Parallel(rq, bh_, coalesced_width=width_a):  # A: load, activate, stage
+                    x = _load_x(dt, dt_bias, bb, bc * rq + q, bh * bh_ + h, p.H, p.masked, streaming)
+                    st[at(0, q, h)] = _activate(x, lo, hi, p)
+            else:  # A: the raw tile first (see _raw_tile_macro)
+                if p.load == "regs":
+                    raw = T.alloc_fragment((rq, bh_), "float32")
+                else:
+                    raw = T.alloc_shared((rq, bh_), "float32", scope="shared")
+                stage_raw(dt, dt_bias, raw, st, lo, hi, bb, bh, bc)
             scan_and_store(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc)
 
     return body
@@ -250,6 +267,7 @@ def _persistent_body_macro(p: CumsumPlan, at: Callable[..., Any], scan_and_store
 
     bh_, rq = p.block_h, p.rows * p.Q
     groups, n_hb = p.groups, p.head_blocks
+    stage_raw = _raw_tile_macro(p, at)
 
     def tile_of(t: Any) -> tuple[Any, Any, Any]:  # (head block, chunk group, batch) of tile t
         if p.sweep == "heads":
@@ -269,13 +287,36 @@ def _persistent_body_macro(p: CumsumPlan, at: Callable[..., Any], scan_and_store
             for it in T.Pipelined(p.persist, num_stages=2):
                 # past the last tile (persist not dividing the tiles): redo the last one, same values
                 bh, bc, bb = tile_of(T.min(cta * p.persist + it, p.tiles - 1))
-                T.copy(dt[bb, bc * rq : bc * rq + rq, bh * bh_ : bh * bh_ + bh_], raw, disable_tma=True)
-                for q, h in T.Parallel(rq, bh_):  # A: activate from the raw stage
-                    x = raw[q, h] if dt_bias is None else raw[q, h] + dt_bias[bh * bh_ + h]
-                    st[at(0, q, h)] = _activate(x, lo, hi, p)
+                stage_raw(dt, dt_bias, raw, st, lo, hi, bb, bh, bc)  # A, from the raw tile
                 scan_and_store(st, aux, acc, A, dt_out, dA_cumsum, bb, bh, bc)
 
     return body
+
+
+def _raw_tile_macro(p: CumsumPlan, at: Callable[..., Any]) -> Any:
+    """Phase A from a raw tile: copy the tile's dt rows whole into ``raw`` (shared memory or a fragment; the
+    looping kernel's copy is what its pipeline overlaps), then add the bias, activate and stage each value.
+
+    The one-tile kernel's ``load`` = regs or copy (plan-level variants, not search-space parameters): the
+    raw tile is copied with vector loads (float4 where the tile's rows allow: 4 per thread at 8 heads and
+    128 threads, against 16 scalar loads each followed by the activation's branch in the fused load) into a
+    fragment (``regs``: each thread's values in registers, activated and staged from there) or into shared
+    memory (``copy``: one more barrier and shared pass, and the raw tile's shared memory). Whole tiles only
+    (``block_h`` divides H); no streaming loads (load_cache applies to the fused load). Measured on an H100
+    (2026-12-05, benchmarks/h200/h100_2026-12-05/README.md): regs from 1.3% faster to 3.5% slower than
+    fused at the same min_blocks, copy 10-33% slower."""
+    import tilelang.language as T
+
+    bh_, rq = p.block_h, p.rows * p.Q
+
+    @T.macro
+    def stage_raw(dt, dt_bias, raw, st, lo, hi, bb, bh, bc):
+        T.copy(dt[bb, bc * rq : bc * rq + rq, bh * bh_ : bh * bh_ + bh_], raw, disable_tma=True)
+        for q, h in T.Parallel(rq, bh_):
+            x = raw[q, h] if dt_bias is None else raw[q, h] + dt_bias[bh * bh_ + h]
+            st[at(0, q, h)] = _activate(x, lo, hi, p)
+
+    return stage_raw
 
 
 def _occupancy_hint(p: CumsumPlan) -> Any:

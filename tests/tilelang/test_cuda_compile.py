@@ -72,3 +72,24 @@ def test_compiles_for_sm90(
         assert source.count("__shfl_up_sync") == plan.segments.bit_length()
     if plan.persist > 1:  # the raw tiles are copied asynchronously, two stages, plain sm_90 (no setmaxnreg)
         assert "cp_async_commit" in source and "cp_async_wait" in source and "reg_alloc" not in source
+
+
+@pytest.mark.parametrize("load", ["fused", "regs", "copy"])
+def test_load_variants_compile_for_sm90(session_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                        load: str) -> None:
+    """The plan-level ``load`` variants (benchmarks/h200/cumsum_load_probe.py): regs and copy read dt with
+    float4 loads (the fused load reads one float at a time); only copy stages the raw tile in shared memory."""
+    import dataclasses
+
+    from tuner.kernels.mamba2_chunk_cumsum.tilelang_program import plan_for
+    from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import _compile
+    from tuner.kernels.tilelang_toolchain import resolve_toolchain
+
+    monkeypatch.setenv("TUNER_TILELANG_TARGET", "cuda:sm_90")
+    shape = TEMPLATE.workload("mamba2-2p7b-b2-s32k-dt-bias").replace(dtype="float32")
+    config = TEMPLATE.space().default.replace(**WARP, layout="hq", pad=4, threads=128, min_blocks=16)
+    plan = dataclasses.replace(plan_for(config, shape), load=load)
+    source = _compile(plan, resolve_toolchain(), tmp_path).get_kernel_source()
+    assert ("= *(float4*)(dt + " in source) == (load != "fused")
+    assert ("__shared__ __align__(16) float raw[" in source) == (load == "copy")
+    assert source.count("__syncthreads()") == (2 if load == "copy" else 1)

@@ -122,3 +122,51 @@ def test_bfloat16_does_not_compile_for_the_c_target(cpu_template) -> None:  # ty
     with pytest.raises(CompileFailed, match="bfloat16") as info:
         cpu_template.build(cpu_template.space().default, shape)
     assert cpu_template.is_compile_error(info.value)
+
+
+# The plan-level ``load`` variants (not search-space parameters: benchmarks/h200/cumsum_load_probe.py builds them
+# from plans): the raw tile copied whole into registers or shared memory, then activated. Same sums as fused.
+LOAD_CASES = [
+    ({"scan": "warp", "store": "direct", "layout": "hq", "pad": 4, "threads": 128},
+     {"dtype": "float32", "has_bias": True}),
+    ({"scan": "warp", "store": "direct", "block_h": 4, "threads": 64}, {}),
+    ({"rows": 2, "layout": "hq", "pad": 4}, {"H": 8, "has_bias": True}),
+]
+
+
+@pytest.mark.parametrize("load", ["regs", "copy"])
+@pytest.mark.parametrize(("changes", "dims"), LOAD_CASES)
+def test_load_variants_of_a_plan(cpu_template, tmp_path, load: str, changes: dict, dims: dict) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from tuner.kernels.mamba2_chunk_cumsum.tilelang_program import plan_for
+    from tuner.kernels.mamba2_chunk_cumsum.tilelang_template import _compile, _launcher
+    from tuner.kernels.tilelang_toolchain import resolve_toolchain
+
+    base = {"B": 2, "S": 256, "H": 16, "Q": 64, "has_bias": False, "dtype": "float16", "softplus": True}
+    shape = cpu_template.make_shape({**base, **dims})
+    config = cpu_template.space().default.replace(**changes)
+    fused = plan_for(config, shape)
+    assert fused.load == "fused"  # the search space's kernels are unchanged
+    plan = dataclasses.replace(fused, load=load)
+    fn = _launcher(_compile(plan, resolve_toolchain(), tmp_path), plan, "cpu")
+    inputs = cpu_template.make_inputs(shape, "cpu", 5)
+    guarded = {k: _guarded(v) for k, v in cpu_template.allocate_outputs(shape, inputs).items()}
+    outputs = {k: out for k, (out, _) in guarded.items()}
+    fn(inputs, outputs)
+    reference = cpu_template.reference(shape, inputs)
+    for spec in cpu_template.output_specs(shape):
+        assert bool((guarded[spec.name][1] == GUARD).all()), f"{spec.name}: written out of bounds"
+        assert relative_l2(outputs[spec.name], reference[spec.name]) <= spec.rtol, (load, spec.name)
+
+
+def test_load_variant_needs_whole_tiles(cpu_template, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from tuner.errors import ConfigError
+    from tuner.kernels.mamba2_chunk_cumsum.tilelang_program import make_program, plan_for
+
+    shape = cpu_template.make_shape({"B": 1, "S": 256, "H": 12, "Q": 64, "has_bias": False, "dtype": "float16"})
+    plan = dataclasses.replace(plan_for(cpu_template.space().default, shape), load="regs")  # 8 heads per CTA
+    with pytest.raises(ConfigError, match="block_h dividing H=12"):
+        make_program(plan, cuda=False)
