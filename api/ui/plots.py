@@ -201,6 +201,7 @@ def final_figure(final: Sequence[db.MeasurementRecord], best_id: int | None) -> 
     ok = sorted((m for m in final if m.ok and m.median_us is not None), key=lambda m: -(m.median_us or 0.0))
     colors = [BEST_COLOR if m.id == best_id else COMPARATOR_COLOR if m.candidate.startswith("comparator:")
               else DEFAULT_COLOR if m.candidate == "default" else "#81c784" for m in ok]
+    longest = max((m.median_us or 0.0 for m in ok), default=0.0)
     return {"data": [{
         "type": "bar", "orientation": "h", "name": "median",
         "y": [labels[m.id] + (" ★" if m.id == best_id else "") for m in ok],
@@ -209,7 +210,10 @@ def final_figure(final: Sequence[db.MeasurementRecord], best_id: int | None) -> 
                     "array": [max(0.0, (m.p80_us or m.median_us or 0) - (m.median_us or 0)) for m in ok],
                     "arrayminus": [max(0.0, (m.median_us or 0) - (m.p20_us or m.median_us or 0)) for m in ok],
                     "color": "#333"},
-        "text": [f"{m.median_us:.2f} µs" for m in ok], "textposition": "auto",
+        # each value at its bar's base, white on the bar (at the bar's end, "auto", it met the p20-p80 whisker);
+        # past the end of a bar too short to hold it (its whisker is as short)
+        "text": [f"{m.median_us:.2f} µs" for m in ok], "insidetextanchor": "start", "insidetextfont": {"color": "#fff"},
+        "textposition": ["inside" if (m.median_us or 0.0) >= 0.12 * longest else "outside" for m in ok],
         "hovertext": [_hover(m) for m in ok], "hoverinfo": "text",
     }], "layout": _layout(xaxis={"title": {"text": "median µs (p20–p80); ★ published"}, "rangemode": "tozero"},
                           yaxis={"automargin": True}, height=max(180, 30 * len(ok) + 80), showlegend=False)}

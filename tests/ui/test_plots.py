@@ -124,3 +124,18 @@ def test_the_distribution_legend_sits_under_the_curves() -> None:
                           ("#2", [_trial(2, {}, 278.0)])])["layout"]
     assert layout["legend"]["y"] < 0 and layout["yaxis"]["range"][1] > 1
     assert 10 ** layout["xaxis"]["range"][1] > 278.0 * 1.1 and 10 ** layout["xaxis"]["range"][0] < 10.0 / 1.1
+
+
+def test_final_round_values_sit_at_the_bars_base_away_from_the_whiskers() -> None:
+    """A bar's value is written inside it from its base (at its end it met the p20-p80 whisker); a bar too short
+    to hold it (a comparator 400x faster) gets it past its end. tests/ui/test_browser.py screenshots the page."""
+    from dataclasses import replace
+
+    from tuner.api.ui.plots import final_figure
+
+    rows = [replace(_trial(k, {"block": k}, us), role="final", round_id="r", trial_number=None,  # type: ignore[type-var]
+                    p20_us=us * 0.97, p80_us=us * 1.05) for k, us in enumerate([1063.0, 2637.0, 4697.0, 10.1])]
+    trace = final_figure(rows, best_id=1)["data"][0]  # type: ignore[arg-type]
+    assert trace["x"] == [4697.0, 2637.0, 1063.0, 10.1]  # slowest first: drawn at the bottom, the fastest on top
+    assert trace["textposition"] == ["inside", "inside", "inside", "outside"]
+    assert trace["insidetextanchor"] == "start" and trace["error_x"]["array"][0] > 0
