@@ -13,7 +13,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import optuna
 import pytest
@@ -414,3 +414,38 @@ def test_a_worker_retries_its_registration_and_its_final_round_whose_answers_wer
     assert len(finals) == len({(f.candidate, f.config_json) for f in finals})
     best = store.get_study_best(study_id=task.study_id)
     assert best is not None and best.measurement_id in {f.id for f in finals}
+
+
+def test_a_blip_of_optunas_storage_after_the_publish_does_not_measure_the_round_again(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round's description for optuna-dashboard (study user attributes, written by Optuna's own storage
+    after the publish) was the one write of a final round outside the worker's retries: a blip there left
+    the task, and the next claim measured and published the whole round again. Now it is retried."""
+    import sqlalchemy
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    registry.register(NAME, TUNABLE_REF)
+    failed: list[str] = []
+
+    def blip(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if not failed and "study_user_attributes" in statement and "final_round" in str(parameters):
+            failed.append(statement)
+            raise sqlalchemy.exc.OperationalError(statement, parameters, Exception("server closed the connection"))
+
+    store = db.Store.open(db_url)
+    job_id = _submit(store, [Shape(n=256)], trials=3)
+    event.listen(Engine, "before_cursor_execute", blip)
+    try:
+        worker = Worker(store, WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=10))
+        assert worker.run(exit_when_idle=True) == 1
+    finally:
+        event.remove(Engine, "before_cursor_execute", blip)
+    assert failed, "the blip never happened: the round's description is written elsewhere now"
+    (task,) = _job(store, job_id).tasks
+    assert task.state == "done" and task.study_id is not None
+    finals = store.list_measurements(study_id=task.study_id, role="final")
+    assert len({f.round_id for f in finals}) == 1  # one round, not measured again
+    (name,) = optuna.get_all_study_names(db_url)
+    attrs = optuna.load_study(study_name=name, storage=db_url).user_attrs
+    assert "final_round" in attrs and attrs["published"]["median_us"] > 0  # written on the retry

@@ -595,7 +595,9 @@ def finalize(
                 break
             refused += 1
         published = winner is not None
-    _describe_round(ctx.study, entries, winner if published else None)
+    # through persist too: a blip here, after the publish, must not leave the task (the next claim would
+    # measure and publish the whole round again); the attributes are set again as they were
+    persist(lambda: _describe_round(ctx.study, entries, winner if published else None))
     # kept only when keep_served put the served config first and it was published (not when the fastest was
     # clearly faster, then disproved at the publish, and the served config came next)
     kept_over = (fastest_first[0] if winner is not None and winners and winner is winners[0]
