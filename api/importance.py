@@ -22,8 +22,11 @@ from collections import OrderedDict
 from typing import Any
 
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import SQLAlchemyError
 
 from tuner import db
+from tuner.db.engine import describe
+from tuner.errors import StoreError
 
 log = logging.getLogger(__name__)
 MIN_TRIALS = 4
@@ -50,20 +53,24 @@ class Importances:
 
     def of(self, store: db.Store, study: db.StudyRecord) -> ImportanceOut:
         """The study's importances. Blocks (imports Optuna once, reads the study's trials): call from a worker
-        thread. Raises StoreError when the database is unreachable."""
+        thread. Raises StoreError when the database is unreachable or refuses (Optuna's storage errors are
+        translated here, as the store translates its own: the API answers 503)."""
         try:
             import optuna
         except ImportError:
             return ImportanceOut(study_id=study.id, evaluator=EVALUATOR, trials=0, importances={},
                                  note="Optuna is not installed where the server runs")
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # as in every tuner process: no line per copy
-        storage = self._storage(optuna, store)
+        storage = self._storage(store)
         try:
             loaded = optuna.load_study(study_name=study.name, storage=storage)
+            complete = loaded.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         except KeyError:
             return ImportanceOut(study_id=study.id, evaluator=EVALUATOR, trials=0, importances={},
                                  note="no Optuna study of this name in the store (measurements only)")
-        complete = loaded.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as exc:  # Optuna's storage, translated
+            cause = exc.__cause__ if isinstance(exc.__cause__, SQLAlchemyError) else exc
+            raise StoreError(f"store {store.url}: {describe(cause)}") from exc
         key = (study.id, len(complete))
         with self._lock:
             if key in self._cache:
@@ -76,12 +83,15 @@ class Importances:
                 self._cache.popitem(last=False)
         return out
 
-    def _storage(self, optuna: Any, store: db.Store) -> Any:
+    def _storage(self, store: db.Store) -> Any:
+        """The store's Optuna storage, opened once per database as the workers open it (its tables created
+        under the store's schema lock, its PostgreSQL statements and pool checks under the store's deadlines).
+        Raises StoreError when the database cannot be reached for the lock."""
         url = store.optuna_url
         with self._lock:
             storage = self._storages.get(url)
             if storage is None:
-                storage = self._storages[url] = optuna.storages.RDBStorage(url)
+                storage = self._storages[url] = store.optuna_storage()
         return storage
 
     @staticmethod

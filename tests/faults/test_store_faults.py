@@ -73,6 +73,40 @@ def test_a_partition_gives_503_within_5_s_best_answers_stale_and_the_server_reco
         proxy.close()
 
 
+def test_a_studys_importance_survives_a_blip_and_answers_503_through_a_partition(fault_db: FaultDatabase) -> None:
+    """The importance endpoint reads Optuna's storage, which it opened itself without the store's deadlines
+    or error translation: a blip (every session of the database cut) answered a plain 500, a partition held
+    the request until TCP gave up. Now the storage is the workers' (guarded) and its errors are StoreError."""
+    from tests.fixtures.fault_templates import TUNABLE_REF
+    from tuner import registry
+
+    registry.register(NAME, TUNABLE_REF)
+    proxy = TcpProxy(fault_db.server_host, fault_db.server_port)
+    store = db.Store.open(fault_db.url(port=proxy.port, host="127.0.0.1"))
+    path = f"/v1/studies/{publish(store, NAME, {'n': 256}, {'mode': 'ok', 'BLOCK': 64}, 4.0).study_id}/importance"
+    settings = ApiSettings(db_url=store.unmasked_url(), tokens=TOKENS, warm_templates=False)  # type: ignore[arg-type]
+    try:
+        with thread_server(settings, store) as base, httpx.Client(base_url=base, timeout=60) as http:
+            first = http.get(path)  # Optuna's storage opened, its connection pooled
+            assert first.status_code == 200 and first.json()["trials"] == 0, first.text
+            fault_db.refuse()  # a blip: every session of the database cut, then connections allowed again
+            fault_db.allow()
+            after = http.get(path)
+            assert after.status_code == 200, after.text  # the pooled connection is checked and replaced
+            proxy.partition()
+            response, took = _timed(lambda: http.get(path))
+            assert response.status_code == 503 and took <= 5.0, (response.status_code, response.text, took)
+            assert response.json()["detail"].startswith("store unavailable")
+            proxy.heal()
+            deadline = time.monotonic() + 15
+            while http.get(path).status_code != 200:
+                assert time.monotonic() < deadline, "the importance did not recover by itself"
+                time.sleep(0.2)
+    finally:
+        store.close()
+        proxy.close()
+
+
 def _open_optuna_storage(url: str, go: Any, errors: Any) -> None:
     # In a forked child: wait for the others, then create Optuna's storage (its tables on first use).
     try:
