@@ -127,11 +127,10 @@ def list_study_summaries(
         query = query.where(StudyRow.id.in_(list(study_ids)))
         count = count.where(StudyRow.id.in_(list(study_ids)))
     total = int(session.scalar(count) or 0)
-    if by_activity:
-        last = (select(MeasurementRow.study_id, func.max(MeasurementRow.created_at).label("at"))
-                .group_by(MeasurementRow.study_id).subquery())
-        query = query.outerjoin(last, last.c.study_id == StudyRow.id).order_by(
-            func.coalesce(last.c.at, StudyRow.created_at).desc(), StudyRow.id.desc())
+    if by_activity:  # each study's newest measurement: one probe of (study_id, created_at)'s index per study
+        last = (select(func.max(MeasurementRow.created_at)).where(MeasurementRow.study_id == StudyRow.id)
+                .correlate(StudyRow).scalar_subquery())
+        query = query.order_by(func.coalesce(last, StudyRow.created_at).desc(), StudyRow.id.desc())
     else:
         query = query.order_by(StudyRow.id.desc())
     rows = list(session.scalars(query.offset(offset).limit(limit)))

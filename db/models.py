@@ -98,6 +98,7 @@ class MeasurementRow(Base):
         CheckConstraint("role IN ('trial', 'final')", name="role"),
         Index("ix_tuner_measurements_study_role", "study_id", "role"),
         Index("ix_tuner_measurements_study_status_median", "study_id", "status", "median_us"),
+        Index("ix_tuner_measurements_study_created", "study_id", "created_at"),  # a study's newest (0011)
     )
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True)

@@ -211,3 +211,22 @@ def test_down_to_0009_and_up_again_keeps_the_jobs_and_takes_idempotency_keys_aga
         with pytest.raises(RecordConflictError):  # the key is unique again
             store.create_job(**fields)
         assert store.job_with_key(idempotency_key="k").id == again.id  # type: ignore[union-attr]
+
+
+def test_down_to_0010_and_up_again_drops_and_rebuilds_the_measurements_time_index(db_url: str) -> None:
+    """0011 adds ``ix_tuner_measurements_study_created`` (the overview's latest-measured-first order reads a
+    study's newest measurement through it): down, it goes and every row stays; up again, it is back."""
+    def indexes(store: Store) -> set[str]:
+        with store.engine.connect() as conn:
+            return {str(i["name"]) for i in inspect(conn).get_indexes("tuner_measurements")}
+
+    with Store.open(db_url) as store:
+        _fill(store)
+        before = _rows(store)
+        assert "ix_tuner_measurements_study_created" in indexes(store)
+        migrate_to(store.engine, "0010")
+        assert "ix_tuner_measurements_study_created" not in indexes(store) and _rows(store) == before
+        migrate_to(store.engine, "head")
+        with store.engine.connect() as conn:
+            assert current_revision(conn) == head_revision() == "0011" and schema_drift(conn) == []
+        assert "ix_tuner_measurements_study_created" in indexes(store) and _rows(store) == before

@@ -45,7 +45,7 @@ OUR_TABLES = {
 
 def test_open_migrates_an_empty_database_to_head(db_url: str) -> None:
     with Store.open(db_url) as store, store.engine.connect() as conn:
-        assert current_revision(conn) == head_revision() == "0010"
+        assert current_revision(conn) == head_revision() == "0011"
         assert set(inspect(conn).get_table_names()) == OUR_TABLES
 
 
@@ -62,7 +62,7 @@ def test_open_twice_keeps_data_and_revision(db_url: str, make_study: StudyFactor
         with again.engine.connect() as conn:
             assert current_revision(conn) == head_revision()
             rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
-    assert rows == [("0010",)]
+    assert rows == [("0011",)]
 
 
 def test_a_database_at_0002_is_upgraded_keeping_its_measurements(db_url: str) -> None:
@@ -89,7 +89,7 @@ def test_a_database_at_0002_is_upgraded_keeping_its_measurements(db_url: str) ->
         (row,) = list_measurements(session, study_id=study.id)
         assert row.median_us == 2.5 and row.kernels == {}
         with store.engine.connect() as conn:
-            assert current_revision(conn) == "0010" and schema_drift(conn) == []
+            assert current_revision(conn) == "0011" and schema_drift(conn) == []
 
 
 OLD_JOB = text(  # a job as stored by revisions 0002 to 0005
@@ -116,7 +116,7 @@ def test_a_database_at_0003_keeps_its_jobs_as_tuning_jobs(db_url: str) -> None:
         job = get_job(session, job_id=1)
         assert job is not None and job.kind == "tune" and job.processes is None
         with store.engine.connect() as conn:
-            assert current_revision(conn) == "0010" and schema_drift(conn) == []
+            assert current_revision(conn) == "0011" and schema_drift(conn) == []
 
 
 def test_a_database_at_0005_keeps_its_workers_and_tasks(db_url: str) -> None:
@@ -152,7 +152,7 @@ def test_a_database_at_0005_keeps_its_workers_and_tasks(db_url: str) -> None:
         assert job is not None and job.tasks[0].attempts == 0 and worker.templates is None
         assert store.claim_task(worker_id="w", device_kind="cpu", device_name="CPU", backends=["triton"]) is not None
         with store.engine.connect() as conn:
-            assert current_revision(conn) == "0010" and schema_drift(conn) == []
+            assert current_revision(conn) == "0011" and schema_drift(conn) == []
 
 
 def test_database_migrated_by_a_newer_tuner_is_refused(db_url: str) -> None:

@@ -165,3 +165,48 @@ def test_studies_by_activity_put_the_latest_measured_first(store: Store) -> None
     order = [s.study.id for s in active]
     assert order[0] == ids[0]
     assert order[1:] == sorted(ids[1:], reverse=True)[:11]  # then by their own activity
+
+
+def test_studies_by_activity_probe_each_studys_newest_measurement_through_an_index(store: Store) -> None:
+    """The overview polls this list every 3 s per open page: it read each study's newest measurement by
+    grouping the whole measurements table (a cost that grew with all history, not with the page). Now the
+    database's own plan finds it by a probe of the (study_id, created_at) index, study by study."""
+    from sqlalchemy import event
+
+    from tuner.db import add_measurement
+
+    with store.session() as session:
+        ids = [get_or_create_study(session, **study_fields(B=b)).id for b in range(1, 4)]
+        for k, study_id in enumerate(ids * 5):
+            add_measurement(session, study_id=study_id, role="trial", candidate="config",
+                            config_json=json.dumps({"a": k}), status="OK", median_us=1.0, trial_number=k)
+    sent: list[tuple[str, object]] = []
+
+    def keep(conn: object, cursor: object, statement: str, parameters: object, *args: object) -> None:
+        if "coalesce" in statement.lower():
+            sent.append((statement, parameters))
+
+    event.listen(store.engine, "before_cursor_execute", keep)
+    try:
+        active, _ = store.list_study_summaries(limit=2, by_activity=True)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", keep)
+    assert [s.study.id for s in active] == ids[::-1][:2]
+    ((statement, parameters),) = sent
+    raw = store.engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        if store.dialect == "sqlite":
+            cursor.execute("EXPLAIN QUERY PLAN " + statement, parameters)
+            plan = " / ".join(str(row[-1]) for row in cursor.fetchall())
+            assert "ix_tuner_measurements_study_created (study_id=?)" in plan, plan
+            assert "SCAN tuner_measurements" not in plan, plan
+        else:
+            cursor.execute("SET enable_seqscan = off")  # a table this small is read whole whatever its indexes
+            cursor.execute("EXPLAIN " + statement, parameters)
+            plan = " / ".join(str(row[0]) for row in cursor.fetchall())
+            assert "using ix_tuner_measurements_study_created" in plan, plan
+            assert "Index Cond: ((study_id = tuner_studies.id)" in plan and "GroupAggregate" not in plan, plan
+    finally:
+        raw.rollback()
+        raw.close()
