@@ -623,14 +623,17 @@ def finish_task(
 
 def fail_task(session: Session, *, task_id: int, error: str) -> None:
     """Fail a task that cannot run anywhere (e.g. its template no longer loads); the job fails with it
-    once no other task runs. ``error`` is kept as :func:`tuner.store.records.storable_text` writes it (a
-    compiler's message with a NUL byte must not fail the worker's failure path in turn)."""
+    once no other task runs. A worker finalising the task holds it no more (its finish is refused).
+    ``error`` is kept as :func:`tuner.store.records.storable_text` writes it (a compiler's message with a
+    NUL byte must not fail the worker's failure path in turn)."""
     error = storable_text(error) or ""
     now = store_now(session)
     task = session.get(TaskRow, task_id, with_for_update=True)
     if task is None or task.state in ("done", "failed", "cancelled"):
         return
-    task.state, task.error, task.updated_at = "failed", error, now
+    # no finaliser any more: a finish from the worker that was finalising it is then refused, not taken
+    # for a repeat of its own finish (it would return as if its result had been stored)
+    task.state, task.error, task.updated_at, task.finalizer_id = "failed", error, now, None
     session.flush()
     job = session.get(JobRow, task.job_id, with_for_update=True)
     assert job is not None

@@ -417,6 +417,23 @@ def test_a_finish_repeated_by_its_worker_changes_nothing_and_another_is_refused(
         store.finish_task(task_id=task.id, worker_id="w2", best_us=None, best_config_json=None)
 
 
+def test_a_finish_after_the_task_was_failed_is_refused_not_taken_for_a_repeat(store: Any) -> None:
+    """A task failed (by another worker's failure path) while a worker finalised it: that worker's finish
+    returned as if it were a repeat of its own, and its result (a verification id, a best) was dropped
+    silently. It is refused, as the contract says, and the failure stays."""
+    job = _job(store, trials=1)
+    (task,) = job.tasks
+    _worker(store, "w1")
+    assert _claim(store, "w1") is not None and store.end_search(task_id=task.id)
+    assert store.begin_finalize(task_id=task.id, worker_id="w1")
+    store.fail_task(task_id=task.id, error="w2: template no longer loads")
+    with pytest.raises(RecordConflictError):
+        store.finish_task(task_id=task.id, worker_id="w1", best_us=4.0, best_config_json='{"BLOCK_H": 4}')
+    failed = store.get_job(job_id=job.id)
+    assert failed.state == "failed" and failed.tasks[0].best_us is None
+    assert "template no longer loads" in (failed.tasks[0].error or "")
+
+
 def test_cancelling_stops_a_job_once(store: Any) -> None:
     job = _job(store, shapes=2)
     cancelled = store.cancel_job(job_id=job.id)

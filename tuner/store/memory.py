@@ -727,7 +727,8 @@ class MemoryStore:
             if task is None or task.state in ("done", "failed", "cancelled"):
                 return
             now = _now()
-            self._tasks[task_id] = dataclasses.replace(task, state="failed", error=error, updated_at=now)
+            self._tasks[task_id] = dataclasses.replace(task, state="failed", error=error, updated_at=now,
+                                                       finalizer_id=None)  # its finaliser's finish: refused
             job = self._jobs[task.job_id]
             tasks = [t for t in self._tasks.values() if t.job_id == job.id]
             if job.state in ACTIVE_JOB_STATES and all(t.state in ("done", "failed") for t in tasks):

@@ -352,7 +352,8 @@ class JobQueue(Protocol):
         unknown one, and nothing changes then."""
 
     def fail_task(self, *, task_id: int, error: str) -> None:
-        """Fail a task that cannot run anywhere; its job fails once no other task runs. An unknown task id
+        """Fail a task that cannot run anywhere; its job fails once no other task runs. A worker finalising
+        the task holds it no more: its :meth:`finish_task` raises RecordConflictError. An unknown task id
         changes nothing (no error): the worker's failure path must not fail in turn."""
 
     def release_task(self, *, worker_id: str) -> None:
