@@ -304,7 +304,7 @@ def test_a_refused_token_is_dropped_and_the_lookup_answered_without_it(
 ) -> None:
     """A rotated or mistyped token must not stop the application's lookups: the server refuses it (401), the
     client says so once, reads without it (reads are open) and enqueues nothing; where the server wants a
-    token for reads, the export file answers, else ClientError says why."""
+    token for reads, the export file answers, else the caller's fallback, else ClientError says why."""
     def jobs() -> list[db.JobRecord]:
         with store.session() as session:
             return db.list_jobs(session)
@@ -332,6 +332,11 @@ def test_a_refused_token_is_dropped_and_the_lookup_answered_without_it(
         assert "refused the client's token" in str(no_file.value)
         with pytest.raises(ClientError, match="the client has none"):
             Client(closed).best(NAME, {"n": 1024}, device="cpu")
+        with caplog.at_level("WARNING", logger="tuner.service.client"):  # the caller's fallback, said aloud
+            kept = Client(closed, token="rotated-token-0123456789").best(NAME, {"n": 1024}, device="cpu",
+                                                                        fallback={"BLOCK": 64})
+        assert kept.source == "fallback" and kept.config["BLOCK"] == 64
+        assert "answering from the caller's fallback config" in caplog.text
 
 
 @pytest.mark.parametrize(("url", "message"), [

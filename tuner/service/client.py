@@ -28,7 +28,7 @@ waits for it and a failure is only logged.
 A token the server refuses (401 unknown, 403 lacking the read scope: a rotated or mistyped token) never stops a
 lookup: it is logged once and dropped, and the client reads without it (reads are open unless the server sets
 ``TUNER_READ_REQUIRES_TOKEN``) and enqueues nothing more. Where the server wants a token for reads too, the
-export file answers, else ClientError says so.
+export file answers, else the caller's ``fallback`` (with a warning every ``retry_s``), else ClientError says so.
 
 The requester's fingerprint: ``device_name`` (given, or torch's current device when ``device="auto"``) and
 ``software`` — by default (``software="auto"``) the installed torch, triton and tilelang versions (package
@@ -328,7 +328,7 @@ class Client:
         ttl = self.ttl_s
         result: BestConfig | None = None
         if self.url is not None and self._clock() >= self._down_until:
-            result = self._from_server(template, shape, kind, name, software)
+            result = self._from_server(template, shape, kind, name, software, fallback is not None)
         if result is None and self.file is not None:
             result = self._from_file(template, shape, kind, name, software, fallback is not None)
         if result is None:
@@ -380,8 +380,9 @@ class Client:
             return self._http
 
     def _from_server(self, template: str, shape: Mapping[str, Any], kind: str, name: str | None,
-                     software: Mapping[str, str]) -> BestConfig | None:
-        """The server's answer; None when it cannot answer now (then it rests for ``retry_s``)."""
+                     software: Mapping[str, str], has_fallback: bool = False) -> BestConfig | None:
+        """The server's answer; None when it cannot answer now (then it rests for ``retry_s``), or when it
+        wants a token for reads that the client lacks and the export file or the caller's fallback can answer."""
         import httpx
 
         params: list[tuple[str, Any]] = [("template", template), ("device", kind)]
@@ -400,9 +401,10 @@ class Client:
             whose = "refused the client's token" if self._token_refused is not None else "the client has none"
             message = (f"{template}: the server {self.url} wants a token with the read scope for lookups and "
                        f"{whose}: {error_message(response)}")
-            if self.file is None:
+            if self.file is None and not has_fallback:
                 raise ClientError(message, response.status_code)
-            log.warning("%s; answering from %s", message, self.file.source)
+            log.warning("%s; answering from %s", message,
+                        self.file.source if self.file is not None else "the caller's fallback config")
             self._down_until = self._clock() + self.retry_s
             return None
         if 400 <= response.status_code < 500 and response.status_code not in BUSY:
