@@ -14,7 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tuner.db._convert import as_utc, to_record
-from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, utcnow
+from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, store_now
 from tuner.errors import NotFoundError, RecordConflictError
 from tuner.store.records import BestRecord, Status
 
@@ -52,7 +52,9 @@ def publish_best(
     values: dict[str, Any] = {
         "study_id": study_id,
         "measurement_id": measurement_id,
-        "published_at": utcnow() if published_at is None else as_utc(published_at),
+        # the store's clock (PostgreSQL's), as leases are: the lookup serves the latest published best, and
+        # workers on hosts whose clocks differ must not decide that by their skew
+        "published_at": store_now(session) if published_at is None else as_utc(published_at),
         **{column: getattr(study, column) for column in _KEY_COLUMNS},
         **{column: getattr(measurement, column) for column in _FIGURE_COLUMNS},
     }

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from tuner.db._chunks import in_chunks
 from tuner.db._convert import canonical_json, to_record
 from tuner.db.best import publish_best, withdraw_best
-from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, TaskRow, VerificationRow, utcnow
+from tuner.db.models import BestConfigRow, MeasurementRow, StudyRow, TaskRow, VerificationRow, store_now
 from tuner.errors import NotFoundError, SlotLostError
 from tuner.store.records import (
     COMPARATOR_PREFIX,
@@ -62,7 +62,7 @@ def add_verification(
         median_us=median_us, low_us=low_us, high_us=high_us, drift=drift, tolerance=tolerance, flagged=flagged,
         processes=processes, figures_json=json.dumps(list(figures), sort_keys=True, separators=(",", ":")),
         device_kind=device_kind, device_name=device_name, fingerprint_hash=fingerprint_hash,
-        fingerprint_json=fingerprint_json, worker=worker, created_at=utcnow(),
+        fingerprint_json=fingerprint_json, worker=worker, created_at=store_now(session),  # the store's clock
     )
     session.add(row)
     session.flush()

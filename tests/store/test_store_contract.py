@@ -1125,3 +1125,31 @@ def test_a_host_whose_clock_is_behind_keeps_its_lease_on_postgresql(postgres_san
         assert store.reap_lost_workers(now=store.clock() + timedelta(seconds=31)) == [worker]
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_a_best_published_from_a_host_whose_clock_is_behind_is_stamped_by_the_servers_clock(
+        postgres_sandbox: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookup serves a shape's most recently published best: a best published from a host whose clock
+    ran 10 minutes behind was stamped by that clock, and a best published before it elsewhere won. Now the
+    publish is stamped, as leases are, by the server's clock."""
+    from datetime import datetime, timezone
+
+    import tuner.db.best as best_module
+    import tuner.db.models as models
+    from tuner import db
+
+    store = db.Store.open(postgres_sandbox.new_url())
+    try:
+        def behind() -> datetime:
+            return datetime.now(timezone.utc) - timedelta(minutes=10)
+
+        study = _study(store)
+        measurement = store.record_measurement(_m(study.id))
+        with monkeypatch.context() as skewed:  # this host's clock, 10 minutes behind
+            skewed.setattr(models, "utcnow", behind)
+            skewed.setattr(best_module, "utcnow", behind, raising=False)
+            best = store.publish_best(study_id=study.id, measurement_id=measurement.id)
+        assert abs(best.published_at - store.clock()) < timedelta(minutes=1)
+    finally:
+        store.close()

@@ -120,8 +120,9 @@ class TuningStore(Protocol):
 
     # -- best configs -----------------------------------------------------------------------------------
     def publish_best(self, *, study_id: int, measurement_id: int, published_at: datetime | None = None) -> BestRecord:
-        """Publish a measurement as its study's best config (replacing the previous one), stamped now or at
-        ``published_at`` (a stand-in for a disproved best keeps its time: the lookup prefers the newest).
+        """Publish a measurement as its study's best config (replacing the previous one), stamped now (by the
+        store's clock) or at ``published_at`` (a stand-in for a disproved best keeps its time: the lookup
+        prefers the newest).
         NotFoundError for an unknown study or measurement; RecordConflictError when the measurement is of
         another study, not OK, has no median, or measured a comparator."""
 
