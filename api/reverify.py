@@ -14,7 +14,8 @@ Only when a live worker of that device kind (and name, when given) advertises th
 a device name or software that no worker serves queues nothing (a reader's requests alone cannot fill the
 queue with jobs nobody can run). At most one job per (template, entry shape, device kind, device name,
 requested software) among the latest 4096 such requests of a server process, and none while a verify job
-for the same template, shape and device is queued or running.
+for the same template, shape and device is queued or running. A request that queued nothing because no live
+worker could run it, or because the store failed, is asked again after a minute (a worker may start).
 Submission happens on one background thread: a lookup never waits for it, and a failure (store down…) is
 logged, never raised. ``tuner serve`` turns it on by default (``TUNER_REVERIFY_FOREIGN``,
 ``--no-reverify``). Thread-safe.
@@ -23,7 +24,9 @@ logged, never raised. ``tuner serve`` turns it on by default (``TUNER_REVERIFY_F
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +42,7 @@ from tuner.store.records import ACTIVE_JOB_STATES, check_job_kind, has_template,
 log = logging.getLogger(__name__)
 SUBMITTER = "tuner-serve:reverify"  # submitted_by of the jobs it queues
 SEEN_MAX = 4096  # requests remembered as handled (each asks for one job at most once while remembered)
+RETRY_S = 60.0  # a request that queued nothing (no live worker could run it; the store failed) is asked again after
 
 
 class Reverifier:
@@ -51,7 +55,9 @@ class Reverifier:
         check_job_kind("verify", 0, processes, comparator_processes)  # the jobs it queues must be valid
         self.stores, self.catalog, self.processes, self.on_queued = stores, catalog, processes, on_queued
         self.comparator_processes = comparator_processes
-        self._seen: OrderedDict[tuple[object, ...], None] = OrderedDict()  # the latest SEEN_MAX requests
+        # the latest SEEN_MAX requests, each with the monotonic time until which it counts as handled (inf: a
+        # job was queued for it, or one like it was queued or running)
+        self._seen: OrderedDict[tuple[object, ...], float] = OrderedDict()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tuner-reverify")
 
@@ -71,19 +77,22 @@ class Reverifier:
         key = (entry.template, shape, request.device_kind, request.device_name,
                tuple(sorted(request.software.items())))
         with self._lock:
-            if key in self._seen:
+            if self._seen.get(key, -math.inf) > time.monotonic():
                 self._seen.move_to_end(key)
                 return
-            self._seen[key] = None
+            self._seen[key] = math.inf
+            self._seen.move_to_end(key)
             if len(self._seen) > SEEN_MAX:
                 self._seen.popitem(last=False)
-        self._pool.submit(self._queue, entry.template, shape, request.device_kind, request.device_name, answer)
+        self._pool.submit(self._queue, key, entry.template, shape, request.device_kind, request.device_name, answer)
 
-    def _queue(self, template: str, shape: Shape, device_kind: str, device_name: str | None, answer: Answer) -> None:
+    def _queue(self, key: tuple[object, ...], template: str, shape: Shape, device_kind: str, device_name: str | None,
+               answer: Answer) -> None:
         try:
             job_id = self._submit(template, shape, device_kind, device_name)
         except Exception as exc:  # a background convenience: never fatal, never silent
             log.warning("could not queue a re-verification of %s %s: %s", template, shape.key(), exc)
+            self._retry_later(key)
             return
         if job_id is None:
             return
@@ -92,6 +101,14 @@ class Reverifier:
                  device_name or "(any)", what)
         if self.on_queued is not None:
             self.on_queued(job_id)
+
+    def _retry_later(self, key: tuple[object, ...], *, prefix: bool = False) -> None:
+        """The request ``key`` (with ``prefix``: every remembered request whose key starts so, whatever its
+        software) counts as handled for RETRY_S more seconds only: a worker may start, the store come back."""
+        until = time.monotonic() + RETRY_S
+        with self._lock:
+            for seen in [k for k in self._seen if (k[:len(key)] == key if prefix else k == key)]:
+                self._seen[seen] = until
 
     def _submit(self, template: str, shape: Shape, device_kind: str, device_name: str | None) -> int | None:
         """The id of the verify job queued, or None when no live worker could run it (a device name or
@@ -105,6 +122,7 @@ class Reverifier:
                    for w in store.list_workers()):
             log.info("no live worker of %s %s has %s version %s: no re-verification queued", device_kind,
                      device_name or "(any)", template, spec.version)
+            self._retry_later((template, shape, device_kind, device_name), prefix=True)
             return None
         for state in ACTIVE_JOB_STATES:
             for job in store.list_jobs(state=state, limit=1000):

@@ -89,6 +89,26 @@ def test_a_foreign_answer_queues_one_verify_job_on_the_requesters_device(store: 
         wait_for(lambda: len(_jobs(store)) == 2, 30, "the second verify job")
 
 
+def test_a_request_no_worker_could_serve_is_asked_again_once_one_starts(store: db.Store,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A foreign answer for a device no live worker served queued nothing, and the server remembered the
+    request as handled for good: a worker of that device started later never got the re-verification. Now
+    such a request counts as handled for RETRY_S only (a minute; here half a second)."""
+    from tuner.api import reverify
+
+    monkeypatch.setattr(reverify, "RETRY_S", 0.5)
+    params = {"template": NAME, "device": "cpu", "n": 1024, "device_name": "late-cpu"}
+    with _serve(store) as base, httpx.Client(base_url=base) as http:
+        assert http.get("/v1/best", params=params).json()["match"] == "nearest"
+        time.sleep(1.0)
+        assert _jobs(store) == []  # no worker of late-cpu yet
+        _worker(store, "late-cpu")
+        assert http.get("/v1/best", params=params).json()["match"] == "nearest"
+        wait_for(lambda: len(_jobs(store)) == 1, 30, "the verify job once a worker serves the device")
+        (job,) = _jobs(store)
+        assert (job.kind, job.device_name) == ("verify", "late-cpu")
+
+
 def test_re_verification_can_be_turned_off(store: db.Store) -> None:
     with _serve(store, reverify_foreign=False) as base:
         answer = httpx.get(f"{base}/v1/best", params={"template": NAME, "device": "cpu", "device_name": "other"})
