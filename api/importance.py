@@ -22,11 +22,9 @@ from collections import OrderedDict
 from typing import Any
 
 from pydantic import BaseModel, Field
-from sqlalchemy.exc import SQLAlchemyError
 
 from tuner import db
-from tuner.db.engine import describe
-from tuner.errors import StoreError
+from tuner.db.optuna_tables import optuna_errors
 
 log = logging.getLogger(__name__)
 MIN_TRIALS = 4
@@ -63,14 +61,12 @@ class Importances:
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # as in every tuner process: no line per copy
         storage = self._storage(store)
         try:
-            loaded = optuna.load_study(study_name=study.name, storage=storage)
-            complete = loaded.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            with optuna_errors(store):  # its storage's errors as StoreError (503)
+                loaded = optuna.load_study(study_name=study.name, storage=storage)
+                complete = loaded.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         except KeyError:
             return ImportanceOut(study_id=study.id, evaluator=EVALUATOR, trials=0, importances={},
                                  note="no Optuna study of this name in the store (measurements only)")
-        except (optuna.exceptions.StorageInternalError, SQLAlchemyError) as exc:  # Optuna's storage, translated
-            cause = exc.__cause__ if isinstance(exc.__cause__, SQLAlchemyError) else exc
-            raise StoreError(f"store {store.url}: {describe(cause)}") from exc
         key = (study.id, len(complete))
         with self._lock:
             if key in self._cache:

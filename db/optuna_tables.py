@@ -12,7 +12,8 @@ from __future__ import annotations
 import datetime
 import inspect
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -65,6 +66,23 @@ def rdb_storage(store: Store, heartbeats: TrialHeartbeats | None) -> optuna.stor
         event.listen(storage.engine, "connect", _sqlite_synchronous_normal)
         storage.engine.dispose()  # connections opened before the listener existed
     return storage
+
+
+@contextmanager
+def optuna_errors(store: Store) -> Iterator[None]:
+    """Reads of Optuna's storage outside a worker (the API's importance view): its storage errors (Optuna's
+    StorageInternalError, SQLAlchemy's own where Optuna does not wrap them) become StoreError, as the store's
+    own are translated, so that the API answers 503 and never a bare 500. Other exceptions pass unchanged."""
+    import optuna
+
+    from tuner.db.engine import describe
+    from tuner.errors import StoreError
+
+    try:
+        yield
+    except (optuna.exceptions.StorageInternalError, sa.exc.SQLAlchemyError) as exc:
+        cause = exc.__cause__ if isinstance(exc.__cause__, sa.exc.SQLAlchemyError) else exc
+        raise StoreError(f"store {store.url}: {describe(cause)}") from exc
 
 
 def withdraw_waiting(session: Session, trial_ids: Sequence[int]) -> set[int]:
