@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, func, literal, select
+from sqlalchemy import Select, and_, func, literal, or_, select
 from sqlalchemy.orm import Session
 
 from tuner.db._chunks import in_chunks
@@ -279,9 +279,10 @@ class RoundEntry:
 
 @dataclass(frozen=True)
 class StudyOutcome:
-    """What a study found, without its trial records: the entries of its latest final round (by id; empty
-    when it has none), its measured sweep trials (INVALID configs left out) and how many of them did not end
-    OK, and the wall time its search ran (:func:`tuner.store.records.active_seconds`; None under two trials)."""
+    """What a study found, without its trial records: the entries of the final round that published its
+    best, else of its latest (by id; empty when it has none), its measured sweep trials (INVALID configs
+    left out) and how many of them did not end OK, and the wall time its search ran
+    (:func:`tuner.store.records.active_seconds`; None under two trials)."""
 
     study_id: int
     final: tuple[RoundEntry, ...]
@@ -309,8 +310,18 @@ def _outcomes(session: Session, ids: list[int]) -> dict[int, StudyOutcome]:
                MeasurementRow.round_id.is_not(None))
         .group_by(MeasurementRow.study_id)
     )
-    rounds = {(sid, rid) for sid, rid in session.execute(
-        select(MeasurementRow.study_id, MeasurementRow.round_id).where(MeasurementRow.id.in_(newest)))}
+    # the round that published the study's best, else the newest (a later round that published nothing, its
+    # job cancelled while it ran, is not what the lookup serves)
+    published_rows = select(BestConfigRow.measurement_id).where(BestConfigRow.study_id.in_(ids))
+    chosen: dict[int, tuple[bool, str | None]] = {}
+    for sid, rid, is_published in session.execute(
+        select(MeasurementRow.study_id, MeasurementRow.round_id, MeasurementRow.id.in_(published_rows))
+        .where(or_(MeasurementRow.id.in_(newest), MeasurementRow.id.in_(published_rows)),
+               MeasurementRow.role == "final", MeasurementRow.round_id.is_not(None))
+    ):
+        if sid not in chosen or (bool(is_published) and not chosen[sid][0]):
+            chosen[sid] = (bool(is_published), rid)
+    rounds = {(sid, rid) for sid, (_, rid) in chosen.items()}
     final: dict[int, list[RoundEntry]] = {}
     if rounds:
         rows = session.execute(

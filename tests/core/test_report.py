@@ -195,6 +195,35 @@ def test_a_shape_tuned_under_two_fingerprints_shows_the_study_that_published_las
     assert row.best_us == 6.0
 
 
+def test_a_later_round_that_published_nothing_does_not_replace_the_published_rounds_figures(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A job cancelled while its final round ran stores the round and publishes nothing: the report showed
+    that round's figures (its fastest config, its ratios) beside a lookup serving the published one. The row
+    shows the round that published the best; a study with no best at all says so and stays out of the means."""
+    from tuner.report.markdown import render_markdown
+
+    store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
+    with store.session() as session:
+        study = db.get_or_create_study(session, **study_fields())
+        alone = db.get_or_create_study(session, **study_fields(S=2048))
+
+    def final_round(study_id: int, us: float, block_h: int, round_id: str, publish: bool) -> None:
+        result = MeasureResult(Status.OK, Config(block_h=block_h), SampleSummary.of([us]), timer=Timer.CUPTI)
+        m = store.record_measurement(new_measurement(result, study_id=study_id, role="final", candidate="config",
+                                                     round_id=round_id))
+        if publish:
+            store.publish_best(study_id=study_id, measurement_id=m.id)
+
+    final_round(study.id, 6.0, 8, "published", publish=True)
+    final_round(study.id, 4.0, 4, "cancelled", publish=False)  # later and faster, never published
+    final_round(alone.id, 3.0, 2, "stopped", publish=False)
+    rows = {int(r.shape["S"]): r for r in collect(store, "mamba2_chunk_cumsum").rows}
+    row, unpublished = rows[4096], rows[2048]
+    assert (row.best_us, row.best_config, row.published) == (6.0, Config(block_h=8), True)
+    assert unpublished.best_us == 3.0 and unpublished.unpublished and not row.unpublished
+    text = render_markdown(collect(store, "mamba2_chunk_cumsum"))
+    assert text.count("not published") == 1 and "3.00" in text
+
+
 def test_tensor_peak_column_for_a_template_that_counts_flops(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The MIMO backward counts its matmul flops: on an H200 its row gets "% tensor peak" = flops / best
     time / 989.4 TFLOP/s; a device not in the peak table gets "–"; a template without flops, no column."""

@@ -40,3 +40,22 @@ def test_outcomes_read_the_latest_round_and_count_trials(db_url: str) -> None:
         assert store.study_outcomes(study_ids=[]) == {}
     finally:
         store.close()
+
+
+def test_outcomes_show_the_round_that_published_the_best_not_a_later_one_that_did_not(db_url: str) -> None:
+    """A job cancelled while its final round ran leaves a later round that published nothing: the template
+    page showed its figures beside a lookup serving the published round's config."""
+    store = db.Store.open(db_url)
+    try:
+        a = store.get_or_create_study(**study_fields())
+        _add(store, a.id, "final", "config", "OK", 6.0, "published")
+        (published,) = store.list_measurements(study_id=a.id, role="final", round_id="published")
+        store.publish_best(study_id=a.id, measurement_id=published.id)
+        _add(store, a.id, "final", "config", "OK", 4.0, "cancelled")
+        assert [e.median_us for e in store.study_outcomes(study_ids=[a.id])[a.id].final] == [6.0]
+        _add(store, a.id, "final", "config", "OK", 5.0, "next")
+        (newer,) = store.list_measurements(study_id=a.id, role="final", round_id="next")
+        store.publish_best(study_id=a.id, measurement_id=newer.id)  # a later round that did publish
+        assert [e.median_us for e in store.study_outcomes(study_ids=[a.id])[a.id].final] == [5.0]
+    finally:
+        store.close()

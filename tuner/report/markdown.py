@@ -79,6 +79,7 @@ class ReportRow:
     verification: VerificationRecord | None = None  # the latest `tuner verify` of the row's study
     tensor_pct: float | None = None  # template flops / best time over the device's dense 16-bit tensor peak
     published: bool = False  # the row's best config is its study's published best (what is served)
+    unpublished: bool = False  # no config of the row's study is published (its round stopped before it published)
 
     @property
     def named(self) -> bool:
@@ -123,6 +124,7 @@ def collect(store: TuningStore, template_name: str, *, device_kind: str | None =
     bests = store.list_best(template=template_name, device_kind=device_kind)
     latest = current_studies(studies, bests)
     published = {b.study_id: json.loads(b.config_json) for b in bests}
+    best_rows = {b.study_id: b.measurement_id for b in bests}
     rows = []
     fingerprints: dict[str, dict[str, object]] = {}
     checks = store.latest_verifications(study_ids=[st.id for st in latest.values()])
@@ -131,18 +133,20 @@ def collect(store: TuningStore, template_name: str, *, device_kind: str | None =
         fingerprint = json.loads(st.fingerprint_json)
         fingerprints[st.fingerprint_hash] = fingerprint
         served_config = Config(published[st.id]) if st.id in published else None
-        row = _row(store, template, st, fingerprint, disproved[st.id], served_config)
+        row = _row(store, template, st, fingerprint, disproved[st.id], served_config, best_rows.get(st.id))
         check = checks.get(st.id)  # only a verification of the config the row shows as best
         verified = check.of_config(row.best_config.to_dict()) if check and row.best_config else None
         served = row.best_config is not None and published.get(st.id) == row.best_config.to_dict()
-        rows.append(dataclasses.replace(row, verification=verified, published=served))
+        rows.append(dataclasses.replace(row, verification=verified, published=served,
+                                        unpublished=st.id not in published))
     return Report(template.name, template.version, tuple(rows), tuple(fingerprints.values()))
 
 
 def _row(store: TuningStore, template: KernelTemplate, st: StudyRecord, fingerprint: dict[str, object],
-         disproved: Collection[Config], published: Config | None = None) -> ReportRow:
+         disproved: Collection[Config], published: Config | None = None,
+         published_row: int | None = None) -> ReportRow:
     shape = Shape.from_json(st.shape_json)
-    final = store.latest_round(study_id=st.id)
+    final = _shown_round(store, st.id, published_row)
     trials = store.list_measurements(study_id=st.id, role="trial")
     measured = [t for t in trials if t.status != Status.INVALID.value]
     failed = sum(1 for t in measured if t.status != Status.OK.value)
@@ -271,6 +275,17 @@ def _ratio(other: float | None, best: float | None) -> str:
 
 def _us(value: float | None) -> str:
     return "–" if value is None else (f"{value:.2f}" if value < 100 else f"{value:.1f}")
+
+
+def _shown_round(store: TuningStore, study_id: int, published_row: int | None) -> list[MeasurementRecord]:
+    """The final round a row shows: the one that published the study's best (``published_row``: the best's
+    measurement), not a later round that published nothing (a job cancelled while its round ran: its figures
+    are not what the lookup serves); the latest round when no best is published."""
+    if published_row is not None:
+        row = store.get_measurement(measurement_id=published_row)
+        if row is not None and row.role == "final" and row.round_id is not None:
+            return store.list_measurements(study_id=study_id, role="final", round_id=row.round_id)
+    return store.latest_round(study_id=study_id)
 
 
 def geomean(values: Sequence[float]) -> float | None:
@@ -501,6 +516,8 @@ def _mean_lines(
     the other shapes tuned (rows labelled by shape key), which would otherwise change the workloads' mean."""
     groups: dict[str | None, list[ReportRow]] = {}
     for r in rows:
+        if r.best_config is not None and r.unpublished:
+            continue  # a best nobody serves: its ratios are no published figure
         key = None if not r.named else r.workload.split(" @ ", 1)[1] if " @ " in r.workload else ""
         groups.setdefault(key, []).append(r)
     def mean_line(label: str, group: Sequence[ReportRow]) -> str:
@@ -579,7 +596,10 @@ def _us_spread(row: ReportRow) -> str:
 
 
 def _drift_mark(row: ReportRow) -> str:
-    """A warning after the best's time when its latest verification is flagged."""
+    """A warning after the best's time when its latest verification is flagged; a note when the row's best is
+    not what the lookup serves (no config of the study published: its round stopped before it published)."""
+    if row.best_config is not None and row.unpublished:
+        return " ⚠ not published (not served; left out of the means)"
     v = row.verification
     if v is None or not v.flagged:
         return ""
