@@ -64,6 +64,18 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: l
         assert not (tmp_path / "t.db").exists()
 
 
+@pytest.mark.parametrize("command", [["report", VS], ["export"]])
+def test_an_output_file_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path, command: list[str]) -> None:
+    """`-o` into a folder that does not exist printed a traceback (FileNotFoundError) and exit code 1."""
+    url = db.sqlite_url(tmp_path / "t.db")
+    target = tmp_path / "no-such-folder" / "out"
+    run = tuner(*command, "-o", str(target), "--db", url)
+    assert run.returncode == 2, run.stderr + run.stdout
+    errors = [ln for ln in run.stderr.splitlines() if ln.startswith("error")]  # export warns of the broken plugin
+    assert errors == [f"error: cannot write {target}: No such file or directory"], run.stderr
+    assert "Traceback" not in run.stderr and not target.parent.exists()
+
+
 def test_unreachable_database_is_named_quickly(tmp_path: Path) -> None:
     started = time.monotonic()
     run = tuner("tune", VS, "--shape", "n=64", "--device", "cpu",

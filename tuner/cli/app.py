@@ -3,6 +3,7 @@ message on stderr and exit code 2; nothing is written to the store before the in
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import functools
 import json
@@ -10,7 +11,7 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -63,6 +64,16 @@ def boundary(fn: F) -> F:
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """An output file the user named that cannot be written (no such folder, no permission, a full disk) is a
+    one-line error and exit code 2, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise UserInputError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def _one_line(exc: BaseException) -> str:
@@ -575,7 +586,8 @@ def report(
                                        space_of=regrets.registered_space(templates[0]))
         text += "\n" + regrets.render_markdown(found)
     if output:
-        output.write_text(text)
+        with _writing(output):
+            output.write_text(text)
         err_console.print(f"wrote {output}")
     else:
         sys.stdout.write(text)
@@ -776,7 +788,8 @@ def export(
         _store(db_url), templates=template or None, device_kind=device,
         warn=lambda message: err_console.print(f"warning: {message}", highlight=False),
     )
-    write_export(document, output)
+    with _writing(output):
+        write_export(document, output)
     n_entries, n_templates = len(document["entries"]), len(document["templates"])
     err_console.print(f"wrote {output}: {n_entries} best config(s) of {n_templates} template(s)")
 
