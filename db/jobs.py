@@ -514,9 +514,11 @@ def complete_slot(
     slot.state, slot.trial_number, slot.measurement_id = "done", trial_number, measurement_id
     task = session.get(TaskRow, slot.task_id, with_for_update=True)
     assert task is not None
-    if task.state in ("done", "failed", "cancelled"):  # the measurement is kept; the task's counts are final
+    if task.state in ("done", "failed"):  # the measurement is kept; a finished task's counts are final
         session.flush()
         return
+    # a task cancelled while the trial ran still counts it: the trial is measured and stored (a cancel stops
+    # the next trials, not the one running), and the job's progress must agree with its study's trials
     task.trials_done += 1
     task.trials_failed += 0 if ok else 1
     if ok and median_us is not None and (task.best_us is None or median_us < task.best_us):

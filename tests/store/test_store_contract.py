@@ -434,6 +434,21 @@ def test_a_finish_after_the_task_was_failed_is_refused_not_taken_for_a_repeat(st
     assert "template no longer loads" in (failed.tasks[0].error or "")
 
 
+def test_a_trial_measured_after_its_job_was_cancelled_is_counted(store: Any) -> None:
+    """The trial running when a job is cancelled finishes and is stored; the task's trial count left it out,
+    so the job said 0 of 2 where its study held one measured trial."""
+    job = _job(store, trials=2)
+    (task,) = job.tasks
+    worker = _worker(store, "w1")
+    assert _claim(store, worker) is not None
+    study = _study(store)
+    slot = store.reserve_slot(task_id=task.id, worker_id=worker)
+    store.cancel_job(job_id=job.id)
+    store.record_measurement(_m(study.id, trial_number=0), slot_id=slot)
+    (after,) = store.get_job(job_id=job.id).tasks
+    assert after.state == "cancelled" and after.trials_done == 1 and after.best_us == 5.0
+
+
 def test_cancelling_stops_a_job_once(store: Any) -> None:
     job = _job(store, shapes=2)
     cancelled = store.cancel_job(job_id=job.id)

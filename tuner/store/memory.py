@@ -171,7 +171,7 @@ class MemoryStore:
     def _spend(self, slot: _Slot, record: MeasurementRecord) -> None:
         slot.state, slot.measurement_id = "done", record.id
         task = self._tasks[slot.task_id]
-        if task.state in ("done", "failed", "cancelled"):  # the measurement is kept; the task's counts are final
+        if task.state in ("done", "failed"):  # kept; a finished task's counts are final (a cancelled one counts it)
             return
         changes: dict[str, Any] = {"trials_done": task.trials_done + 1,
                                    "trials_failed": task.trials_failed + (0 if record.ok else 1), "updated_at": _now()}
