@@ -449,3 +449,32 @@ def test_a_blip_of_optunas_storage_after_the_publish_does_not_measure_the_round_
     (name,) = optuna.get_all_study_names(db_url)
     attrs = optuna.load_study(study_name=name, storage=db_url).user_attrs
     assert "final_round" in attrs and attrs["published"]["median_us"] > 0  # written on the retry
+
+
+class _CancelledAtTheFinalRound(db.Store):
+    """The SQL store whose job is cancelled (by its user, through another connection) as soon as the worker
+    begins its final round."""
+
+    def begin_finalize(self, *, task_id: int, worker_id: str) -> bool:
+        began = super().begin_finalize(task_id=task_id, worker_id=worker_id)
+        task = self.get_task(task_id=task_id)
+        if began and task is not None:
+            self.cancel_job(job_id=task.job_id)
+        return began
+
+
+def test_a_job_cancelled_during_its_final_round_is_logged_as_cancelled(db_url: str,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """The worker logged "interrupted: RecordConflictError: task 4 is not being finalised by <itself>" when
+    its round's job had been cancelled meanwhile: it names the cancel now, and nothing is published."""
+    registry.register(NAME, TUNABLE_REF)
+    store = _CancelledAtTheFinalRound.open(db_url)
+    job_id = _submit(store, [Shape(n=256)], trials=2)
+    with caplog.at_level("INFO", logger="tuner.service.worker"):
+        worker = Worker(store, WorkerOptions(DeviceSpec("cpu"), heartbeat_s=0.5, lease_s=10))
+        assert worker.run(exit_when_idle=True) == 1
+    assert "the job was cancelled while the task ran" in caplog.text, caplog.text
+    assert "not being finalised" not in caplog.text
+    (task,) = _job(store, job_id).tasks
+    assert task.state == "cancelled" and task.study_id is not None
+    assert store.get_study_best(study_id=task.study_id) is None

@@ -310,7 +310,11 @@ class Worker:
             # The store went away (or took back what this worker held): leave the task, claim again later.
             if isinstance(exc, STORAGE_ERRORS):
                 self.health.failed(exc)
-            log.info("task %s of job %s interrupted: %s: %s", task.id, job.id, type(exc).__name__, exc)
+            if isinstance(exc, RecordConflictError) and self._job_cancelled(job.id):
+                log.info("task %s of job %s: the job was cancelled while the task ran; what was measured is "
+                         "stored, nothing more is published", task.id, job.id)
+            else:
+                log.info("task %s of job %s interrupted: %s: %s", task.id, job.id, type(exc).__name__, exc)
         except DeviceError as exc:  # the device failed on this task: give the task up, then stop
             self._give_up(task.id, f"{type(exc).__name__}: {exc}")
             raise
@@ -336,6 +340,15 @@ class Worker:
                 self._durable(lambda: self.store.release_task(worker_id=self.id))
             except STORAGE_ERRORS as exc:  # stopping in an outage: the lease lapses, the reaper frees them
                 log.error("could not release task %s: %s", task.id, exc)
+
+    def _job_cancelled(self, job_id: int) -> bool:
+        """Whether the job is cancelled now (a conflict on its task is then the cancel, not a lost hold); False
+        when the store cannot say."""
+        try:
+            job = self.store.get_job(job_id=job_id)
+        except STORAGE_ERRORS:
+            return False
+        return job is not None and job.state == "cancelled"
 
     def _template_of(self, job: JobRecord) -> KernelTemplate | str:
         """The job's template at the job's version, or why this worker lacks it (not registered here,
