@@ -25,7 +25,7 @@ from tuner.api.schemas import MAX_ID, MAX_OFFSET, JobIn, JobOut, JobPage, JobSta
 from tuner.errors import RecordConflictError, UnknownTemplateError, UserInputError
 from tuner.frozen import Shape
 from tuner.settings import engine_settings
-from tuner.store import JobQueue, JobRecord
+from tuner.store import JobQueue, JobRecord, TuningStore
 from tuner.store.records import ACTIVE_JOB_STATES, repeated
 
 router = APIRouter(tags=["jobs"])
@@ -56,7 +56,10 @@ def submit(body: JobIn, response: Response, who: Submitter, catalog: CatalogDep,
         entry = catalog.get(body.template)
     except UnknownTemplateError as exc:
         raise FieldError.wrap(exc, ("body", "template")) from None
-    tasks = [(label, shape.key(), shape.to_json()) for label, shape in _shapes(entry, body)]
+    shapes = _shapes(entry, body)
+    if body.kind == "verify":
+        _check_published(store, entry, body, shapes)
+    tasks = [(label, shape.key(), shape.to_json()) for label, shape in shapes]
     digest = request_hash(who.label, body) if idempotency_key is not None else None
     try:
         job = _create(store, entry, body, tasks, who.label,
@@ -91,6 +94,19 @@ def _create(store: JobQueue, entry: CatalogEntry, body: JobIn, tasks: list[tuple
         finalists=body.finalists, comparators=body.comparators, priority=body.priority,
         submitted_by=submitter, max_attempts=engine_settings().task_attempts, **keyed,
     )
+
+
+def _check_published(store: TuningStore, entry: CatalogEntry, body: JobIn, shapes: list[tuple[str, Shape]]) -> None:
+    """A verify job re-measures published bests: one for a shape without a best of the template's current
+    version on the device kind could only fail on the worker ("run tuner tune first"); refused here (422)."""
+    missing = [label for label, shape in shapes
+               if store.get_best(template=entry.name, shape_key=shape.key(), device_kind=body.device.kind,
+                                 template_version=entry.spec.version) is None]
+    if missing:
+        raise FieldError(
+            f"no best config of {entry.name}@{entry.spec.version} is published on {body.device.kind} for "
+            f"{', '.join(missing)}: nothing to verify; tune it first (a tuning job, or `tuner tune`)",
+            ("body", "shapes" if body.shapes else "workloads"))
 
 
 def request_hash(submitter: str | None, body: JobIn) -> str:

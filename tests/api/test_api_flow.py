@@ -387,14 +387,19 @@ def test_status_and_jobs_say_a_verify_job_re_measures_in_processes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A verify job has no trials: ``tuner status`` says verify, its shapes re-measured and in how many fresh
-    processes, with a re-measured column (not '0/0 trials' and a 'best µs'); ``tuner jobs`` has a kind column."""
+    processes, with a re-measured column (not '0/0 trials' and a 'best µs'); ``tuner jobs`` has a kind column.
+    A verify job for a shape with no published best is refused (422): it could only fail on the worker."""
     from tuner.cli.app import _print_job
 
     store = db.Store.open(db.sqlite_url(tmp_path / "t.db"))
     with thread_server(_settings(store.unmasked_url()), store) as base, httpx.Client(base_url=base) as http:
         tune = http.post("/v1/jobs", json=JOB, headers=auth(SUBMIT)).json()
-        verify = http.post("/v1/jobs", json={"template": NAME, "shapes": [{"n": 256}], "device": {"kind": "cpu"},
-                                             "kind": "verify", "processes": 2}, headers=auth(SUBMIT)).json()
+        body = {"template": NAME, "shapes": [{"n": 256}], "device": {"kind": "cpu"}, "kind": "verify", "processes": 2}
+        refused = http.post("/v1/jobs", json=body, headers=auth(SUBMIT))  # nothing published: nothing to verify
+        assert refused.status_code == 422 and "no best config of" in refused.text, refused.text
+        assert "n=256: nothing to verify; tune it first" in refused.text
+        publish(store, NAME, {"n": 256}, {"mode": "ok", "BLOCK": 64}, 4.0)
+        verify = http.post("/v1/jobs", json=body, headers=auth(SUBMIT)).json()
         assert verify["kind"] == "verify" and verify["progress"] == {"trials_done": 0, "trials_total": 0}
         listed = subprocess.run([sys.executable, "-m", "tuner.cli", "jobs", "--url", base], capture_output=True,
                                 text=True, cwd=ROOT, timeout=120, env={**env(), "TUNER_HOME": str(tmp_path)})

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.fixtures.faults import TcpProxy
-from tests.fixtures.servers import SUBMIT, auth
+from tests.fixtures.servers import SUBMIT, auth, publish
 from tuner import db
 
 NAME = "fault_vector_scale_tunable"
@@ -40,6 +40,7 @@ def test_a_repeat_under_its_key_gets_its_job_and_another_request_is_refused(serv
     assert _post(base, BODY, None).json()["id"] != first.json()["id"]  # no key: a new job each time
     verify = {**BODY, "kind": "verify", "processes": 2}
     verify.pop("trials")
+    publish(store, NAME, {"n": 256}, {"mode": "ok", "BLOCK": 64}, 4.0)  # a verify job needs a published best
     v1, v2 = _post(base, verify, "k-verify"), _post(base, verify, "k-verify")
     assert (v1.status_code, v2.status_code) == (201, 200) and v1.json()["id"] == v2.json()["id"]
     assert store.count_jobs() == before + 3
