@@ -273,3 +273,11 @@ def test_another_driver_is_another_environment_table() -> None:
     env = render_markdown(Report("t", "2", (_row("w1", "2"),), fps)).split("## Environment")[1]
     assert env.count("| field | value |") == 2
     assert "| copy_bw_bytes_per_s | 4100000000000.0 |" in env and "| sm_clock_mhz_at_start | 1755 |" in env
+
+
+def test_a_tie_has_no_colour() -> None:
+    """A best that is the default config itself read "1.00x 🔴", as if the tuned config were slower."""
+    from tuner.report.markdown import _gm_ratio, _ratio
+
+    assert (_ratio(2.0, 2.0), _ratio(3.0, 2.0), _ratio(2.0, 3.0)) == ("1.00x", "1.50x 🟢", "0.67x 🔴")
+    assert _gm_ratio([(2.0, 2.0)]) == "**1.000x**" and _gm_ratio([(4.0, 2.0)]) == "**2.000x** 🟢"

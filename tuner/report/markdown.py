@@ -1,7 +1,8 @@
 """Markdown reports from the store: per workload, the best config against the incumbent and comparators.
 
 Every figure in a row comes from one final round (measured interleaved in the same process run), so the
-ratios are same-run ratios. Ratios are ``other / best``: above 1 means the tuned config is faster (🟢).
+ratios are same-run ratios. Ratios are ``other / best``: above 1 means the tuned config is faster (🟢); exactly 1 (the
+best is that config) has no mark.
 
 Comparator lines are the libraries as their users call them, plus contract variants (labelled as such); the
 "strongest line" is the fastest of all of them, "strongest as users call it" the fastest of the former. A
@@ -270,7 +271,7 @@ def _ratio(other: float | None, best: float | None) -> str:
     if not other or not best:
         return "–"
     r = other / best
-    return f"{r:.2f}x {GREEN if r > 1 else RED}"
+    return f"{r:.2f}x{_mark(r)}"
 
 
 def _us(value: float | None) -> str:
@@ -719,4 +720,9 @@ def _gm_ratio(pairs: Sequence[tuple[float | None, float | None]]) -> str:
     1.296 would hide a miss)."""
     ratios = [o / b for o, b in pairs if o and b]
     g = geomean(ratios)
-    return "–" if g is None else f"**{g:.3f}x** {GREEN if g > 1 else RED}"
+    return "–" if g is None else f"**{g:.3f}x**{_mark(g)}"
+
+
+def _mark(ratio: float) -> str:
+    """🟢 faster, 🔴 slower, nothing for a tie (the best is the default config itself: the same figure)."""
+    return "" if ratio == 1 else f" {GREEN if ratio > 1 else RED}"
