@@ -410,7 +410,7 @@ def best(
         return
     table = Table(show_header=False)
     for k, v in data.items():
-        table.add_row(k, json.dumps(v) if isinstance(v, dict | list) else str(v))
+        table.add_row(k, json.dumps(v, ensure_ascii=False) if isinstance(v, dict | list) else str(v))
     console.print(table)
 
 
