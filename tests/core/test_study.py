@@ -295,8 +295,9 @@ def test_a_rounds_writes_whose_answers_are_lost_are_retried_and_stored_once(tmp_
     assert len(rows) == len(final.entries) == len({(r.candidate, r.config_json) for r in rows})
     assert [e.measurement_id for e in final.entries] == [r.id for r in rows]
     # one try per row, one for the read of the disproved configs, one for may_publish (a worker's asks the
-    # store whether the job is still active), one per publish tried
-    assert len(tries) == len(rows) + 1 + 1 + 1 and asked == [True, True]
+    # store whether the job is still active), one per publish tried, one for the round's description (Optuna's
+    # study attributes, written again on the retry)
+    assert len(tries) == len(rows) + 1 + 1 + 1 + 1 and asked == [True, True]
     best = store.get_study_best(study_id=ctx.study_id)
     assert final.published and final.winner is not None and best is not None
     assert best.measurement_id == final.winner.measurement_id
