@@ -36,6 +36,7 @@ from tuner.api.routes.studies import StudyId
 from tuner.api.schemas import MAX_ID, DeviceKind
 from tuner.api.ui import views
 from tuner.api.ui.assets import PAGE_HEADERS, asset_url
+from tuner.api.ui.plots import param_value
 from tuner.results import reason_line
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -94,7 +95,7 @@ def _json(value: Any) -> Markup:
 
 
 TEMPLATES.env.filters.update(us=_us, ratio=_ratio, ago=_ago, tojson_script=_json, reason=reason_line, doc=_doc,
-                             against=_against)
+                             against=_against, param=param_value)
 TEMPLATES.env.globals.update(asset=asset_url)
 
 

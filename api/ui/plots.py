@@ -58,8 +58,16 @@ def log_ticks(values: Sequence[float | None]) -> dict[str, Any]:
     return {"tickvals": inside, "ticktext": [f"{t:g}" for t in inside]}
 
 
+def param_value(value: object) -> str:
+    """A config value as the pages write it, server-side and in their live updates alike (ui.js ``String(v)``):
+    JSON's ``true``/``false``/``null``, not Python's ``True``/``False``/``None``."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return str(value)
+
+
 def _config_text(config_json: str) -> str:
-    return ", ".join(f"{k}={v}" for k, v in json.loads(config_json).items())
+    return ", ".join(f"{k}={param_value(v)}" for k, v in json.loads(config_json).items())
 
 
 def _plain(text: str) -> str:

@@ -139,3 +139,14 @@ def test_final_round_values_sit_at_the_bars_base_away_from_the_whiskers() -> Non
     assert trace["x"] == [4697.0, 2637.0, 1063.0, 10.1]  # slowest first: drawn at the bottom, the fastest on top
     assert trace["textposition"] == ["inside", "inside", "inside", "outside"]
     assert trace["insidetextanchor"] == "start" and trace["error_x"]["array"][0] > 0
+
+
+def test_config_values_are_written_as_the_live_updates_write_them() -> None:
+    """The job page wrote ``hints=False`` when it loaded and ``hints=false`` after a live update (ui.js)."""
+    from tuner.api.ui.pages import TEMPLATES
+    from tuner.api.ui.plots import param_value
+
+    assert [param_value(v) for v in (True, False, None, 64, "hq", 1.5)] == ["true", "false", "null", "64", "hq", "1.5"]
+    macro = TEMPLATES.env.from_string('{% from "_macros.html" import config %}{{ config(c) }}')
+    assert macro.render(c={"hints": False, "BLOCK": 64, "layout": "tma"}) == (
+        '<code class="cfg">hints=false, BLOCK=64, layout=tma</code>')
