@@ -154,7 +154,8 @@ def test_submit_refuses_a_wrong_option_combination_before_any_request() -> None:
     request would fail otherwise."""
     for args, says in ((["--comparator-processes", "2"], "comparator_processes applies to verify jobs only"),
                        (["--verify", "--processes", "2", "--comparator-processes", "3"],
-                        "comparator_processes must be between 1 and processes (2), got 3")):
+                        "comparator_processes must be between 1 and processes (2), got 3"),
+                       (["--verify", "--trials", "5"], "--trials is for tuning jobs")):
         run = tuner("submit", VS, "--shape", "n=64", *args, "--url", "http://127.0.0.1:1")
         assert run.returncode == 2 and says in run.stderr and "127.0.0.1:1" not in run.stderr, run.stderr
     # without comparators the limit limits nothing (as `tuner verify --no-comparators`): the request is made

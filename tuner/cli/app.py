@@ -800,7 +800,8 @@ def submit(
     template: TemplateArg,
     workload: WorkloadOpt = [],  # noqa: B006
     shape: ShapeOpt = [],  # noqa: B006
-    trials: Annotated[int, typer.Option("--trials", "-n", help="Measured trials per shape.")] = 40,
+    trials: Annotated[int | None, typer.Option("--trials", "-n", help="Measured trials per shape (default 40; "
+                                                "not with --verify).")] = None,
     device: Annotated[str, typer.Option(help="Device kind the job needs: cuda | npu | cpu")] = "cuda",
     device_name: Annotated[str | None, typer.Option(help='Device name, e.g. "NVIDIA H200" (default: any).')] = None,
     sampler: Annotated[str, typer.Option(help="tpe | random | grid | cmaes")] = "tpe",
@@ -830,6 +831,10 @@ def submit(
         "device": {"kind": device, "name": device_name}, "samples": samples, "candidate_timeout_s": timeout,
         "comparators": comparators, "priority": priority,
     }
+    if verify and trials is not None:  # it was ignored: a verify job re-measures, in --processes fresh processes
+        raise UserInputError("--trials is for tuning jobs; a verify job re-measures each shape's published best in "
+                             "--processes fresh processes")
+    trials = 40 if trials is None else trials
     if verify:
         body.update(kind="verify", processes=processes)
     else:
