@@ -313,15 +313,15 @@ def _outcomes(session: Session, ids: list[int]) -> dict[int, StudyOutcome]:
     # the round that published the study's best, else the newest (a later round that published nothing, its
     # job cancelled while it ran, is not what the lookup serves)
     published_rows = select(BestConfigRow.measurement_id).where(BestConfigRow.study_id.in_(ids))
-    chosen: dict[int, tuple[bool, str | None]] = {}
+    published: dict[int, str | None] = {}
+    latest: dict[int, str | None] = {}
     for sid, rid, is_published in session.execute(
         select(MeasurementRow.study_id, MeasurementRow.round_id, MeasurementRow.id.in_(published_rows))
         .where(or_(MeasurementRow.id.in_(newest), MeasurementRow.id.in_(published_rows)),
                MeasurementRow.role == "final", MeasurementRow.round_id.is_not(None))
     ):
-        if sid not in chosen or (bool(is_published) and not chosen[sid][0]):
-            chosen[sid] = (bool(is_published), rid)
-    rounds = {(sid, rid) for sid, (_, rid) in chosen.items()}
+        (published if is_published else latest)[sid] = rid
+    rounds = {(sid, published[sid] if sid in published else latest[sid]) for sid in published.keys() | latest.keys()}
     final: dict[int, list[RoundEntry]] = {}
     if rounds:
         rows = session.execute(

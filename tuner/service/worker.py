@@ -345,10 +345,9 @@ class Worker:
         """Whether the job is cancelled now (a conflict on its task is then the cancel, not a lost hold); False
         when the store cannot say."""
         try:
-            job = self.store.get_job(job_id=job_id)
+            return self.store.job_state(job_id=job_id) == "cancelled"
         except STORAGE_ERRORS:
             return False
-        return job is not None and job.state == "cancelled"
 
     def _template_of(self, job: JobRecord) -> KernelTemplate | str:
         """The job's template at the job's version, or why this worker lacks it (not registered here,
